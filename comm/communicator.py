@@ -1,0 +1,323 @@
+"""``Communicator``: a drop-in for ``dist.all_reduce`` that picks the fastest algorithm per call."""
+
+from __future__ import annotations
+
+import logging
+import warnings
+
+import torch
+import torch.distributed as dist
+
+from commrt import config as _config
+from commrt import custom
+from commrt.dispatch import profile as _profile
+from commrt.dispatch import table as _table
+from commrt.dispatch.dispatcher import ALGORITHMS, Decision, Dispatcher, Facts, Query
+from commrt.errors import CommrtError, MismatchError, PeerTimeoutError, WorkspaceError
+
+log = logging.getLogger("commrt")
+
+# one_shot_push receive slot per rank; the tuner finds where push stops winning below it.
+PUSH_SLOT_BYTES = 1 << 20
+_BACKEND_DEVICES = {"nccl": {"cuda"}, "rccl": {"cuda"}, "gloo": {"cpu", "cuda"}, "mpi": {"cpu"},
+                    "ucc": {"cpu", "cuda"}, "fake": {"cpu", "cuda"}}
+
+
+def op_name(op) -> str:
+    """``ReduceOp.SUM`` / ``RedOpType.SUM`` -> ``'sum'``."""
+    name = getattr(op, "name", None) or str(op).rsplit(".", 1)[-1]
+    return name.lower()
+
+
+class _DoneWork:
+    """Work handle for a call already enqueued on the current stream (custom kernels)."""
+
+    def __init__(self, result: torch.Tensor | None = None, after=None, inner=None):
+        self._result, self._after, self._inner = result, after, inner
+
+    def wait(self, timeout=None) -> bool:
+        if self._inner is not None:
+            self._inner.wait()
+            self._inner = None
+        if self._after is not None:
+            self._after()
+            self._after = None
+        return True
+
+    def is_completed(self) -> bool:
+        return self._inner is None or self._inner.is_completed()
+
+    def is_success(self) -> bool:
+        return True
+
+    def result(self):
+        return [self._result] if self._result is not None else []
+
+
+class Communicator:
+    """All-reduce over one process group (default: the world).
+
+    Reads the ``COMMRT_*`` config once, profiles the group's devices, loads the table
+    for them, checks that every rank agrees, and allocates the symmetric workspace
+    when custom kernels can run. Create it before CUDA-graph capture.
+    """
+
+    def __init__(self, group: dist.ProcessGroup | None = None,
+                 config: _config.Config | None = None):
+        if not dist.is_initialized():
+            raise CommrtError("torch.distributed is not initialised; call "
+                              "dist.init_process_group() before creating a commrt Communicator")
+        if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+            raise WorkspaceError("a commrt Communicator cannot be created during CUDA-graph "
+                                 "capture; call commrt.init() or run one eager all_reduce first")
+        self.group = group if group is not None else dist.group.WORLD
+        self.group_name = self.group.group_name
+        self.rank = dist.get_rank(self.group)
+        self.world_size = dist.get_world_size(self.group)
+        self.config = config or _config.get()
+        self.backend = str(dist.get_backend(self.group)).lower()
+        self.device = self._pick_device()
+        self.workspace = None
+        self.profile = self._build_profile()
+        self.facts = self._agree(self._facts())
+        self.dispatcher = Dispatcher(self.facts)
+        self._broken = ""
+        if self.rank == 0:
+            self._log_enabled()
+
+    # ----- set-up -------------------------------------------------------------------------
+    def _backend_devices(self) -> set[str]:
+        kinds: set[str] = set()
+        for part in self.backend.split(","):
+            dev, _, name = part.rpartition(":")
+            kinds |= {dev} if dev else _BACKEND_DEVICES.get(name, {"cpu"})
+        return kinds
+
+    def _pick_device(self) -> torch.device:
+        if "cuda" in self._backend_devices() and torch.cuda.is_available() \
+                and self.backend not in ("gloo", "fake"):
+            return torch.device("cuda", torch.cuda.current_device())
+        return torch.device("cpu")
+
+    def _build_profile(self) -> _profile.DeviceProfile:
+        import socket
+
+        facts = _profile.local_facts() if self.device.type == "cuda" else \
+            _profile.DeviceFacts("cpu", "cpu", "cpu", 0, 0)
+        gathered: list = [None] * self.world_size
+        dist.all_gather_object(gathered, (socket.gethostname(), facts), group=self.group)
+        hosts = [g[0] for g in gathered]
+        all_facts = [g[1] for g in gathered]
+        links = _profile.pair_links(all_facts, hosts) if self.device.type == "cuda" else \
+            [["none"] * self.world_size for _ in range(self.world_size)]
+        return _profile.build_profile(all_facts, links)
+
+    def _custom_blocked(self) -> str:
+        cfg = self.config
+        customs = [a for a, _ in ALGORITHMS if a != "nccl"]
+        if all(a in cfg.disable for a in customs):
+            return "COMMRT_DISABLE switches off every custom algorithm"
+        if self.device.type != "cuda":
+            return f"the group's backend ({self.backend}) reduces on the CPU"
+        if self.world_size < 2:
+            return "world size 1"
+        if not self.profile.full_mesh:
+            return (f"not every pair of the group's GPUs has peer access on one host "
+                    f"(link: {self.profile.link})")
+        return ""
+
+    def _facts(self) -> Facts:
+        from commrt.symm_mem import torch_ops
+
+        cfg = self.config
+        table = _table.find(self.profile.generation, self.world_size, cfg.table) \
+            if self.profile.vendor != "cpu" or cfg.table else None
+        blocked = self._custom_blocked()
+        if not blocked:
+            try:
+                from commrt.symm_mem.workspace import Workspace
+
+                self.workspace = Workspace.allocate(self.group, self.device, cfg.max_custom_bytes,
+                                           min(PUSH_SLOT_BYTES, cfg.max_custom_bytes))
+            except Exception as exc:  # symmetric memory unavailable here
+                blocked = f"symmetric workspace could not be set up ({type(exc).__name__}: {exc})"
+        ws = self.workspace
+        return Facts(
+            profile=self.profile, world_size=self.world_size, config=cfg, table=table,
+            custom_blocked=blocked,
+            multicast_ptr=bool(ws and ws.multicast_ptr),
+            multicast_env_off=_config.multicast_disabled_by_env(),
+            symm_ops=torch_ops.available() if ws else frozenset(),
+            workspace_bytes=ws.data_bytes if ws else 0,
+            push_bytes=ws.slot_bytes if ws else 0,
+        )
+
+    def _agree(self, facts: Facts) -> Facts:
+        """Every rank must decide alike: compare what decisions depend on; else all nccl."""
+        mine = (self.profile.key(), facts.table.digest if facts.table else None,
+                facts.custom_blocked, facts.multicast_ptr, facts.multicast_env_off,
+                sorted(facts.symm_ops), facts.workspace_bytes, facts.push_bytes,
+                self.config.describe())
+        gathered: list = [None] * self.world_size
+        dist.all_gather_object(gathered, mine, group=self.group)
+        if all(g == mine for g in gathered):
+            return facts
+        fields = ("device profile", "tuning table", "custom-kernel availability", "multicast",
+                  "multicast env", "torch symm ops", "workspace size", "push size", "config")
+        differ = [f for i, f in enumerate(fields) if any(g[i] != mine[i] for g in gathered)]
+        why = "ranks disagree on " + ", ".join(differ)
+        if self.rank == 0:
+            warnings.warn(f"commrt: {why}; every all-reduce of group {self.group_name} goes "
+                          "to the process group", stacklevel=3)
+        import dataclasses
+
+        return dataclasses.replace(facts, table=None, custom_blocked=why)
+
+    def _log_enabled(self) -> None:
+        q = Query(1024, torch.bfloat16, device_type=self.device.type)
+        from commrt.dispatch.dispatcher import why_not
+
+        state = [f"{a}" if why_not(a, q, self.facts) is None else f"{a} (off: "
+                 f"{why_not(a, q, self.facts)})" for a, _ in ALGORITHMS]
+        log.info("commrt group %s (%s, ws%d): %s", self.group_name, self.profile.generation,
+                 self.world_size, "; ".join(state))
+
+    # ----- public API -----------------------------------------------------------------
+    def plan(self, tensor: torch.Tensor, op=dist.ReduceOp.SUM,
+             kind: str = "all_reduce") -> Decision:
+        """The decision for ``tensor`` in the current mode, without running anything."""
+        return self.dispatcher.decide(tensor.numel() * tensor.element_size(), tensor.dtype,
+                                      op_name(op), self._mode(tensor), tensor.device.type, kind)
+
+    def empty(self, shape, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+        """A tensor that lives in the workspace: an all-reduce of it skips the copy in.
+
+        Valid until an all-reduce of another tensor reuses the workspace.
+        """
+        if self.workspace is None:
+            raise WorkspaceError(f"no symmetric workspace for this group: "
+                                 f"{self.facts.custom_blocked}")
+        shape = (shape,) if isinstance(shape, int) else tuple(shape)
+        return self.workspace.empty(shape, dtype)
+
+    def all_reduce(self, tensor: torch.Tensor, op=dist.ReduceOp.SUM, async_op: bool = False,
+                   out: torch.Tensor | None = None):
+        """``dist.all_reduce`` semantics: in place (or into ``out``), work handle if async."""
+        if torch.compiler.is_compiling():
+            res = torch.ops.commrt.all_reduce(tensor, self.group_name)
+            return (out if out is not None else tensor).copy_(res)
+        self._validate(tensor, out)
+        opn = op_name(op)
+        if self.config.check:
+            self.check_same(tensor, opn)
+        target = tensor if out is None else out
+        if target.numel() == 0:
+            return _DoneWork(target) if async_op else None
+        d = self.dispatcher.decide(target.numel() * target.element_size(), target.dtype, opn,
+                                   self._mode(target), target.device.type)
+        if self.config.log and self.rank == 0:
+            log.info("commrt all_reduce %s %s %s: %s", tuple(target.shape), target.dtype,
+                     self._mode(target), d)
+        if d.algorithm == "nccl":
+            if out is not None:
+                out.copy_(tensor)
+            return self._process_group(target, op, async_op)
+        self._run_custom(d, tensor, target)
+        return _DoneWork(target) if async_op else None
+
+    def run_flat(self, inp: torch.Tensor, out: torch.Tensor) -> None:
+        """Sum a flat contiguous tensor into ``out`` (the custom op's kernel)."""
+        if inp.numel() == 0:
+            return
+        d = self.dispatcher.decide(inp.numel() * inp.element_size(), inp.dtype, "sum",
+                                   self._mode(inp), inp.device.type)
+        if d.algorithm == "nccl":
+            out.copy_(inp)
+            dist.all_reduce(out, group=self.group)
+        else:
+            self._custom(d, inp, out)
+
+    def check_health(self) -> None:
+        """Raise if a kernel gave up waiting for a peer (synchronises the device)."""
+        if self._broken:
+            raise PeerTimeoutError(self._broken)
+        if self.workspace is not None:
+            peer = self.workspace.peer_error()
+            if peer:
+                self._broken = (
+                    f"rank {self.rank} of group {self.group_name}: peer rank {peer - 1} did not "
+                    f"arrive within COMMRT_SPIN_TIMEOUT={self.config.spin_timeout:g} s; a rank "
+                    "skipped or reordered a collective. This communicator is now unusable.")
+                raise PeerTimeoutError(self._broken)
+
+    def check_same(self, tensor: torch.Tensor, opn: str) -> None:
+        """Compare shape, dtype and op across ranks; raise on every rank if they differ."""
+        mine = (tuple(tensor.shape), str(tensor.dtype).replace("torch.", ""), opn)
+        gathered: list = [None] * self.world_size
+        dist.all_gather_object(gathered, mine, group=self.group)
+        if any(g != mine for g in gathered):
+            lines = "; ".join(f"rank {r}: shape {g[0]} {g[1]} {g[2]}"
+                              for r, g in enumerate(gathered))
+            raise MismatchError(f"commrt.all_reduce called with different arguments across "
+                                f"the ranks of group {self.group_name}: {lines}")
+
+    # ----- internals ------------------------------------------------------------------
+    def _mode(self, t: torch.Tensor) -> str:
+        if t.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            return "graph"
+        return "eager"
+
+    def _validate(self, tensor: torch.Tensor, out: torch.Tensor | None) -> None:
+        if not isinstance(tensor, torch.Tensor):
+            raise TypeError(f"commrt.all_reduce expects a torch.Tensor, got {type(tensor)}")
+        kinds = self._backend_devices()
+        if tensor.device.type not in kinds:
+            raise CommrtError(
+                f"tensor is on {tensor.device} but group {self.group_name} uses the "
+                f"{self.backend} backend, which reduces {' or '.join(sorted(kinds))} tensors")
+        if self.device.type == "cuda" and tensor.device != self.device:
+            raise CommrtError(f"tensor is on {tensor.device} but this rank's device is "
+                              f"{self.device}; move it or set torch.cuda.set_device()")
+        if out is not None and (out.shape != tensor.shape or out.dtype != tensor.dtype
+                                or out.device != tensor.device):
+            raise CommrtError(
+                f"out must match the input: got {tuple(out.shape)} {out.dtype} on {out.device}, "
+                f"input is {tuple(tensor.shape)} {tensor.dtype} on {tensor.device}")
+
+    def _process_group(self, target: torch.Tensor, op, async_op: bool):
+        if target.is_contiguous():
+            return dist.all_reduce(target, op=op, group=self.group, async_op=async_op)
+        flat = target.contiguous()
+        work = dist.all_reduce(flat, op=op, group=self.group, async_op=async_op)
+        if not async_op:
+            target.copy_(flat)
+            return None
+        return _DoneWork(target, after=lambda: target.copy_(flat), inner=work)
+
+    def _run_custom(self, d: Decision, src: torch.Tensor, dst: torch.Tensor) -> None:
+        if self._broken:
+            raise PeerTimeoutError(self._broken)
+        flat_in = src.view(-1) if src.is_contiguous() else src.contiguous().view(-1)
+        if self._awkward_in_workspace(flat_in):
+            flat_in = flat_in.clone()
+        direct = dst.is_contiguous() and not self._awkward_in_workspace(dst)
+        flat_out = dst.view(-1) if direct else torch.empty_like(flat_in)
+        self._custom(d, flat_in, flat_out)
+        if not direct:
+            dst.copy_(flat_out.view(dst.shape))
+
+    def _awkward_in_workspace(self, t: torch.Tensor) -> bool:
+        ws = self.workspace
+        return ws is not None and ws.holds(t) and not ws.is_data_start(t)
+
+    def _custom(self, d: Decision, inp: torch.Tensor, out: torch.Tensor) -> None:
+        custom.run(d.algorithm, self.workspace, inp, out, dict(d.config),
+                   self.config.spin_timeout)
+
+    def close(self) -> None:
+        """Free the workspace. The communicator falls back to the process group after."""
+        import dataclasses
+
+        self.workspace = None
+        self.facts = dataclasses.replace(self.facts, custom_blocked="communicator closed")
+        self.dispatcher = Dispatcher(self.facts)

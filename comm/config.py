@@ -1,0 +1,200 @@
+"""The one place that reads ``COMMRT_*`` environment variables.
+
+Every variable is declared once in ``VARIABLES`` (name, default, parser, doc), read
+once into a frozen :class:`Config`, and validated there. A bad value raises
+:class:`ConfigError` naming the variable, the value received and what is accepted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from .errors import ConfigError
+
+# Every algorithm name commrt knows, in dispatch order (the dispatcher owns the logic;
+# this list only validates user input).
+ALGORITHMS = (
+    "one_shot_push",
+    "one_shot",
+    "two_shot",
+    "symm_one_shot",
+    "symm_two_shot",
+    "multimem",
+    "nccl",
+)
+
+_SIZE_UNITS = {
+    "": 1, "b": 1,
+    "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3, "gb": 1000**3,
+    "ki": 1024, "kib": 1024, "mi": 1024**2, "mib": 1024**2, "gi": 1024**3, "gib": 1024**3,
+}
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+def parse_bytes(text: str) -> int:
+    """``'64MB'`` -> 64_000_000, ``'1GiB'`` -> 2**30, ``'4096'`` -> 4096."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", text)
+    if not m or m.group(2).lower() not in _SIZE_UNITS:
+        raise ValueError("expected a size such as 4096, 64KB, 64MB, 1GiB")
+    value = float(m.group(1)) * _SIZE_UNITS[m.group(2).lower()]
+    if value != int(value):
+        raise ValueError("a size must be a whole number of bytes")
+    return int(value)
+
+
+def _bool(text: str) -> bool:
+    low = text.strip().lower()
+    if low in _TRUE:
+        return True
+    if low in _FALSE:
+        return False
+    raise ValueError("expected one of 1, 0, true, false, yes, no, on, off")
+
+
+def _algo(text: str) -> str:
+    name = text.strip().lower()
+    if name not in ("auto",) + ALGORITHMS:
+        raise ValueError("expected one of auto, " + ", ".join(ALGORITHMS))
+    return name
+
+
+def _disable(text: str) -> frozenset[str]:
+    names = {n.strip().lower() for n in text.split(",") if n.strip()}
+    if "all" in names:
+        if len(names) > 1:
+            raise ValueError("'all' cannot be combined with algorithm names")
+        return frozenset(a for a in ALGORITHMS if a != "nccl")
+    unknown = sorted(names - set(ALGORITHMS))
+    if unknown:
+        raise ValueError(
+            f"unknown algorithm {', '.join(unknown)}; expected 'all' or a comma list of "
+            + ", ".join(ALGORITHMS)
+        )
+    if "nccl" in names:
+        raise ValueError("nccl (the process group) cannot be disabled; it is the fallback")
+    return frozenset(names)
+
+
+def _positive_bytes(text: str) -> int:
+    value = parse_bytes(text)
+    if value <= 0:
+        raise ValueError("expected a size greater than zero")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError("expected a number of seconds such as 10 or 0.5") from None
+    if not value > 0:
+        raise ValueError("expected a number of seconds greater than zero")
+    return value
+
+
+def _path(text: str) -> str | None:
+    text = text.strip()
+    if not text:
+        return None
+    if not os.path.isfile(text):
+        raise ValueError("expected the path of an existing tuning-table JSON file")
+    return text
+
+
+@dataclasses.dataclass(frozen=True)
+class Variable:
+    name: str
+    field: str
+    default: str
+    parse: Callable[[str], Any]
+    doc: str
+
+
+VARIABLES: tuple[Variable, ...] = (
+    Variable("COMMRT_ALGO", "algo", "auto", _algo,
+             "auto (measured tables) or one algorithm name to force"),
+    Variable("COMMRT_DISABLE", "disable", "", _disable,
+             "'all' (process group only) or a comma list of algorithms to switch off"),
+    Variable("COMMRT_TABLE", "table", "", _path,
+             "a tuning-table JSON file to use instead of the shipped ones"),
+    Variable("COMMRT_MAX_CUSTOM_BYTES", "max_custom_bytes", "64MiB", _positive_bytes,
+             "size of the symmetric workspace; larger messages are reduced in pieces"),
+    Variable("COMMRT_LOG", "log", "0", _bool, "log each new decision (rank 0)"),
+    Variable("COMMRT_CHECK", "check", "0", _bool,
+             "compare shape, dtype and op across ranks before each all-reduce"),
+    Variable("COMMRT_SPIN_TIMEOUT", "spin_timeout", "30", _seconds,
+             "seconds a kernel waits for a peer before it gives up with an error"),
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    algo: str = "auto"
+    disable: frozenset[str] = frozenset()
+    table: str | None = None
+    max_custom_bytes: int = 64 * 1024**2
+    log: bool = False
+    check: bool = False
+    spin_timeout: float = 30.0
+
+    def describe(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["disable"] = sorted(self.disable)
+        return out
+
+
+def load(environ: Mapping[str, str] | None = None) -> Config:
+    """Read and validate every ``COMMRT_*`` variable; unknown ``COMMRT_*`` names are errors."""
+    env = os.environ if environ is None else environ
+    known = {v.name for v in VARIABLES}
+    for name in env:
+        if name.startswith("COMMRT_") and name not in known:
+            raise ConfigError(
+                f"{name} is not a commrt variable; known variables are {', '.join(sorted(known))}"
+            )
+    values: dict[str, Any] = {}
+    for var in VARIABLES:
+        raw = env.get(var.name, var.default)
+        try:
+            values[var.field] = var.parse(raw)
+        except ValueError as exc:
+            raise ConfigError(f"{var.name}={raw!r} is not valid: {exc}") from None
+    cfg = Config(**values)
+    if cfg.algo != "auto" and cfg.algo in cfg.disable:
+        raise ConfigError(
+            f"COMMRT_ALGO={cfg.algo!r} names an algorithm that COMMRT_DISABLE switches off; "
+            "drop it from one of them"
+        )
+    return cfg
+
+
+def multicast_disabled_by_env(environ: Mapping[str, str] | None = None) -> bool:
+    """True when PyTorch's ``TORCH_SYMM_MEM_DISABLE_MULTICAST`` asks for no multicast.
+
+    Read here, never written: commrt only refuses multimem when it is set.
+    """
+    env = os.environ if environ is None else environ
+    return env.get("TORCH_SYMM_MEM_DISABLE_MULTICAST", "").strip().lower() not in _FALSE
+
+
+_CURRENT: Config | None = None
+
+
+def get() -> Config:
+    """The process-wide config, read on first use."""
+    global _CURRENT
+    if _CURRENT is None:
+        _CURRENT = load()
+    return _CURRENT
+
+
+def reload() -> Config:
+    """Re-read the environment (tests, or after changing variables before init)."""
+    global _CURRENT
+    _CURRENT = load()
+    return _CURRENT

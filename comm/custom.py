@@ -1,0 +1,64 @@
+"""Runs a chosen symmetric-memory algorithm on flat tensors: the launchers' one caller.
+
+Maps algorithm names to the kernel launchers in ``commrt.symm_mem`` and feeds them the
+workspace pieces (peer views, pointer tables, signal pads). Messages larger than the
+data region are reduced in workspace-sized pieces, in the same order on every rank.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from commrt.symm_mem import torch_ops
+from commrt.symm_mem.one_shot import one_shot
+from commrt.symm_mem.one_shot_push import one_shot_push
+from commrt.symm_mem.two_shot import two_shot
+from commrt.symm_mem.workspace import Workspace
+
+# How many poll iterations stand for the timeout under the Triton interpreter (CPU).
+_INTERPRETER_SPINS = 10_000
+
+
+def _timeout(seconds: float, timer: bool) -> int:
+    return int(seconds * 1e9) if timer else _INTERPRETER_SPINS
+
+
+def _pull(kernel, ws: Workspace, inp: torch.Tensor, out: torch.Tensor, config, timeout: float,
+          out_may_alias: bool) -> None:
+    timer = inp.device.type == "cuda"
+    bufs = ws.views(inp.dtype)
+    mine = bufs[ws.rank]
+    cap = ws.capacity(inp.dtype)
+    n = inp.numel()
+    for off in range(0, n, cap):
+        m = min(cap, n - off)
+        piece_in, piece_out = inp[off:off + m], out[off:off + m]
+        # one_shot reads every workspace until its last barrier: it must not write there.
+        tmp = None
+        if not out_may_alias and ws.holds(piece_out):
+            tmp = piece_out
+            piece_out = torch.empty_like(piece_in)
+        kernel(inp=piece_in, out=piece_out, mine=mine, bufs=bufs, pad_tab=ws.pad_tab.data_ptr(),
+               err=ws.err, rank=ws.rank, timeout=_timeout(timeout, timer), timer=timer,
+               **config)
+        if tmp is not None:
+            tmp.copy_(piece_out)
+
+
+def run(algorithm: str, ws: Workspace, inp: torch.Tensor, out: torch.Tensor,
+        config: dict, timeout: float) -> None:
+    """Sum the flat, contiguous ``inp`` over the group into the flat ``out``."""
+    if algorithm == "one_shot":
+        _pull(one_shot, ws, inp, out, config, timeout, out_may_alias=False)
+    elif algorithm == "two_shot":
+        _pull(two_shot, ws, inp, out, config, timeout, out_may_alias=True)
+    elif algorithm == "one_shot_push":
+        timer = inp.device.type == "cuda"
+        one_shot_push(inp=inp, out=out, push_tab=ws.push_tab.data_ptr(), mine=ws.push_mine,
+                      slot_bytes=ws.slot_bytes, meta=ws.meta, err=ws.err, rank=ws.rank,
+                      world=ws.world, timeout=_timeout(timeout, timer), timer=timer, **config)
+    else:
+        symm_inp = inp if ws.is_data_start(inp) else ws.views(inp.dtype)[ws.rank][:inp.numel()]
+        if symm_inp.data_ptr() != inp.data_ptr():
+            symm_inp.copy_(inp)
+        torch_ops.run(algorithm, symm_inp=symm_inp, out=out, group_name=ws.group_name)

@@ -1,0 +1,32 @@
+"""``torch.ops.commrt.*``: the custom ops torch.compile traces and CUDA graphs capture.
+
+Three layers per op: the typed public function (``commrt.all_reduce``), the
+``torch.library`` op with its schema (below), and a fake implementation that also reads
+as the reference of what the op computes (shape and dtype of the input, summed over
+the group).
+"""
+
+from __future__ import annotations
+
+import torch
+
+lib = torch.library.Library("commrt", "DEF")
+lib.define("all_reduce(Tensor input, str group_name) -> Tensor")
+
+
+def _all_reduce(input: torch.Tensor, group_name: str) -> torch.Tensor:
+    from commrt.registry import for_group_name
+
+    out = torch.empty_like(input, memory_format=torch.contiguous_format)
+    comm = for_group_name(group_name)
+    comm.run_flat(input.contiguous().view(-1), out.view(-1))
+    return out
+
+
+def _all_reduce_fake(input: torch.Tensor, group_name: str) -> torch.Tensor:
+    # sum over ranks of `input`: same shape and dtype, fresh contiguous storage
+    return torch.empty_like(input, memory_format=torch.contiguous_format)
+
+
+lib.impl("all_reduce", _all_reduce, "CompositeExplicitAutograd")
+torch.library.register_fake("commrt::all_reduce", _all_reduce_fake, lib=lib)

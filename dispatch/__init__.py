@@ -1,0 +1,1 @@
+"""Device profile, tuning tables and the dispatcher (never imports kernels)."""

@@ -1,0 +1,217 @@
+"""Which all-reduce runs a call: eligibility first, then the measured table.
+
+Dispatch is data: ``ALGORITHMS`` is the ordered list of algorithms with one eligibility
+check each (returning why not, or None). The dispatcher never imports kernels; the
+communicator maps the chosen name to a launcher.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+
+import torch
+
+from commrt.config import Config
+from commrt.errors import ConfigError
+
+from .profile import DeviceProfile
+from .table import Table
+
+CUSTOM_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+# PyTorch's symm-mem reduce ops take float32 and bfloat16 only (CUDASymmetricMemoryOps.cu).
+SYMM_DTYPES = (torch.bfloat16, torch.float32)
+# Our kernels keep one pointer per peer in registers and a signal slot per peer.
+MAX_CUSTOM_WORLD = 8
+# Without a table for this hardware: our one_shot only where any NVLink/xGMI pair wins
+# (launch-bound sizes), the process group beyond. Conservative by design.
+UNTUNED_CUSTOM_WINDOW = 64 * 1024
+
+
+@dataclasses.dataclass(frozen=True)
+class Query:
+    """One call as the dispatcher sees it."""
+
+    nbytes: int
+    dtype: torch.dtype
+    op: str = "sum"  # lower-case ReduceOp name
+    mode: str = "eager"  # eager | graph (inside CUDA-graph capture)
+    device_type: str = "cuda"
+    kind: str = "all_reduce"  # or all_reduce_residual_rmsnorm
+
+
+@dataclasses.dataclass(frozen=True)
+class Facts:
+    """What the group offers, fixed at communicator init and identical on every rank."""
+
+    profile: DeviceProfile
+    world_size: int
+    config: Config
+    table: Table | None = None
+    custom_blocked: str = ""  # why our kernels cannot run at all ("" when they can)
+    multicast_ptr: bool = False
+    multicast_env_off: bool = True
+    symm_ops: frozenset[str] = frozenset()
+    workspace_bytes: int = 0
+    push_bytes: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision:
+    algorithm: str
+    reason: str
+    config: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    predicted_us: float | None = None
+
+    def __str__(self) -> str:
+        return f"{self.algorithm}: {self.reason}"
+
+
+Check = Callable[[Query, Facts], "str | None"]
+
+
+def _custom(q: Query, f: Facts) -> str | None:
+    if f.custom_blocked:
+        return f.custom_blocked
+    if q.device_type != "cuda":
+        return f"tensor is on {q.device_type}, custom kernels need CUDA"
+    if q.op != "sum":
+        return f"op {q.op} (custom kernels only sum)"
+    if q.dtype not in CUSTOM_DTYPES:
+        return f"dtype {q.dtype} (custom kernels take bf16, fp16, fp32)"
+    if not 2 <= f.world_size <= MAX_CUSTOM_WORLD:
+        return f"world size {f.world_size} (custom kernels take 2 to {MAX_CUSTOM_WORLD})"
+    return None
+
+
+def _push(q: Query, f: Facts) -> str | None:
+    return _custom(q, f) or (
+        f"{q.nbytes} B exceeds the {f.push_bytes} B push slots" if q.nbytes > f.push_bytes
+        else None)
+
+
+def _torch_symm(op_name: str) -> Check:
+    def check(q: Query, f: Facts) -> str | None:
+        return (
+            _custom(q, f)
+            or (f"PyTorch's {op_name} is not in this torch" if op_name not in f.symm_ops else None)
+            or (f"dtype {q.dtype} (PyTorch's ops take bf16, fp32)"
+                if q.dtype not in SYMM_DTYPES else None)
+            or (f"{q.nbytes} B exceeds the {f.workspace_bytes} B workspace "
+                "(raise COMMRT_MAX_CUSTOM_BYTES)" if q.nbytes > f.workspace_bytes else None)
+            or (f"{q.nbytes} B is not a multiple of 16" if q.nbytes % 16 else None)
+            or ("fused residual+RMSNorm is ours only" if q.kind != "all_reduce" else None)
+        )
+    return check
+
+
+def _multimem(q: Query, f: Facts) -> str | None:
+    if f.multicast_env_off:
+        return "TORCH_SYMM_MEM_DISABLE_MULTICAST is set"
+    if not f.multicast_ptr:
+        return "the symmetric handle has no multicast pointer"
+    return _torch_symm("multimem_all_reduce_")(q, f)
+
+
+def _process_group(q: Query, f: Facts) -> str | None:
+    return None
+
+
+# Dispatch order: also the order `commrt info` lists and rank 0 logs.
+ALGORITHMS: tuple[tuple[str, Check], ...] = (
+    ("one_shot_push", _push),
+    ("one_shot", _custom),
+    ("two_shot", _custom),
+    ("symm_one_shot", _torch_symm("one_shot_all_reduce")),
+    ("symm_two_shot", _torch_symm("two_shot_all_reduce_")),
+    ("multimem", _multimem),
+    ("nccl", _process_group),
+)
+_CHECKS = dict(ALGORITHMS)
+
+
+def why_not(name: str, q: Query, f: Facts) -> str | None:
+    """None when ``name`` can run ``q``, else the reason it cannot."""
+    if name != "nccl" and name in f.config.disable:
+        return f"{name} is switched off by COMMRT_DISABLE"
+    return _CHECKS[name](q, f)
+
+
+def enabled(f: Facts, q: Query) -> list[str]:
+    return [name for name, _ in ALGORITHMS if why_not(name, q, f) is None]
+
+
+def _fmt(n: int) -> str:
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:g} {unit}"
+    return f"{n} B"
+
+
+def decide(q: Query, f: Facts) -> Decision:
+    """The algorithm for one call, with a reason a user can read."""
+    if f.config.algo != "auto":
+        why = why_not(f.config.algo, q, f)
+        if why:
+            raise ConfigError(f"COMMRT_ALGO={f.config.algo!r} cannot run this call: {why}")
+        return Decision(f.config.algo, "forced by COMMRT_ALGO")
+    if q.op != "sum":
+        return Decision("nccl", f"op {q.op}: only the process group reduces it")
+    if f.table is not None:
+        return _from_table(q, f, f.table)
+    return _untuned(q, f)
+
+
+def _from_table(q: Query, f: Facts, table: Table) -> Decision:
+    key = f"{table.generation}/ws{table.world_size}"
+    row = table.row_for(q.kind, q.mode, q.nbytes)
+    if row is None:
+        return _untuned(q, f)
+    skipped = []
+    for choice in row.ranking:
+        why = why_not(choice.algorithm, q, f)
+        if why is None:
+            where = "≤" if q.nbytes <= row.max_bytes else ">"
+            reason = (f"{_fmt(q.nbytes)} {where} {_fmt(row.max_bytes)} row of the {key} "
+                      f"{q.mode} table")
+            if skipped:
+                reason += f" (skipped {'; '.join(skipped)})"
+            return Decision(choice.algorithm, reason, choice.config, choice.us)
+        skipped.append(f"{choice.algorithm}: {why}")
+    return Decision("nccl", f"nothing in the {key} row is eligible ({'; '.join(skipped)})")
+
+
+def _untuned(q: Query, f: Facts) -> Decision:
+    gen = f"{f.profile.generation}/ws{f.world_size}"
+    why = why_not("one_shot", q, f)
+    if why is None and q.nbytes <= UNTUNED_CUSTOM_WINDOW and q.kind == "all_reduce":
+        return Decision("one_shot", f"untuned {gen}: within the {_fmt(UNTUNED_CUSTOM_WINDOW)} "
+                        "custom window")
+    if why is None:
+        return Decision("nccl", f"untuned {gen}: beyond the {_fmt(UNTUNED_CUSTOM_WINDOW)} "
+                        "custom window")
+    return Decision("nccl", f"untuned {gen}: {why}")
+
+
+class Dispatcher:
+    """``decide`` with a per-(bytes, dtype, op, mode, kind) cache: the hot path is one dict get."""
+
+    def __init__(self, facts: Facts):
+        self.facts = facts
+        self._cache: dict[tuple, Decision] = {}
+
+    def decide(self, nbytes: int, dtype: torch.dtype, op: str = "sum", mode: str = "eager",
+               device_type: str = "cuda", kind: str = "all_reduce") -> Decision:
+        key = (nbytes, dtype, op, mode, device_type, kind)
+        d = self._cache.get(key)
+        if d is None:
+            d = decide(Query(nbytes, dtype, op, mode, device_type, kind), self.facts)
+            self._cache[key] = d
+        return d
+
+    def predict_us(self, nbytes: int, dtype: torch.dtype, mode: str = "graph",
+                   kind: str = "all_reduce") -> float | None:
+        """Measured latency of what ``decide`` would run, from the table (None if untuned)."""
+        d = self.decide(nbytes, dtype, "sum", mode, kind=kind)
+        t = self.facts.table
+        return t.predict_us(kind, mode, d.algorithm, nbytes) if t else None

@@ -1,0 +1,113 @@
+"""one_shot_push (Lamport style): no barrier at all, for the smallest messages.
+
+Each rank writes its input straight into slot ``rank`` of the current receive buffer on
+every peer; a receive slot holds a sentinel that data never takes, so a reader polls
+its own slots until no sentinel is left, then sums them in rank order. Three receive
+buffers rotate: during call ``k`` (buffer ``k % 3``) peers may already write buffer
+``(k + 1) % 3``, so this rank clears buffer ``(k + 2) % 3``, last used at call ``k - 1``.
+
+Sentinel: every 16-bit half of a cleared slot is ``0x8000``. For bf16/fp16 that is -0.0,
+and inputs of -0.0 are sent as +0.0 (same value). For fp32 the sentinel word is
+``0x80008000`` (a negative denormal near -4.6e-41), sent as its neighbour ``0x80008001``.
+
+``meta`` (this rank's, int32): ``[buffer, arrivals, used0, used1, used2]``; ``usedB`` is
+how many 16-bit halves per slot buffer B holds, so the clear covers exactly that.
+The last program to finish moves to the next buffer, so graph replays keep rotating.
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+from .signals import MAX_BLOCKS, now
+
+SENTINEL16 = -32768  # 0x8000 as int16
+SENTINEL32 = -2147450880  # 0x80008000 as int32
+META_INTS = 5
+
+
+@triton.jit
+def _to_bits(x, BITS: tl.constexpr):
+    """Value -> integer bits with the sentinel pattern made impossible."""
+    if BITS == 16:
+        b = (x.to(tl.float32) + 0.0).to(x.dtype).to(tl.int16, bitcast=True)
+    else:
+        b = x.to(tl.int32, bitcast=True)
+        b = tl.where(b == -2147450880, b + 1, b)
+    return b
+
+
+@triton.jit(do_not_specialize=["rank", "timeout"])
+def _push_kernel(inp, out, push_tab, mine, meta, err_ptr, rank, n, slot, timeout,
+                 WS: tl.constexpr, BLOCK: tl.constexpr, BITS: tl.constexpr,
+                 TIMER: tl.constexpr):
+    pid = tl.program_id(0)
+    nprog = tl.num_programs(0)
+    step = nprog * BLOCK
+    ity = tl.int16 if BITS == 16 else tl.int32
+    sentinel = -32768 if BITS == 16 else -2147450880
+    buf = tl.load(meta, volatile=True)
+    tab = push_tab.to(tl.pointer_type(tl.uint64))
+    # 1. push: my data into slot `rank` of buffer `buf` on every rank.
+    for start in range(pid * BLOCK, n, step):
+        offs = start + tl.arange(0, BLOCK)
+        m = offs < n
+        bits = _to_bits(tl.load(inp + offs, mask=m), BITS)
+        for p in tl.static_range(WS):
+            dst = tl.load(tab + p).to(tl.pointer_type(ity)) + (buf * WS + rank) * slot
+            tl.store(dst + offs, bits, mask=m)
+    # 2. poll my slots of buffer `buf` until no sentinel is left, then sum in rank order.
+    own = mine.to(tl.pointer_type(ity))
+    for start in range(pid * BLOCK, n, step):
+        offs = start + tl.arange(0, BLOCK)
+        m = offs < n
+        acc = tl.zeros([BLOCK], tl.float32)
+        for p in tl.static_range(WS):
+            src = own + (buf * WS + p) * slot + offs
+            v = tl.load(src, mask=m, other=0, volatile=True)
+            t0 = now(TIMER)
+            waited = tl.zeros([], tl.int64)
+            while (tl.max((v == sentinel).to(tl.int32)) > 0) & (waited < timeout):
+                v = tl.load(src, mask=m, other=0, volatile=True)
+                if TIMER:
+                    waited = now(TIMER) - t0
+                else:
+                    waited += 1
+            if tl.max((v == sentinel).to(tl.int32)) > 0:
+                tl.store(err_ptr, p + 1)
+            acc += v.to(out.dtype.element_ty, bitcast=True).to(tl.float32)
+        tl.store(out + offs, acc.to(out.dtype.element_ty), mask=m)
+    # 3. clear buffer (buf + 2) % 3, as far as its last use filled it.
+    old = (buf + 2) % 3
+    halves = tl.load(meta + 2 + old)
+    own16 = mine.to(tl.pointer_type(tl.int16))
+    slot16 = slot * (BITS // 16)
+    for start in range(pid * BLOCK, halves, step):
+        offs = start + tl.arange(0, BLOCK)
+        m = offs < halves
+        for p in tl.static_range(WS):
+            tl.store(own16 + (old * WS + p) * slot16 + offs, tl.full([BLOCK], -32768, tl.int16),
+                     mask=m)
+    # 4. the last program out records this buffer's fill and moves to the next buffer.
+    arrived = tl.atomic_add(meta + 1, 1, sem="acq_rel", scope="gpu")
+    if arrived == nprog - 1:
+        tl.store(meta + 2 + buf, n * (BITS // 16))
+        tl.store(meta + 1, 0)
+        tl.store(meta, (buf + 1) % 3)
+
+
+def one_shot_push(*, inp: torch.Tensor, out: torch.Tensor, push_tab: int, mine: int,
+                  slot_bytes: int, meta: torch.Tensor, err: torch.Tensor, rank: int, world: int,
+                  timeout: int, timer: bool, block: int = 1024, warps: int = 4,
+                  blocks: int = 32) -> None:
+    """Sum the flat ``inp`` over all ranks into ``out``; ``inp.nbytes <= slot_bytes``.
+
+    ``push_tab`` is a device table of every rank's receive-region address, ``mine`` this
+    rank's receive-region address; ``out`` may be ``inp``.
+    """
+    n = inp.numel()
+    bits = inp.element_size() * 8
+    grid = (max(1, min(triton.cdiv(n, block), blocks, MAX_BLOCKS)),)
+    _push_kernel[grid](inp, out, push_tab, mine, meta, err, rank, n,
+                       slot_bytes // inp.element_size(), timeout, WS=world, BLOCK=block,
+                       BITS=bits, TIMER=timer, num_warps=warps)

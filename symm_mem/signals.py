@@ -1,0 +1,77 @@
+"""Signal-pad primitives shared by the kernels: bounded spins and a block-wise barrier.
+
+A signal pad is an ``int32`` region of ``MAX_BLOCKS * MAX_WORLD`` slots in each rank's
+symmetric workspace; slot ``block * world + peer`` on rank ``r`` is written only by
+``peer`` and cleared only by ``r``. The pointer table ``pad_tab`` holds every rank's pad address.
+Time limits are in nanoseconds of ``%globaltimer`` when ``TIMER`` is set, else in poll
+iterations (the Triton interpreter has no inline asm).
+"""
+
+import triton
+import triton.language as tl
+
+MAX_BLOCKS = 256  # signal slots per peer; launchers never start more programs than this
+MAX_WORLD = 8
+PAD_BYTES = MAX_BLOCKS * MAX_WORLD * 4
+
+
+@triton.jit
+def now(TIMER: tl.constexpr):
+    """Nanoseconds from ``%globaltimer`` (0 under the interpreter)."""
+    if TIMER:
+        t = tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=tl.int64,
+                                      is_pure=False, pack=1)
+    else:
+        t = tl.zeros([], tl.int64)
+    return t
+
+
+@triton.jit
+def spin_cas(ptr, cmp, val, err_ptr, peer, timeout, SEM: tl.constexpr, TIMER: tl.constexpr):
+    """Retry ``atomic_cas(ptr, cmp -> val)`` at system scope until it succeeds.
+
+    Contract: returns once the swap happened, with ``SEM`` ordering (release: this
+    thread's earlier writes, and the block's after a ``debug_barrier``, are visible to
+    whoever sees ``val``; acquire: later reads see what the peer wrote before it
+    released). After ``timeout`` it stops, stores ``peer + 1`` to ``err_ptr`` and
+    returns without the swap.
+    """
+    t0 = now(TIMER)
+    old = tl.atomic_cas(ptr, cmp, val, sem=SEM, scope="sys")
+    waited = tl.zeros([], tl.int64)
+    while (old != cmp) & (waited < timeout):
+        old = tl.atomic_cas(ptr, cmp, val, sem=SEM, scope="sys")
+        if TIMER:
+            waited = now(TIMER) - t0
+        else:
+            waited += 1
+    if old != cmp:
+        tl.store(err_ptr, peer + 1)
+
+
+@triton.jit
+def block_barrier(pad_tab, rank, err_ptr, timeout, WS: tl.constexpr, TIMER: tl.constexpr):
+    """Meet the programs with this program id on every rank.
+
+    Contract (pseudocode, per program ``b``)::
+
+        sync block; for p != rank: cas(pad[p][b][rank], 0 -> 1, release)   # "I am here"
+        for p != rank: cas(pad[rank][b][p], 1 -> 0, acquire); sync block   # "p was here"
+
+    On return every peer's program ``b`` has finished everything it did before the
+    barrier, and its writes are visible here. Each slot goes 0 -> 1 -> 0 within one
+    barrier, so pads are clean afterwards: safe for back-to-back calls and CUDA-graph
+    replays with no host reset. A send waits for the previous signal to be consumed.
+    """
+    pid = tl.program_id(0)
+    tl.debug_barrier()
+    tab = pad_tab.to(tl.pointer_type(tl.uint64))
+    local = tl.load(tab + rank).to(tl.pointer_type(tl.int32))
+    for p in tl.static_range(WS):
+        if p != rank:
+            remote = tl.load(tab + p).to(tl.pointer_type(tl.int32))
+            spin_cas(remote + pid * WS + rank, 0, 1, err_ptr, p, timeout, "release", TIMER)
+    for p in tl.static_range(WS):
+        if p != rank:
+            spin_cas(local + pid * WS + p, 1, 0, err_ptr, p, timeout, "acquire", TIMER)
+    tl.debug_barrier()

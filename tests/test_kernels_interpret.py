@@ -1,0 +1,137 @@
+"""The Triton kernels under TRITON_INTERPRET=1: one CPU process per rank over shared memory.
+
+Each rank's workspace is a shared-memory CPU tensor mapped in every process, so the
+pointer tables, signal pads and remote loads/stores are real; ranks run concurrently,
+so barriers and Lamport polls really wait for each other.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import os
+import traceback
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+# Never import triton here: the spawned ranks must import it with TRITON_INTERPRET set.
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None,
+                                reason="triton is not installed")
+
+DATA_BYTES = 64 * 1024
+SLOT_BYTES = 16 * 1024
+SMALL = {"block": 64, "warps": 1, "blocks": 4}  # several programs and grid-stride loops
+DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def make_input(seed: int, rank: int, call: int, n: int, dtype) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed * 1_000_003 + rank * 7919 + call)
+    x = torch.randn(n, generator=g, dtype=torch.float64)
+    if n > 3:
+        x[1] = -0.0  # the push sentinel's value must survive as zero
+    return x.to(dtype)
+
+
+def _rank_main(rank, world, buffers, cases, barrier, queue, skip):
+    try:
+        from commrt import custom
+        from commrt.symm_mem.workspace import Workspace
+
+        ws = Workspace(list(buffers), rank, DATA_BYTES, SLOT_BYTES, "interp")
+        ws.clear()
+        barrier.wait()
+        outs = []
+        for call, (algo, dtype, n, inplace) in enumerate(cases):
+            if (rank, call) in skip:
+                outs.append(None)
+                continue
+            x = make_input(0, rank, call, n, dtype)
+            out = x if inplace else torch.full_like(x, float("nan"))
+            custom.run(algo, ws, x, out, dict(SMALL), timeout=1.0)
+            outs.append(out.clone())
+        blob = io.BytesIO()
+        torch.save(outs, blob)  # bytes, not shared tensors: this process exits next
+        queue.put((rank, blob.getvalue(), int(ws.err.item())))
+    except BaseException as exc:
+        queue.put((rank, f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}", -1))
+
+
+def run_ranks(world: int, cases, skip=()):
+    ctx = mp.get_context("spawn")
+    total = DATA_BYTES + 3 * world * SLOT_BYTES + 256 * 8 * 4
+    buffers = [torch.empty(total, dtype=torch.uint8).share_memory_() for _ in range(world)]
+    barrier, queue = ctx.Barrier(world), ctx.Queue()
+    procs = [ctx.Process(target=_rank_main,
+                         args=(r, world, buffers, cases, barrier, queue, set(skip)))
+             for r in range(world)]
+    old = os.environ.get("TRITON_INTERPRET")
+    os.environ["TRITON_INTERPRET"] = "1"  # inherited by the children at start
+    try:
+        for p in procs:
+            p.start()
+    finally:
+        if old is None:
+            del os.environ["TRITON_INTERPRET"]
+        else:
+            os.environ["TRITON_INTERPRET"] = old
+    got = {}
+    try:
+        for _ in range(world):
+            rank, outs, err = queue.get(timeout=600)
+            if isinstance(outs, str):
+                raise AssertionError(f"rank {rank} failed:\n{outs}")
+            got[rank] = (torch.load(io.BytesIO(outs)), err)
+    finally:
+        for p in procs:
+            p.join(timeout=30)
+            if p.is_alive():
+                p.kill()
+    return [got[r] for r in range(world)]
+
+
+def check(world, cases, results):
+    for call, (algo, dtype, n, _) in enumerate(cases):
+        ref = sum(make_input(0, r, call, n, dtype).double() for r in range(world))
+        outs = [results[r][0][call] for r in range(world)]
+        for r in range(1, world):
+            assert torch.equal(outs[0], outs[r]), \
+                f"{algo} {dtype} n={n}: rank {r} differs from rank 0"
+        tol = 1e-5 if dtype == torch.float32 else 2e-2
+        err = (outs[0].double() - ref).norm() / ref.norm().clamp_min(1e-30)
+        assert err < tol, f"{algo} {dtype} n={n}: relative error {err:.3g}"
+
+
+@pytest.mark.parametrize("algo", ["one_shot", "two_shot"])
+def test_pull_kernels_match_float64(algo):
+    cases = [(algo, dt, n, inplace) for dt in DTYPES for n, inplace in
+             ((1, True), (7, False), (100, True), (4097, False))]
+    results = run_ranks(2, cases)
+    assert all(err == 0 for _, err in results)
+    check(2, cases, results)
+
+
+def test_pull_kernels_world_size_three_and_chunking():
+    # 20000 fp32 = 80 KB > the 64 KiB data region: reduced in two pieces.
+    cases = [("two_shot", torch.float32, 20000, False), ("one_shot", torch.bfloat16, 333, True),
+             ("two_shot", torch.float16, 47, True)]
+    results = run_ranks(3, cases)
+    assert all(err == 0 for _, err in results)
+    check(3, cases, results)
+
+
+def test_one_shot_push_rotation_and_clear():
+    # Big, then small, then odd: stale data in an uncleared slot would be summed.
+    sizes = [4000, 5, 4000, 31, 2, 4000, 1, 700]
+    cases = [("one_shot_push", DTYPES[i % 3], n, i % 2 == 0) for i, n in enumerate(sizes)]
+    results = run_ranks(2, cases)
+    assert all(err == 0 for _, err in results)
+    check(2, cases, results)
+
+
+def test_spin_timeout_names_the_missing_peer():
+    # Rank 1 skips the call: rank 0 must give up and record peer 1, not hang.
+    cases = [("one_shot", torch.float32, 64, False)]
+    results = run_ranks(2, cases, skip=[(1, 0)])
+    assert results[0][1] == 2  # 1 + the stuck peer's rank

@@ -1,0 +1,1 @@
+"""Measured tuning tables (``<generation>_ws<N>.json``), written by ``commrt tune``."""
