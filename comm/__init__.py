@@ -15,8 +15,7 @@ import torch.distributed as dist
 from . import ops as _ops  # noqa: F401  (registers torch.ops.commrt.*)
 from .communicator import Communicator
 from .dispatch.dispatcher import Decision
-from .errors import (CommrtError, ConfigError, MismatchError, PeerTimeoutError,
-                     WorkspaceError)
+from .errors import CommrtError, ConfigError, MismatchError, PeerTimeoutError, WorkspaceError
 from .registry import get as _get
 
 __version__ = "0.1.0"

@@ -12,8 +12,8 @@ from commrt import config as _config
 from commrt import custom
 from commrt.dispatch import profile as _profile
 from commrt.dispatch import table as _table
-from commrt.dispatch.dispatcher import ALGORITHMS, Decision, Dispatcher, Facts, Query
-from commrt.errors import CommrtError, MismatchError, PeerTimeoutError, WorkspaceError
+from commrt.dispatch.dispatcher import ALGORITHMS, Decision, Dispatcher, Facts, Query, why_not
+from commrt.errors import CommrtError, ConfigError, MismatchError, PeerTimeoutError, WorkspaceError
 
 log = logging.getLogger("commrt")
 
@@ -175,8 +175,6 @@ class Communicator:
 
     def _log_enabled(self) -> None:
         q = Query(1024, torch.bfloat16, device_type=self.device.type)
-        from commrt.dispatch.dispatcher import why_not
-
         state = [f"{a}" if why_not(a, q, self.facts) is None else f"{a} (off: "
                  f"{why_not(a, q, self.facts)})" for a, _ in ALGORITHMS]
         log.info("commrt group %s (%s, ws%d): %s", self.group_name, self.profile.generation,
@@ -224,6 +222,22 @@ class Communicator:
             return self._process_group(target, op, async_op)
         self._run_custom(d, tensor, target)
         return _DoneWork(target) if async_op else None
+
+    def run_algorithm(self, algorithm: str, tensor: torch.Tensor,
+                      config: dict | None = None) -> None:
+        """In-place all-reduce with ``algorithm``, bypassing the table (bench and tuner).
+
+        Raises ``ConfigError`` saying why when the algorithm cannot run this call.
+        """
+        q = Query(tensor.numel() * tensor.element_size(), tensor.dtype, "sum",
+                  self._mode(tensor), tensor.device.type)
+        why = why_not(algorithm, q, self.facts)
+        if why:
+            raise ConfigError(f"{algorithm} cannot run this call: {why}")
+        if algorithm == "nccl":
+            self._process_group(tensor, dist.ReduceOp.SUM, False)
+        else:
+            self._run_custom(Decision(algorithm, "requested", config or {}), tensor, tensor)
 
     def run_flat(self, inp: torch.Tensor, out: torch.Tensor) -> None:
         """Sum a flat contiguous tensor into ``out`` (the custom op's kernel)."""

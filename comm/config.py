@@ -182,6 +182,15 @@ def multicast_disabled_by_env(environ: Mapping[str, str] | None = None) -> bool:
     return env.get("TORCH_SYMM_MEM_DISABLE_MULTICAST", "").strip().lower() not in _FALSE
 
 
+def torchrun_env(environ: Mapping[str, str] | None = None) -> dict[str, int] | None:
+    """``{rank, world_size, local_rank}`` when launched by torchrun, else None."""
+    env = os.environ if environ is None else environ
+    if not all(k in env for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR")):
+        return None
+    return {"rank": int(env["RANK"]), "world_size": int(env["WORLD_SIZE"]),
+            "local_rank": int(env.get("LOCAL_RANK", env["RANK"]))}
+
+
 _CURRENT: Config | None = None
 
 

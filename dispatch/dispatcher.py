@@ -157,6 +157,8 @@ def decide(q: Query, f: Facts) -> Decision:
         return Decision(f.config.algo, "forced by COMMRT_ALGO")
     if q.op != "sum":
         return Decision("nccl", f"op {q.op}: only the process group reduces it")
+    if f.custom_blocked:
+        return Decision("nccl", f"process group only: {f.custom_blocked}")
     if f.table is not None:
         return _from_table(q, f, f.table)
     return _untuned(q, f)

@@ -57,7 +57,8 @@ def _two_shot_kernel(inp, out, mine, bufs, pad_tab, err_ptr, rank, n, shard, tim
 
 def shard_elems(n: int, world: int) -> int:
     """Elements per shard: ceil(n / world) rounded up to 16 (aligned, vectorisable)."""
-    return max(16, -(-(-(-n // world)) // 16) * 16)
+    per_rank = -(-n // world)
+    return max(16, -(-per_rank // 16) * 16)
 
 
 def two_shot(*, inp: torch.Tensor, out: torch.Tensor, mine: torch.Tensor,

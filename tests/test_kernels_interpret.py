@@ -36,7 +36,7 @@ def make_input(seed: int, rank: int, call: int, n: int, dtype) -> torch.Tensor:
 
 def _rank_main(rank, world, buffers, cases, barrier, queue, skip):
     try:
-        from commrt import custom
+        from commrt import custom  # noqa: I001
         from commrt.symm_mem.workspace import Workspace
 
         ws = Workspace(list(buffers), rank, DATA_BYTES, SLOT_BYTES, "interp")

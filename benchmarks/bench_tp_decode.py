@@ -1,0 +1,188 @@
+"""End-to-end: a tensor-parallel Llama-style decoder with dist.all_reduce vs commrt.
+
+    torchrun --nproc-per-node 2 benchmarks/bench_tp_decode.py [--shape 8b|70b]
+
+Random bf16 weights, the Llama-3-8B shape (hidden 4096, intermediate 14336, 32 heads,
+8 KV heads, 32 layers) or a 70B-shaped variant (hidden 8192, intermediate 28672, 64
+heads, 8 KV heads, fewer layers). Attention and MLP are split over the group, so each
+layer ends its attention and its MLP with an all-reduce. A decode step (one token per
+sequence against a KV cache of ``--ctx`` tokens) runs in a CUDA graph at each batch; a
+prefill of ``--prefill`` tokens runs in a CUDA graph too. Both all-reduces must give
+the same logits within bf16 tolerance before anything is timed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+SHAPES = {
+    "8b": dict(hidden=4096, inter=14336, heads=32, kv_heads=8, layers=32, vocab=128256),
+    "70b": dict(hidden=8192, inter=28672, heads=64, kv_heads=8, layers=10, vocab=128256),
+}
+HEAD_DIM = 128
+
+
+class TPDecoder:
+    """The per-rank shard of the model; ``reduce(x)`` is the all-reduce under test."""
+
+    def __init__(self, shape: dict, world: int, device, seed: int = 0):
+        g = torch.Generator(device=device).manual_seed(seed)
+        h, tp = shape["hidden"], world
+        self.heads, self.kv = shape["heads"] // tp, max(1, shape["kv_heads"] // tp)
+
+        def w(*dims):
+            return (torch.randn(*dims, generator=g, device=device) * 0.02).to(torch.bfloat16)
+
+        self.layers = []
+        for _ in range(shape["layers"]):
+            self.layers.append(dict(
+                ln1=torch.ones(h, device=device, dtype=torch.bfloat16),
+                ln2=torch.ones(h, device=device, dtype=torch.bfloat16),
+                qkv=w((self.heads + 2 * self.kv) * HEAD_DIM, h),
+                o=w(h, self.heads * HEAD_DIM),
+                gate_up=w(2 * shape["inter"] // tp, h),
+                down=w(h, shape["inter"] // tp),
+            ))
+        self.norm = torch.ones(h, device=device, dtype=torch.bfloat16)
+        self.lm_head = w(shape["vocab"] // tp, h)
+        self.reduce = None
+
+    def attention(self, x, layer, cache):
+        b, s, _ = x.shape
+        qkv = F.linear(x, layer["qkv"]).view(b, s, self.heads + 2 * self.kv, HEAD_DIM)
+        q, k, v = qkv.split([self.heads, self.kv, self.kv], dim=2)
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+        if cache is not None:  # decode: attend to the cache (fixed length) plus this token
+            k = torch.cat([cache[0], k], dim=2)
+            v = torch.cat([cache[1], v], dim=2)
+        o = F.scaled_dot_product_attention(q, k, v, is_causal=cache is None, enable_gqa=True)
+        return F.linear(o.transpose(1, 2).reshape(b, s, -1), layer["o"])
+
+    def forward(self, x, caches=None):
+        for i, layer in enumerate(self.layers):
+            a = self.attention(F.rms_norm(x, (x.shape[-1],), layer["ln1"], 1e-5), layer,
+                               caches[i] if caches else None)
+            self.reduce(a)
+            x = x + a
+            gu = F.linear(F.rms_norm(x, (x.shape[-1],), layer["ln2"], 1e-5), layer["gate_up"])
+            gate, up = gu.chunk(2, dim=-1)
+            m = F.linear(F.silu(gate) * up, layer["down"])
+            self.reduce(m)
+            x = x + m
+        return F.linear(F.rms_norm(x, (x.shape[-1],), self.norm, 1e-5), self.lm_head)
+
+
+def graph_time(fn, replays: int = 20) -> float:
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(2):
+            fn()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, stream=s):
+        fn()
+    g.replay()
+    torch.cuda.synchronize()
+    dist.barrier()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    samples = []
+    for _ in range(replays):
+        start.record()
+        g.replay()
+        end.record()
+        end.synchronize()
+        samples.append(start.elapsed_time(end))
+    del g
+    t = torch.tensor([statistics.median(samples)], device="cuda")
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return float(t.item())
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--shape", default="8b", choices=list(SHAPES))
+    p.add_argument("--batches", default="1,8,32,128")
+    p.add_argument("--ctx", type=int, default=1024)
+    p.add_argument("--prefill", type=int, default=2048)
+    p.add_argument("--out-dir", default="benchmarks/results")
+    args = p.parse_args()
+    local = int(os.environ.get("LOCAL_RANK", 0))
+    torch.cuda.set_device(local)
+    dist.init_process_group("nccl", device_id=torch.device("cuda", local))
+    import commrt
+    from commrt import bench
+
+    comm = commrt.init()
+    world, dev = dist.get_world_size(), torch.device("cuda", local)
+    shape = SHAPES[args.shape]
+    model = TPDecoder(shape, world, dev)
+    reducers = {"dist.all_reduce": lambda t: dist.all_reduce(t),
+                "commrt.all_reduce": lambda t: comm.all_reduce(t)}
+    rows = []
+    cases = [("decode", int(b)) for b in args.batches.split(",")] + [("prefill", 1)]
+    for phase, batch in cases:
+        g = torch.Generator(device=dev).manual_seed(batch)
+        seq = 1 if phase == "decode" else args.prefill
+        x = torch.randn(batch, seq, shape["hidden"], generator=g, device=dev).to(torch.bfloat16)
+        caches = None
+        if phase == "decode":
+            caches = [tuple(torch.randn(batch, model.kv, args.ctx, HEAD_DIM, generator=g,
+                                        device=dev).to(torch.bfloat16) for _ in range(2))
+                      for _ in model.layers]
+        logits, ms = {}, {}
+        for name, red in reducers.items():
+            model.reduce = red
+            logits[name] = model.forward(x, caches).float()
+            ms[name] = graph_time(lambda: model.forward(x, caches))  # noqa: B023
+        a, b = logits["dist.all_reduce"], logits["commrt.all_reduce"]
+        err = float((a - b).norm() / a.norm())
+        tokens = batch * seq
+        row = {"phase": phase, "batch": batch, "tokens": tokens, "ms": ms,
+               "tokens_per_s": {k: tokens / (v / 1e3) for k, v in ms.items()},
+               "speedup": ms["dist.all_reduce"] / ms["commrt.all_reduce"], "logits_rel_err": err,
+               "allreduce_bytes": tokens * shape["hidden"] * 2,
+               "commrt_algorithm": comm.dispatcher.decide(tokens * shape["hidden"] * 2,
+                                                          torch.bfloat16, "sum", "graph").algorithm}
+        rows.append(row)
+        if comm.rank == 0:
+            print(f"{phase:>7} batch {batch:>4}: dist {ms['dist.all_reduce']:.3f} ms, commrt "
+                  f"{ms['commrt.all_reduce']:.3f} ms ({row['commrt_algorithm']}), speedup "
+                  f"{row['speedup']:.3f}x, logits rel err {err:.1e}", flush=True)
+        assert err < 2e-2, f"logits differ: {err}"
+    if comm.rank == 0:
+        os.makedirs(args.out_dir, exist_ok=True)
+        cmd = f"torchrun --nproc-per-node {world} " + " ".join(sys.argv)
+        m = bench.meta(comm, cmd)
+        m.update(shape=args.shape, ctx=args.ctx, **shape)
+        path = os.path.join(args.out_dir,
+                            f"tp_decode_{args.shape}_{comm.profile.generation}_ws{world}.json")
+        with open(path, "w") as f:
+            json.dump({"meta": m, "results": rows}, f, indent=1)
+        with open(path[:-5] + ".md", "w") as f:
+            f.write(f"# TP={world} {args.shape} decoder on {m['device']}\n\n")
+            f.write(f"- torch `{m['torch']}`, NCCL `{m['nccl']}`, date {m['date']}\n"
+                    f"- command: `{cmd}`\n- CUDA graph per step, median of 20 replays\n\n")
+            f.write("| phase | batch | dist ms | commrt ms | speedup | commrt algo | "
+                    "commrt tok/s | logits err |\n|---|---:|---:|---:|---:|---|---:|---:|\n")
+            for r in rows:
+                f.write(f"| {r['phase']} | {r['batch']} | {r['ms']['dist.all_reduce']:.3f} | "
+                        f"{r['ms']['commrt.all_reduce']:.3f} | {r['speedup']:.3f} | "
+                        f"{r['commrt_algorithm']} | "
+                        f"{r['tokens_per_s']['commrt.all_reduce']:.0f} | "
+                        f"{r['logits_rel_err']:.1e} |\n")
+        print(f"wrote {path}", flush=True)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

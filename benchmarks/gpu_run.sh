@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Everything commrt runs on a GPU machine, in one call:
+#   bash benchmarks/gpu_run.sh [stage ...]   stages: env tests tune bench decode cli (default: all)
+# Logs and results go to $OUT (or ./gpu_out) as log.txt plus results.tar.gz.
+# NVLink multicast stays OFF: these three are exported here and never unset.
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export PYTHONUNBUFFERED=1
+set -uo pipefail
+OUT=${OUT:-$PWD/gpu_out}
+RES=$OUT/results
+mkdir -p "$RES"
+LOG=$OUT/log.txt
+NGPU=$(python3 -c 'import torch; print(torch.cuda.device_count())')
+STAGES=${*:-env tests tune bench decode cli}
+TABLE=$RES/table.json
+say() { echo "=== $* ($(date -u +%H:%M:%S))" | tee -a "$LOG"; }
+run() { "$@" 2>&1 | tee -a "$LOG"; echo "exit ${PIPESTATUS[0]}: $*" | tee -a "$LOG"; }
+
+python3 -m pip install -q --no-deps --no-build-isolation -e . >>"$LOG" 2>&1 || say "install FAILED"
+for stage in $STAGES; do
+  case $stage in
+    env)
+      say env
+      run nvidia-smi topo -m
+      run python3 -c 'import torch, triton; print(torch.__version__, triton.__version__, torch.cuda.nccl.version(), torch.cuda.get_device_name())' ;;
+    tests)
+      say "GPU tests"
+      run python3 -m pytest -x -q -m "gpu or multigpu" tests ;;
+    tune)
+      say "commrt tune"
+      run commrt tune --out "$TABLE" --raw "$RES/tune_raw.json" --plot "$RES/tune.png" ;;
+    bench)
+      say "bench_allreduce"
+      [ -f "$TABLE" ] && export COMMRT_TABLE=$TABLE
+      run torchrun --nproc-per-node "$NGPU" benchmarks/bench_allreduce.py --out-dir "$RES" ;;
+    decode)
+      say "bench_tp_decode"
+      [ -f "$TABLE" ] && export COMMRT_TABLE=$TABLE
+      run torchrun --nproc-per-node "$NGPU" benchmarks/bench_tp_decode.py --out-dir "$RES" ;;
+    cli)
+      say "commrt info / bench"
+      [ -f "$TABLE" ] && export COMMRT_TABLE=$TABLE
+      run commrt info
+      run commrt bench --out "$RES/commrt_bench.json" ;;
+    *) say "unknown stage $stage" ;;
+  esac
+done
+tar -C "$OUT" -czf "$OUT/results.tar.gz" results && rm -rf "$RES"
+say done

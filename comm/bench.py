@@ -1,0 +1,266 @@
+"""All-reduce benchmark and tuner: every eligible variant, checked against the process
+group's result, then timed in CUDA-graph and eager mode (see ``commrt.timing``).
+
+Variants are labelled ``<algorithm>`` (called as a user calls commrt: on an ordinary
+tensor, any copy into the workspace counted), ``<algorithm>@ws`` (on a ``comm.empty``
+tensor: no copy in), ``torch_<op>@ws`` (PyTorch's op in place on its symmetric buffer,
+as BASELINE.md measures it) and ``auto`` (what the dispatcher picks).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import platform
+import sys
+from collections.abc import Callable, Iterable
+
+import torch
+import torch.distributed as dist
+
+from commrt import __version__
+from commrt.communicator import Communicator
+from commrt.dispatch.dispatcher import ALGORITHMS, Query, why_not
+from commrt.timing import agree_median, busbw_factor, time_eager, time_graph
+
+OURS = ("one_shot_push", "one_shot", "two_shot")
+# Launch configs the tuner tries per algorithm (block = elements per tile).
+CONFIG_GRID = {
+    "one_shot_push": [dict(block=b, warps=w, blocks=g) for b, w in ((512, 4), (1024, 4),
+                                                                     (2048, 8))
+                      for g in (8, 32)],
+    "one_shot": [dict(block=b, warps=w, blocks=g) for b, w in ((1024, 4), (2048, 8), (4096, 16))
+                 for g in (16, 64)],
+    "two_shot": [dict(block=b, warps=w, blocks=g) for b, w in ((2048, 8), (4096, 16))
+                 for g in (16, 32, 64, 132)],
+}
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+
+def sizes_between(lo: int, hi: int) -> list[int]:
+    out, s = [], lo
+    while s <= hi:
+        out.append(s)
+        s *= 2
+    return out
+
+
+@dataclasses.dataclass
+class Variant:
+    label: str
+    algorithm: str  # dispatcher name, or "auto"
+    on_workspace: bool = False
+    torch_op: str = ""  # call PyTorch's op directly on the workspace tensor
+    config: dict | None = None
+
+
+def standard_variants(comm: Communicator, include_ws: bool = True) -> list[Variant]:
+    out = [Variant("nccl", "nccl")]
+    out += [Variant(a, a) for a in OURS]
+    out += [Variant(a, a) for a in ("symm_one_shot", "symm_two_shot")]
+    if include_ws:
+        out += [Variant(f"{a}@ws", a, on_workspace=True) for a in ("one_shot", "two_shot")]
+        out += [Variant("torch_one_shot@ws", "symm_one_shot", True, "one_shot_all_reduce"),
+                Variant("torch_two_shot@ws", "symm_two_shot", True, "two_shot_all_reduce_")]
+    out.append(Variant("auto", "auto"))
+    return out
+
+
+def _eligible(comm: Communicator, v: Variant, nbytes: int, dtype, mode: str) -> bool:
+    if v.algorithm == "auto":
+        return True
+    if v.on_workspace and (comm.workspace is None or nbytes > comm.workspace.data_bytes):
+        return False
+    q = Query(nbytes, dtype, "sum", mode, comm.device.type)
+    return why_not(v.algorithm, q, comm.facts) is None
+
+
+def _make_call(comm: Communicator, v: Variant, x: torch.Tensor) -> Callable[[], None]:
+    if v.torch_op:
+        op = getattr(torch.ops.symm_mem, v.torch_op)
+        return lambda: op(x, "sum", comm.group_name)
+    if v.algorithm == "auto":
+        return lambda: comm.all_reduce(x)
+    if v.algorithm == "nccl":
+        return lambda: dist.all_reduce(x, group=comm.group)
+    return lambda: comm.run_algorithm(v.algorithm, x, v.config)
+
+
+def _input(comm: Communicator, v: Variant, numel: int, dtype, seed: int) -> torch.Tensor:
+    g = torch.Generator(device="cpu").manual_seed(seed * 1009 + comm.rank)
+    src = torch.randn(numel, generator=g, dtype=torch.float32).to(dtype)
+    x = comm.empty(numel, dtype) if v.on_workspace else torch.empty(numel, dtype=dtype,
+                                                                        device=comm.device)
+    x.copy_(src)
+    return x
+
+
+def _wrong(comm: Communicator, v: Variant, numel: int, dtype, seed: int) -> int:
+    """Elements where one call of ``v`` differs from the process group's sum."""
+    ref = _input(comm, Variant("nccl", "nccl"), numel, dtype, seed)
+    dist.all_reduce(ref, group=comm.group)
+    x = _input(comm, v, numel, dtype, seed)
+    res = _make_call(comm, v, x)()
+    got = res if isinstance(res, torch.Tensor) and v.torch_op == "one_shot_all_reduce" else x
+    tol = 1e-5 if dtype == torch.float32 else 1e-2
+    bad = ~torch.isclose(got.float(), ref.float(), rtol=tol, atol=tol)
+    n = torch.tensor([int(bad.sum())], device=comm.device)
+    dist.all_reduce(n, group=comm.group)
+    return int(n.item())
+
+
+def measure(comm: Communicator, v: Variant, nbytes: int, dtype, mode: str,
+            seed: int = 0) -> tuple[float, int]:
+    """(median µs agreed across ranks, wrong elements) for one variant at one size."""
+    numel = nbytes // torch.empty((), dtype=dtype).element_size()
+    wrong = _wrong(comm, v, numel, dtype, seed)
+    x = _input(comm, v, numel, dtype, seed)
+    fn = _make_call(comm, v, x)
+    dist.barrier(comm.group)
+    if mode == "graph":
+        us = time_graph(fn, comm.device, group=comm.group)
+    else:
+        us = time_eager(fn, comm.device)
+    return agree_median(us, comm.group, comm.device), wrong
+
+
+def run_bench(comm: Communicator, sizes: Iterable[int], dtype, modes: Iterable[str],
+              variants: list[Variant], progress: Callable[[str], None] | None = None) -> list:
+    rows = []
+    for mode in modes:
+        for nbytes in sizes:
+            row = {"bytes": nbytes, "count": nbytes // torch.empty((), dtype=dtype).element_size(),
+                   "dtype": str(dtype).replace("torch.", ""), "mode": mode, "us": {},
+                   "wrong": {}}
+            for v in variants:
+                if not _eligible(comm, v, nbytes, dtype, mode):
+                    continue
+                us, wrong = measure(comm, v, nbytes, dtype, mode)
+                row["us"][v.label] = round(us, 3)
+                row["wrong"][v.label] = wrong
+            row["auto_algorithm"] = comm.dispatcher.decide(nbytes, dtype, "sum", mode,
+                                                           comm.device.type).algorithm
+            rows.append(row)
+            if progress:
+                progress(f"{mode} {nbytes} B done")
+    return rows
+
+
+def meta(comm: Communicator, command: str) -> dict:
+    nccl = ".".join(map(str, torch.cuda.nccl.version())) if torch.cuda.is_available() else None
+    try:
+        import triton
+
+        triton_version = triton.__version__
+    except Exception:
+        triton_version = None
+    return {
+        "device": comm.profile.name, "generation": comm.profile.generation,
+        "world_size": comm.world_size, "link": comm.profile.link,
+        "backend": comm.backend, "torch": torch.__version__, "triton": triton_version,
+        "nccl": nccl, "commrt": __version__, "python": platform.python_version(),
+        "date": datetime.date.today().isoformat(), "command": command,
+        "config": comm.config.describe(),
+        "multicast_ptr": comm.facts.multicast_ptr,
+    }
+
+
+def format_table(rows: list, world: int) -> str:
+    """nccl-tests-like lines: size, count, type, mode, then time/algbw/busbw per variant."""
+    labels: list[str] = []
+    for r in rows:
+        labels += [k for k in r["us"] if k not in labels]
+    head = f"{'size(B)':>11} {'count':>10} {'type':>8} {'mode':>5} {'auto-pick':>13} " + \
+        " ".join(f"{lb[:14]:>14}" for lb in labels) + f" {'best algbw':>10} {'busbw':>7} #wrong"
+    lines = [head, "(times in µs; algbw/busbw in GB/s for the fastest variant)"]
+    for r in rows:
+        cells = " ".join(f"{r['us'][lb]:>14.2f}" if lb in r["us"] else f"{'-':>14}"
+                         for lb in labels)
+        best = min(r["us"].values()) if r["us"] else float("nan")
+        algbw = r["bytes"] / best / 1e3 if best else 0.0
+        lines.append(f"{r['bytes']:>11} {r['count']:>10} {r['dtype']:>8} {r['mode']:>5} "
+                     f"{r.get('auto_algorithm', ''):>13} {cells} {algbw:>10.2f} "
+                     f"{algbw * busbw_factor(world):>7.2f} {sum(r['wrong'].values())}")
+    return "\n".join(lines)
+
+
+def write_results(path: str, meta_: dict, rows: list) -> None:
+    with open(path, "w") as f:
+        json.dump({"meta": meta_, "results": rows}, f, indent=1)
+    md = path.rsplit(".", 1)[0] + ".md"
+    with open(md, "w") as f:
+        f.write(f"# all-reduce on {meta_['world_size']}x {meta_['device']}\n\n")
+        f.write("\n".join(f"- {k}: `{v}`" for k, v in meta_.items() if k != "config"))
+        f.write(f"\n- config: `{json.dumps(meta_['config'])}`\n\n")
+        for mode in ("graph", "eager"):
+            sub = [r for r in rows if r["mode"] == mode]
+            if not sub:
+                continue
+            labels: list[str] = []
+            for r in sub:
+                labels += [k for k in r["us"] if k not in labels]
+            f.write(f"## {mode} mode, median µs per all-reduce\n\n")
+            f.write("| bytes | " + " | ".join(labels) + " | auto picks | auto / best |\n")
+            f.write("|" + "---:|" * (len(labels) + 3) + "\n")
+            for r in sub:
+                best = min(v for k, v in r["us"].items() if k != "auto")
+                ratio = r["us"].get("auto", float("nan")) / best
+                f.write(f"| {r['bytes']} | " + " | ".join(
+                    f"{r['us'][lb]:.1f}" if lb in r["us"] else "-" for lb in labels)
+                    + f" | {r.get('auto_algorithm', '')} | {ratio:.3f} |\n")
+            f.write("\n")
+
+
+# ----- tuner -------------------------------------------------------------------------
+def tune(comm: Communicator, sizes: list[int], dtype, progress=None) -> tuple[dict, list]:
+    """Time every eligible algorithm (ours over CONFIG_GRID) per size and mode; rank them.
+
+    Returns the table's ``ops.all_reduce`` section and the raw measurements.
+    """
+    section: dict[str, list] = {}
+    raw = []
+    for mode in ("graph", "eager"):
+        rows = []
+        for nbytes in sizes:
+            ranking = []
+            for name, _ in ALGORITHMS:
+                v = Variant(name, name)
+                if not _eligible(comm, v, nbytes, dtype, mode):
+                    continue
+                grid = CONFIG_GRID.get(name, [None])
+                best = None
+                for cfg in grid:
+                    v.config = cfg
+                    us, wrong = measure(comm, v, nbytes, dtype, mode)
+                    raw.append({"mode": mode, "bytes": nbytes, "algorithm": name, "config": cfg,
+                                "us": us, "wrong": wrong})
+                    if wrong:
+                        raise RuntimeError(f"{name} {cfg} gave {wrong} wrong elements at "
+                                           f"{nbytes} B: refusing to tune on a broken kernel")
+                    if best is None or us < best[0]:
+                        best = (us, cfg)
+                ranking.append({"algorithm": name, "config": best[1] or {},
+                                "us": round(best[0], 3)})
+            ranking.sort(key=lambda c: c["us"])
+            rows.append({"max_bytes": nbytes, "ranking": ranking})
+            if progress:
+                progress(f"tune {mode} {nbytes} B: {ranking[0]['algorithm']}")
+        section[mode] = rows
+    return section, raw
+
+
+def progress_printer(rank: int, total: int) -> Callable[[str], None]:
+    """A one-line progress bar on rank 0's stderr."""
+    state = {"done": 0}
+
+    def show(msg: str) -> None:
+        state["done"] += 1
+        if rank == 0:
+            width = 30
+            filled = int(width * state["done"] / max(total, 1))
+            end = "\n" if state["done"] >= total or not sys.stderr.isatty() else ""
+            sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] "
+                             f"{state['done']}/{total} {msg:<40}{end}")
+            sys.stderr.flush()
+    return show

@@ -1,0 +1,201 @@
+"""``commrt info | bench | tune``.
+
+Under torchrun each process runs the command itself; otherwise the command spawns one
+process per local GPU (NCCL), or two gloo processes on a machine without GPUs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import sys
+
+import torch
+import torch.distributed as dist
+
+from commrt import config as _config
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="commrt", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("info", help="device, group, config, and the decision for a range of sizes")
+    b = sub.add_parser("bench", help="all-reduce latency and bandwidth per size (nccl-tests-like)")
+    b.add_argument("--min-bytes", default="4KiB")
+    b.add_argument("--max-bytes", default=None, help="default 256MiB on GPUs, 4MiB on CPU")
+    b.add_argument("--dtype", choices=["bf16", "fp16", "fp32"], default=None,
+                   help="default bf16 on GPUs, fp32 on CPU")
+    b.add_argument("--modes", default=None, help="graph,eager (GPU default); eager on CPU")
+    b.add_argument("--all", action="store_true",
+                   help="every variant (ours, PyTorch's symm ops, NCCL); default auto and nccl")
+    b.add_argument("--out", default=None, help="write JSON (and a Markdown table) here")
+    t = sub.add_parser("tune", help="measure every algorithm and write a tuning table")
+    t.add_argument("--min-bytes", default="4KiB")
+    t.add_argument("--max-bytes", default="256MiB")
+    t.add_argument("--out", default=None, help="table path (default <generation>_ws<N>.json)")
+    t.add_argument("--raw", default=None, help="also write every measurement as JSON here")
+    t.add_argument("--plot", default=None, help="write a log-log PNG of latency per algorithm")
+    for q in (b, t):
+        q.add_argument("--nproc", type=int, default=None, help="processes to spawn")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    _config.get()  # a bad COMMRT_* value fails here, before any process starts
+    tr = _config.torchrun_env()
+    if tr is not None:
+        _worker(tr["rank"], tr["world_size"], tr["local_rank"], args, None)
+        return 0
+    nproc = getattr(args, "nproc", None) or (torch.cuda.device_count()
+                                             if torch.cuda.is_available() else 2)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    torch.multiprocessing.spawn(_worker, args=(nproc, None, args, port), nprocs=nproc, join=True)
+    return 0
+
+
+def _worker(rank: int, world: int, local_rank: int | None, args, port: int | None) -> None:
+    if port is not None:  # spawned by us, not torchrun
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
+                          WORLD_SIZE=str(world))
+        local_rank = rank
+    use_cuda = torch.cuda.is_available() and torch.cuda.device_count() > local_rank
+    if use_cuda:
+        torch.cuda.set_device(local_rank)
+        dist.init_process_group("nccl", device_id=torch.device("cuda", local_rank))
+    else:
+        dist.init_process_group("gloo")
+    import commrt
+
+    comm = commrt.init()
+    try:
+        {"info": _info, "bench": _bench, "tune": _tune}[args.cmd](comm, args)
+    finally:
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+def _say(comm, text: str) -> None:
+    if comm.rank == 0:
+        print(text, flush=True)
+
+
+def _info(comm, args) -> None:
+    from commrt.dispatch.dispatcher import ALGORITHMS, Query, why_not
+
+    f = comm.facts
+    lines = [f"commrt {commrt_version()}  torch {torch.__version__}",
+             f"group: {comm.group_name}  world size {comm.world_size}  backend {comm.backend}  "
+             f"device {comm.device}",
+             "profile: " + json.dumps(dict(comm.profile.__dict__)),
+             "config: " + json.dumps(comm.config.describe()),
+             ("tuning table: " + f.table.source + " (" + json.dumps(dict(f.table.provenance)) + ")")
+             if f.table else f"tuning table: none for {comm.profile.generation}/ws"
+             f"{comm.world_size}: untuned, conservative rule",
+             f"custom kernels: {'available' if not f.custom_blocked else f.custom_blocked}",
+             "algorithms in dispatch order (bf16, 64 KiB):"]
+    q = Query(65536, torch.bfloat16, device_type=comm.device.type)
+    for name, _ in ALGORITHMS:
+        why = why_not(name, q, f)
+        lines.append(f"  {name:<14} {'enabled' if why is None else 'off: ' + why}")
+    dtype = torch.bfloat16 if comm.device.type == "cuda" else torch.float32
+    lines.append(f"decisions ({str(dtype).replace('torch.', '')}):")
+    for mode in ("graph", "eager"):
+        for nbytes in [1 << k for k in range(10, 29, 2)]:
+            d = comm.dispatcher.decide(nbytes, dtype, "sum", mode, comm.device.type)
+            lines.append(f"  {mode:<5} {nbytes:>10} B  {d}")
+    _say(comm, "\n".join(lines))
+
+
+def commrt_version() -> str:
+    from commrt import __version__
+
+    return __version__
+
+
+def _bench(comm, args) -> None:
+    from commrt import bench
+
+    on_gpu = comm.device.type == "cuda"
+    dtype = bench.DTYPES[args.dtype or ("bf16" if on_gpu else "fp32")]
+    lo = _config.parse_bytes(args.min_bytes)
+    hi = _config.parse_bytes(args.max_bytes or ("256MiB" if on_gpu else "4MiB"))
+    modes = (args.modes or ("graph,eager" if on_gpu else "eager")).split(",")
+    if not on_gpu and "graph" in modes:
+        raise SystemExit("commrt bench: graph mode needs CUDA GPUs")
+    variants = bench.standard_variants(comm) if args.all else [
+        bench.Variant("nccl", "nccl"), bench.Variant("auto", "auto")]
+    sizes = bench.sizes_between(lo, hi)
+    show = bench.progress_printer(comm.rank, len(sizes) * len(modes))
+    rows = bench.run_bench(comm, sizes, dtype, modes, variants, show)
+    _say(comm, bench.format_table(rows, comm.world_size))
+    if args.out and comm.rank == 0:
+        bench.write_results(args.out, bench.meta(comm, "commrt " + " ".join(sys.argv[1:])), rows)
+
+
+def _tune(comm, args) -> None:
+    from commrt import bench
+    from commrt.dispatch import table as _table
+
+    if comm.device.type != "cuda":
+        raise SystemExit("commrt tune: needs CUDA GPUs (there is nothing to tune on gloo)")
+    sizes = bench.sizes_between(_config.parse_bytes(args.min_bytes),
+                                _config.parse_bytes(args.max_bytes))
+    show = bench.progress_printer(comm.rank, 2 * len(sizes))
+    section, raw = bench.tune(comm, sizes, torch.bfloat16, show)
+    m = bench.meta(comm, "commrt " + " ".join(sys.argv[1:]))
+    table = {"schema": _table.SCHEMA, "generation": comm.profile.generation,
+             "world_size": comm.world_size,
+             "provenance": {**m, "measured_by": "commrt tune", "dtype": "bf16",
+                            "note": "bf16 timings rank algorithms for every dtype by bytes"},
+             "ops": {"all_reduce": section}}
+    _table.parse(table, "<tuner output>")  # never write a table the loader would refuse
+    if comm.rank != 0:
+        return
+    out = args.out or _table.shipped_name(comm.profile.generation, comm.world_size)
+    with open(out, "w") as f:
+        json.dump(table, f, indent=1)
+    if args.raw:
+        with open(args.raw, "w") as f:
+            json.dump({"meta": m, "measurements": raw}, f, indent=1)
+    if args.plot:
+        plot_table(table, args.plot)
+    print(f"wrote {out}", flush=True)
+
+
+def plot_table(table: dict, path: str) -> None:
+    """Log-log latency against size per algorithm, the chosen one marked, per mode."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    modes = list(table["ops"]["all_reduce"])
+    fig, axes = plt.subplots(1, len(modes), figsize=(7 * len(modes), 5), squeeze=False)
+    for ax, mode in zip(axes[0], modes, strict=True):
+        rows = table["ops"]["all_reduce"][mode]
+        algos = sorted({c["algorithm"] for r in rows for c in r["ranking"]})
+        for a in algos:
+            pts = [(r["max_bytes"], c["us"]) for r in rows for c in r["ranking"]
+                   if c["algorithm"] == a]
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=".", label=a)
+        best = [(r["max_bytes"], r["ranking"][0]["us"]) for r in rows]
+        ax.scatter([b[0] for b in best], [b[1] for b in best], s=80, facecolors="none",
+                   edgecolors="black", label="chosen", zorder=5)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("message bytes")
+        ax.set_ylabel("µs per all-reduce")
+        ax.set_title(f"{table['generation']} ws{table['world_size']} {mode}")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

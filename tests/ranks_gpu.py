@@ -1,0 +1,229 @@
+"""Per-rank bodies of the multi-GPU tests (run by ``spawn.run`` with NCCL)."""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+TOL = {torch.bfloat16: 1e-2, torch.float16: 2e-3, torch.float32: 1e-5}
+MIB = 1 << 20
+
+
+def inputs(seed: int, world: int, n: int, dtype, device) -> list[torch.Tensor]:
+    """Every rank's input for this case (each rank can build the float64 reference)."""
+    out = []
+    for r in range(world):
+        g = torch.Generator(device=device).manual_seed(seed * 131 + r)
+        x = torch.randn(n, generator=g, device=device, dtype=torch.float32)
+        if n > 2:
+            x[1] = -0.0
+        out.append(x.to(dtype))
+    return out
+
+
+def rel_err(got: torch.Tensor, ref: torch.Tensor) -> float:
+    if not torch.isfinite(got.float()).all():
+        return float("inf")
+    return float((got.double() - ref).norm() / ref.norm().clamp_min(1e-30))
+
+
+def same_on_all_ranks(t: torch.Tensor) -> bool:
+    bits = t.contiguous().view(-1).view(torch.uint8)
+    gathered = [torch.empty_like(bits) for _ in range(dist.get_world_size())]
+    dist.all_gather(gathered, bits)
+    return all(torch.equal(gathered[0], g) for g in gathered)
+
+
+def sizes_for(algo: str, dtype, comm) -> list[int]:
+    elt = torch.empty((), dtype=dtype).element_size()
+    sizes = [1, 7, 4097, MIB + 3, 64 * MIB // elt]
+    if algo == "one_shot_push":
+        return [n for n in sizes if n * elt <= comm.facts.push_bytes] + [comm.facts.push_bytes
+                                                                         // elt]
+    return sizes
+
+
+def correctness(rank, world):
+    """Every algorithm x dtype x size, eager: float64 reference and bitwise across ranks."""
+    import commrt
+    from commrt.dispatch.dispatcher import Query, why_not
+
+    comm = commrt.init()
+    dev = comm.device
+    failures, ran = [], []
+    algos = ["one_shot_push", "one_shot", "two_shot", "symm_one_shot", "symm_two_shot", "nccl"]
+    seed = 0
+    for algo in algos:
+        for dtype in DTYPES:
+            for n in sizes_for(algo, dtype, comm):
+                seed += 1
+                q = Query(n * torch.empty((), dtype=dtype).element_size(), dtype)
+                if why_not(algo, q, comm.facts):
+                    continue
+                xs = inputs(seed, world, n, dtype, dev)
+                ref = sum(x.double() for x in xs)
+                x = xs[rank].clone()
+                comm.run_algorithm(algo, x)
+                err = rel_err(x, ref)
+                same = same_on_all_ranks(x)
+                ran.append((algo, str(dtype), n))
+                if err > TOL[dtype] or (algo != "nccl" and not same):
+                    failures.append(f"{algo} {dtype} n={n}: rel err {err:.2e}, same={same}")
+    comm.check_health()
+    return {"failures": failures, "ran": len(ran),
+            "algos": sorted({a for a, _, _ in ran})}
+
+
+def workspace_and_out(rank, world):
+    """comm.empty inputs (no copy in), out=, non-contiguous views, async_op."""
+    import commrt
+
+    comm = commrt.init()
+    dev = comm.device
+    failures = []
+    for i, algo in enumerate(["one_shot", "two_shot", "symm_two_shot", "one_shot_push"]):
+        for n in (4097, 65536):
+            xs = inputs(100 + i * 7 + n, world, n, torch.bfloat16, dev)
+            ref = sum(x.double() for x in xs)
+            w = comm.empty(n, torch.bfloat16)
+            w.copy_(xs[rank])
+            comm.run_algorithm(algo, w)
+            if rel_err(w, ref) > 1e-2 or not same_on_all_ranks(w):
+                failures.append(f"{algo} on comm.empty n={n}: {rel_err(w, ref):.2e}")
+    xs = inputs(7, world, 64 * 33, torch.float32, dev)
+    ref = sum(x.double() for x in xs).view(64, 33)
+    x = xs[rank].view(64, 33)
+    out = torch.empty_like(x)
+    commrt.all_reduce(x, out=out)
+    if rel_err(out, ref) > 1e-5 or not torch.equal(x, xs[rank].view(64, 33)):
+        failures.append("out= changed the input or summed wrong")
+    big = xs[rank].view(64, 33).clone()
+    view = big[:, ::2]
+    expect = ref[:, ::2]
+    work = commrt.all_reduce(view, async_op=True)
+    work.wait()
+    untouched = torch.equal(big[:, 1::2], xs[rank].view(64, 33)[:, 1::2])
+    if rel_err(view, expect) > 1e-5 or not untouched:
+        failures.append("non-contiguous async all_reduce wrong or touched other elements")
+    return {"failures": failures}
+
+
+def graph_capture(rank, world):
+    """Every custom algorithm inside one CUDA graph, replayed with fresh data each time."""
+    import commrt
+    from commrt.dispatch.dispatcher import Query, why_not
+
+    comm = commrt.init()
+    dev = comm.device
+    failures = []
+    algos = ["one_shot_push", "one_shot", "two_shot", "symm_one_shot", "symm_two_shot", "nccl"]
+    sizes = (7, 4097, 300_001)
+    for dtype in (torch.bfloat16, torch.float32, torch.float16):
+        elt = torch.empty((), dtype=dtype).element_size()
+        cases = [(a, n) for a in algos for n in sizes
+                 if why_not(a, Query(n * elt, dtype, mode="graph"), comm.facts) is None]
+        bufs = {c: torch.empty(c[1], dtype=dtype, device=dev) for c in cases}
+        stage = {c: torch.empty(c[1], dtype=dtype, device=dev) for c in cases}
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            for c in cases:  # warm up on the capture stream
+                bufs[c].copy_(stage[c].normal_())
+                comm.run_algorithm(c[0], bufs[c])
+        torch.cuda.current_stream().wait_stream(s)
+        torch.cuda.synchronize()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g, stream=s):
+            for c in cases:
+                bufs[c].copy_(stage[c])
+                comm.run_algorithm(c[0], bufs[c])
+        for replay in range(12):
+            refs = {}
+            for j, c in enumerate(cases):
+                xs = inputs(1000 * replay + j, world, c[1], dtype, dev)
+                stage[c].copy_(xs[rank])
+                refs[c] = sum(x.double() for x in xs)
+            g.replay()
+            torch.cuda.synchronize()
+            for c in cases:
+                err = rel_err(bufs[c], refs[c])
+                if err > TOL[dtype] or not same_on_all_ranks(bufs[c]):
+                    failures.append(f"graph {c[0]} {dtype} n={c[1]} replay {replay}: {err:.2e}")
+        del g
+    comm.check_health()
+    return {"failures": failures}
+
+
+def compiled(rank, world):
+    """torch.compile(fullgraph=True) of a function that calls commrt.all_reduce."""
+    import commrt
+
+    commrt.init()
+    dev = torch.device("cuda", rank)
+
+    def f(x, w):
+        y = x @ w
+        commrt.all_reduce(y)
+        return torch.relu(y) + 1
+
+    cf = torch.compile(f, fullgraph=True)
+    failures = []
+    for n in (8, 64, 512):
+        xs = inputs(n, world, n * 128, torch.bfloat16, dev)
+        w = torch.randn(128, 128, device=dev, dtype=torch.bfloat16,
+                        generator=torch.Generator(device=dev).manual_seed(5))
+        ref = f(xs[rank].view(n, 128).clone(), w)
+        got = cf(xs[rank].view(n, 128).clone(), w)
+        if rel_err(got, ref.double()) > 2e-2:
+            failures.append(f"compiled n={n}: {rel_err(got, ref.double()):.2e}")
+    return {"failures": failures}
+
+
+def soak(rank, world, calls=10_000):
+    """Back-to-back calls with changing data, NCCL interleaved, every result checked."""
+    import commrt
+
+    comm = commrt.init()
+    dev = comm.device
+    k = 8
+    sizes = [(4096, "one_shot_push"), (40_000, "one_shot"), (200_003, "two_shot")]
+    cases = []
+    for i in range(k):
+        for n, algo in sizes:
+            xs = inputs(5000 + i * 3 + n, world, n, torch.float32, dev)
+            cases.append((algo, xs[rank], sum(x.double() for x in xs).float()))
+    wrong = torch.zeros((), dtype=torch.int64, device=dev)
+    side = torch.ones(1000, device=dev)
+    for i in range(calls):
+        algo, x, ref = cases[i % len(cases)]
+        y = x.clone()
+        comm.run_algorithm(algo, y)
+        wrong += (~torch.isclose(y, ref, rtol=1e-5, atol=1e-5)).sum()
+        if i % 7 == 0:
+            side.fill_(1.0)
+            dist.all_reduce(side)
+            wrong += (side != world).sum()
+    comm.check_health()
+    return {"wrong": int(wrong.item()), "calls": calls}
+
+
+def timeout(rank, world):
+    """Rank 1 skips one call: rank 0's kernel gives up and the host names peer 1."""
+    import commrt
+
+    comm = commrt.init()
+    x = torch.ones(1024, device=comm.device)
+    comm.run_algorithm("one_shot", x)
+    torch.cuda.synchronize()
+    dist.barrier()
+    message = ""
+    if rank == 0:
+        comm.run_algorithm("one_shot", x)
+        torch.cuda.synchronize()
+        try:
+            comm.check_health()
+        except commrt.PeerTimeoutError as exc:
+            message = str(exc)
+    dist.barrier()
+    return {"message": message}

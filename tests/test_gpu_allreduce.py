@@ -1,0 +1,42 @@
+"""Multi-GPU checks (device machine): every algorithm against a float64 reference."""
+
+import pytest
+import ranks_gpu
+import spawn
+
+pytestmark = pytest.mark.multigpu
+
+
+def _run(body, env=None):
+    return spawn.run(body, 2, backend="nccl", env=env, timeout=900)
+
+
+def test_every_algorithm_dtype_and_size_matches_float64_and_ranks_agree():
+    res = _run(ranks_gpu.correctness)
+    assert res[0]["failures"] == [] and res[1]["failures"] == []
+    assert {"one_shot_push", "one_shot", "two_shot", "nccl"} <= set(res[0]["algos"])
+
+
+def test_workspace_tensors_out_noncontiguous_and_async():
+    res = _run(ranks_gpu.workspace_and_out)
+    assert all(r["failures"] == [] for r in res)
+
+
+def test_cuda_graph_replays_with_fresh_data():
+    res = _run(ranks_gpu.graph_capture)
+    assert all(r["failures"] == [] for r in res)
+
+
+def test_torch_compile_fullgraph():
+    res = _run(ranks_gpu.compiled)
+    assert all(r["failures"] == [] for r in res)
+
+
+def test_ten_thousand_back_to_back_calls_with_nccl_interleaved():
+    res = _run(ranks_gpu.soak)
+    assert [r["wrong"] for r in res] == [0, 0]
+
+
+def test_spin_timeout_names_the_peer_that_skipped_a_call():
+    res = _run(ranks_gpu.timeout, env={"COMMRT_SPIN_TIMEOUT": "1"})
+    assert "peer rank 1" in res[0]["message"]
