@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Everything commrt runs on a GPU machine, in one call:
-#   bash benchmarks/gpu_run.sh [stage ...]   stages: env tests tune bench decode cli (default: all)
+#   bash benchmarks/gpu_run.sh [stage ...]   stages: env tests tune bench decode overhead cli
+# (default: all but overhead)
 # Logs and results go to $OUT (or ./gpu_out) as log.txt plus results.tar.gz.
 # NVLink multicast stays OFF: these three are exported here and never unset.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -37,6 +38,10 @@ for stage in $STAGES; do
       say "bench_tp_decode"
       [ -f "$TABLE" ] && export COMMRT_TABLE=$TABLE
       run torchrun --nproc-per-node "$NGPU" benchmarks/bench_tp_decode.py --out-dir "$RES" ;;
+    overhead)
+      say "host overhead"
+      [ -f "$TABLE" ] && export COMMRT_TABLE=$TABLE
+      run torchrun --nproc-per-node "$NGPU" benchmarks/bench_host_overhead.py ;;
     cli)
       say "commrt info / bench"
       [ -f "$TABLE" ] && export COMMRT_TABLE=$TABLE

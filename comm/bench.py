@@ -29,11 +29,11 @@ OURS = ("one_shot_push", "one_shot", "two_shot")
 CONFIG_GRID = {
     "one_shot_push": [dict(block=b, warps=w, blocks=g) for b, w in ((512, 4), (1024, 4),
                                                                      (2048, 8))
-                      for g in (8, 32)],
-    "one_shot": [dict(block=b, warps=w, blocks=g) for b, w in ((1024, 4), (2048, 8), (4096, 16))
-                 for g in (16, 64)],
+                      for g in (8, 32, 132)],
+    "one_shot": [dict(block=b, warps=w, blocks=g) for b, w in ((2048, 8), (4096, 16))
+                 for g in (32, 132, 264)],
     "two_shot": [dict(block=b, warps=w, blocks=g) for b, w in ((2048, 8), (4096, 16))
-                 for g in (16, 32, 64, 132)],
+                 for g in (66, 132, 264, 528)],
 }
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 

@@ -225,8 +225,9 @@ class Communicator:
 
     def run_algorithm(self, algorithm: str, tensor: torch.Tensor,
                       config: dict | None = None) -> None:
-        """In-place all-reduce with ``algorithm``, bypassing the table (bench and tuner).
+        """In-place all-reduce with ``algorithm``, bypassing the table's choice (bench, tuner).
 
+        Without ``config`` the table's launch config for that algorithm and size is used.
         Raises ``ConfigError`` saying why when the algorithm cannot run this call.
         """
         q = Query(tensor.numel() * tensor.element_size(), tensor.dtype, "sum",
@@ -234,6 +235,8 @@ class Communicator:
         why = why_not(algorithm, q, self.facts)
         if why:
             raise ConfigError(f"{algorithm} cannot run this call: {why}")
+        if config is None:
+            config = self.dispatcher.config_for(algorithm, q.nbytes, q.mode)
         if algorithm == "nccl":
             self._process_group(tensor, dist.ReduceOp.SUM, False)
         else:

@@ -211,6 +211,16 @@ class Dispatcher:
             self._cache[key] = d
         return d
 
+    def config_for(self, algorithm: str, nbytes: int, mode: str = "graph",
+                   kind: str = "all_reduce") -> dict:
+        """The table's launch config for ``algorithm`` at this size ({} when untuned)."""
+        t = self.facts.table
+        row = t.row_for(kind, mode, nbytes) if t else None
+        for c in row.ranking if row else ():
+            if c.algorithm == algorithm:
+                return dict(c.config)
+        return {}
+
     def predict_us(self, nbytes: int, dtype: torch.dtype, mode: str = "graph",
                    kind: str = "all_reduce") -> float | None:
         """Measured latency of what ``decide`` would run, from the table (None if untuned)."""

@@ -37,7 +37,7 @@ def _one_shot_kernel(inp, out, mine, bufs, pad_tab, err_ptr, rank, n, timeout,
 
 def one_shot(*, inp: torch.Tensor, out: torch.Tensor, mine: torch.Tensor,
              bufs: tuple[torch.Tensor, ...], pad_tab: int, err: torch.Tensor, rank: int,
-             timeout: int, timer: bool, block: int = 2048, warps: int = 8,
+             timeout: int, timer: bool, block: int = 4096, warps: int = 16,
              blocks: int = 64) -> None:
     """Sum the flat ``inp`` over all ranks into ``out`` (which must not be in ``bufs``).
 

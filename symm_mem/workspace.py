@@ -86,7 +86,7 @@ class Workspace:
         data_bytes, slot_bytes = _round_up(data_bytes), _round_up(push_bytes)
         total = cls.total_bytes(world, data_bytes, slot_bytes)
         if hasattr(symm, "enable_symm_mem_for_group") and not _enabled(symm, name):
-            symm.enable_symm_mem_for_group(name)
+            symm.enable_symm_mem_for_group(name)  # torch < 2.11 needs it
         buf = symm.empty(total, dtype=torch.uint8, device=device)
         handle = symm.rendezvous(buf, name)
         buffers = [buf if p == rank else handle.get_buffer(p, (total,), torch.uint8)

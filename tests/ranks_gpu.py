@@ -83,7 +83,7 @@ def workspace_and_out(rank, world):
     dev = comm.device
     failures = []
     for i, algo in enumerate(["one_shot", "two_shot", "symm_two_shot", "one_shot_push"]):
-        for n in (4097, 65536):
+        for n in ((65536,) if algo.startswith("symm") else (4097, 65536)):
             xs = inputs(100 + i * 7 + n, world, n, torch.bfloat16, dev)
             ref = sum(x.double() for x in xs)
             w = comm.empty(n, torch.bfloat16)

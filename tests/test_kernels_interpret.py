@@ -60,7 +60,9 @@ def _rank_main(rank, world, buffers, cases, barrier, queue, skip):
 
 def run_ranks(world: int, cases, skip=()):
     ctx = mp.get_context("spawn")
-    total = DATA_BYTES + 3 * world * SLOT_BYTES + 256 * 8 * 4
+    from commrt.symm_mem.workspace import Workspace
+
+    total = Workspace.total_bytes(world, DATA_BYTES, SLOT_BYTES)
     buffers = [torch.empty(total, dtype=torch.uint8).share_memory_() for _ in range(world)]
     barrier, queue = ctx.Barrier(world), ctx.Queue()
     procs = [ctx.Process(target=_rank_main,
