@@ -23,10 +23,16 @@ _BACKEND_DEVICES = {"nccl": {"cuda"}, "rccl": {"cuda"}, "gloo": {"cpu", "cuda"},
                     "ucc": {"cpu", "cuda"}, "fake": {"cpu", "cuda"}}
 
 
+_OP_NAMES: dict = {}
+
+
 def op_name(op) -> str:
-    """``ReduceOp.SUM`` / ``RedOpType.SUM`` -> ``'sum'``."""
-    name = getattr(op, "name", None) or str(op).rsplit(".", 1)[-1]
-    return name.lower()
+    """``ReduceOp.SUM`` / ``RedOpType.SUM`` -> ``'sum'`` (cached: this is the hot path)."""
+    name = _OP_NAMES.get(op)
+    if name is None:
+        name = (getattr(op, "name", None) or str(op).rsplit(".", 1)[-1]).lower()
+        _OP_NAMES[op] = name
+    return name
 
 
 class _DoneWork:
@@ -77,6 +83,8 @@ class Communicator:
         self.config = config or _config.get()
         self.backend = str(dist.get_backend(self.group)).lower()
         self.device = self._pick_device()
+        self._device_kinds = frozenset(self._backend_devices())
+        self._forced: dict[tuple, Decision] = {}
         self.workspace = None
         self.profile = self._build_profile()
         self.facts = self._agree(self._facts())
@@ -209,13 +217,14 @@ class Communicator:
         if self.config.check:
             self.check_same(tensor, opn)
         target = tensor if out is None else out
-        if target.numel() == 0:
+        numel = target.numel()
+        if numel == 0:
             return _DoneWork(target) if async_op else None
-        d = self.dispatcher.decide(target.numel() * target.element_size(), target.dtype, opn,
-                                   self._mode(target), target.device.type)
+        mode = self._mode(target)
+        d = self.dispatcher.decide(numel * target.element_size(), target.dtype, opn, mode,
+                                   target.device.type)
         if self.config.log and self.rank == 0:
-            log.info("commrt all_reduce %s %s %s: %s", tuple(target.shape), target.dtype,
-                     self._mode(target), d)
+            log.info("commrt all_reduce %s %s %s: %s", tuple(target.shape), target.dtype, mode, d)
         if d.algorithm == "nccl":
             if out is not None:
                 out.copy_(tensor)
@@ -230,17 +239,21 @@ class Communicator:
         Without ``config`` the table's launch config for that algorithm and size is used.
         Raises ``ConfigError`` saying why when the algorithm cannot run this call.
         """
-        q = Query(tensor.numel() * tensor.element_size(), tensor.dtype, "sum",
-                  self._mode(tensor), tensor.device.type)
-        why = why_not(algorithm, q, self.facts)
-        if why:
-            raise ConfigError(f"{algorithm} cannot run this call: {why}")
-        if config is None:
-            config = self.dispatcher.config_for(algorithm, q.nbytes, q.mode)
+        key = (algorithm, tensor.numel() * tensor.element_size(), tensor.dtype,
+               self._mode(tensor), None if config is None else tuple(sorted(config.items())))
+        d = self._forced.get(key)
+        if d is None:
+            q = Query(key[1], tensor.dtype, "sum", key[3], tensor.device.type)
+            why = why_not(algorithm, q, self.facts)
+            if why:
+                raise ConfigError(f"{algorithm} cannot run this call: {why}")
+            if config is None:
+                config = self.dispatcher.config_for(algorithm, q.nbytes, q.mode)
+            d = self._forced[key] = Decision(algorithm, "requested", config)
         if algorithm == "nccl":
             self._process_group(tensor, dist.ReduceOp.SUM, False)
         else:
-            self._run_custom(Decision(algorithm, "requested", config or {}), tensor, tensor)
+            self._run_custom(d, tensor, tensor)
 
     def run_flat(self, inp: torch.Tensor, out: torch.Tensor) -> None:
         """Sum a flat contiguous tensor into ``out`` (the custom op's kernel)."""
@@ -287,7 +300,7 @@ class Communicator:
     def _validate(self, tensor: torch.Tensor, out: torch.Tensor | None) -> None:
         if not isinstance(tensor, torch.Tensor):
             raise TypeError(f"commrt.all_reduce expects a torch.Tensor, got {type(tensor)}")
-        kinds = self._backend_devices()
+        kinds = self._device_kinds
         if tensor.device.type not in kinds:
             raise CommrtError(
                 f"tensor is on {tensor.device} but group {self.group_name} uses the "
@@ -328,8 +341,7 @@ class Communicator:
         return ws is not None and ws.holds(t) and not ws.is_data_start(t)
 
     def _custom(self, d: Decision, inp: torch.Tensor, out: torch.Tensor) -> None:
-        custom.run(d.algorithm, self.workspace, inp, out, dict(d.config),
-                   self.config.spin_timeout)
+        custom.run(d.algorithm, self.workspace, inp, out, d.config, self.config.spin_timeout)
 
     def close(self) -> None:
         """Free the workspace. The communicator falls back to the process group after."""

@@ -28,8 +28,12 @@ def _pull(kernel, ws: Workspace, inp: torch.Tensor, out: torch.Tensor, config, t
     timer = inp.device.type == "cuda"
     bufs = ws.views(inp.dtype)
     mine = bufs[ws.rank]
-    cap = ws.capacity(inp.dtype)
+    cap = ws.data_bytes // inp.element_size()
     n = inp.numel()
+    if n <= cap and (out_may_alias or not ws.holds(out)):  # the common case: one piece
+        kernel(inp=inp, out=out, mine=mine, bufs=bufs, pad_tab=ws.pad_addr, err=ws.err,
+               rank=ws.rank, timeout=_timeout(timeout, timer), timer=timer, **config)
+        return
     for off in range(0, n, cap):
         m = min(cap, n - off)
         piece_in, piece_out = inp[off:off + m], out[off:off + m]
@@ -38,7 +42,7 @@ def _pull(kernel, ws: Workspace, inp: torch.Tensor, out: torch.Tensor, config, t
         if not out_may_alias and ws.holds(piece_out):
             tmp = piece_out
             piece_out = torch.empty_like(piece_in)
-        kernel(inp=piece_in, out=piece_out, mine=mine, bufs=bufs, pad_tab=ws.pad_tab.data_ptr(),
+        kernel(inp=piece_in, out=piece_out, mine=mine, bufs=bufs, pad_tab=ws.pad_addr,
                err=ws.err, rank=ws.rank, timeout=_timeout(timeout, timer), timer=timer,
                **config)
         if tmp is not None:
@@ -54,7 +58,7 @@ def run(algorithm: str, ws: Workspace, inp: torch.Tensor, out: torch.Tensor,
         _pull(two_shot, ws, inp, out, config, timeout, out_may_alias=True)
     elif algorithm == "one_shot_push":
         timer = inp.device.type == "cuda"
-        one_shot_push(inp=inp, out=out, push_tab=ws.push_tab.data_ptr(), mine=ws.push_mine,
+        one_shot_push(inp=inp, out=out, push_tab=ws.push_addr, mine=ws.push_mine,
                       slot_bytes=ws.slot_bytes, meta=ws.meta, err=ws.err, rank=ws.rank,
                       world=ws.world, timeout=_timeout(timeout, timer), timer=timer, **config)
     else:

@@ -10,6 +10,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .launch import Launcher, int_spec
 from .signals import MAX_BLOCKS, block_barrier
 
 
@@ -35,6 +36,9 @@ def _one_shot_kernel(inp, out, mine, bufs, pad_tab, err_ptr, rank, n, timeout,
     block_barrier(pad_tab, rank, err_ptr, timeout, WS, TIMER)
 
 
+_launch = Launcher(_one_shot_kernel)
+
+
 def one_shot(*, inp: torch.Tensor, out: torch.Tensor, mine: torch.Tensor,
              bufs: tuple[torch.Tensor, ...], pad_tab: int, err: torch.Tensor, rank: int,
              timeout: int, timer: bool, block: int = 4096, warps: int = 16,
@@ -44,7 +48,9 @@ def one_shot(*, inp: torch.Tensor, out: torch.Tensor, mine: torch.Tensor,
     ``mine`` is this rank's workspace view (``bufs[rank]``); ``inp`` may be it (no copy).
     """
     n = inp.numel()
-    grid = (max(1, min(triton.cdiv(n, block), blocks, MAX_BLOCKS)),)
-    _one_shot_kernel[grid](inp, out, mine, bufs, pad_tab, err, rank, n, timeout,
-                           WS=len(bufs), BLOCK=block, COPY_IN=inp.data_ptr() != mine.data_ptr(),
-                           TIMER=timer, num_warps=warps)
+    grid = max(1, min(triton.cdiv(n, block), blocks, MAX_BLOCKS))
+    copy_in = inp.data_ptr() != mine.data_ptr()
+    consts = (("WS", len(bufs)), ("BLOCK", block), ("COPY_IN", copy_in), ("TIMER", timer))
+    key = (inp.dtype, consts, warps, inp.data_ptr() % 16, out.data_ptr() % 16, int_spec(n),
+           rank, pad_tab, int_spec(timeout))
+    _launch(key, grid, (inp, out, mine, bufs, pad_tab, err, rank, n, timeout), consts, warps)

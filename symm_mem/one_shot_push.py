@@ -19,6 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .launch import Launcher, int_spec
 from .signals import MAX_BLOCKS, now
 
 SENTINEL16 = -32768  # 0x8000 as int16
@@ -96,6 +97,9 @@ def _push_kernel(inp, out, push_tab, mine, meta, err_ptr, rank, n, slot, timeout
         tl.store(meta, (buf + 1) % 3)
 
 
+_launch = Launcher(_push_kernel)
+
+
 def one_shot_push(*, inp: torch.Tensor, out: torch.Tensor, push_tab: int, mine: int,
                   slot_bytes: int, meta: torch.Tensor, err: torch.Tensor, rank: int, world: int,
                   timeout: int, timer: bool, block: int = 1024, warps: int = 4,
@@ -106,8 +110,11 @@ def one_shot_push(*, inp: torch.Tensor, out: torch.Tensor, push_tab: int, mine: 
     rank's receive-region address; ``out`` may be ``inp``.
     """
     n = inp.numel()
-    bits = inp.element_size() * 8
-    grid = (max(1, min(triton.cdiv(n, block), blocks, MAX_BLOCKS)),)
-    _push_kernel[grid](inp, out, push_tab, mine, meta, err, rank, n,
-                       slot_bytes // inp.element_size(), timeout, WS=world, BLOCK=block,
-                       BITS=bits, TIMER=timer, num_warps=warps)
+    grid = max(1, min(triton.cdiv(n, block), blocks, MAX_BLOCKS))
+    slot = slot_bytes // inp.element_size()
+    consts = (("WS", world), ("BLOCK", block), ("BITS", inp.element_size() * 8),
+              ("TIMER", timer))
+    key = (inp.dtype, consts, warps, inp.data_ptr() % 16, out.data_ptr() % 16, int_spec(n),
+           push_tab, mine, rank, int_spec(slot), int_spec(timeout))
+    _launch(key, grid, (inp, out, push_tab, mine, meta, err, rank, n, slot, timeout), consts,
+            warps)

@@ -21,6 +21,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .launch import Launcher, int_spec
 from .signals import MAX_BLOCKS, block_barrier
 
 
@@ -63,6 +64,9 @@ def shard_elems(n: int, world: int) -> int:
     return max(16, -(-per_rank // 16) * 16)
 
 
+_launch = Launcher(_two_shot_kernel)
+
+
 def two_shot(*, inp: torch.Tensor, out: torch.Tensor, mine: torch.Tensor,
              bufs: tuple[torch.Tensor, ...], pad_tab: int, err: torch.Tensor, rank: int,
              timeout: int, timer: bool, block: int = 4096, warps: int = 16,
@@ -70,8 +74,11 @@ def two_shot(*, inp: torch.Tensor, out: torch.Tensor, mine: torch.Tensor,
     """Sum the flat ``inp`` over all ranks into ``out``; either may be ``mine``."""
     n = inp.numel()
     shard = shard_elems(n, len(bufs))
-    grid = (max(1, min(triton.cdiv(shard, block), blocks, MAX_BLOCKS)),)
-    _two_shot_kernel[grid](inp, out, mine, bufs, pad_tab, err, rank, n, shard, timeout,
-                           WS=len(bufs), BLOCK=block, COPY_IN=inp.data_ptr() != mine.data_ptr(),
-                           COPY_OUT=out.data_ptr() != mine.data_ptr(), TIMER=timer,
-                           num_warps=warps)
+    grid = max(1, min(triton.cdiv(shard, block), blocks, MAX_BLOCKS))
+    consts = (("WS", len(bufs)), ("BLOCK", block),
+              ("COPY_IN", inp.data_ptr() != mine.data_ptr()),
+              ("COPY_OUT", out.data_ptr() != mine.data_ptr()), ("TIMER", timer))
+    key = (inp.dtype, consts, warps, inp.data_ptr() % 16, out.data_ptr() % 16, int_spec(n),
+           int_spec(shard), rank, pad_tab, int_spec(timeout))
+    _launch(key, grid, (inp, out, mine, bufs, pad_tab, err, rank, n, shard, timeout), consts,
+            warps)

@@ -54,6 +54,8 @@ class Workspace:
                                     device=self.device)
         self.push_tab = torch.tensor([p + self.push_off for p in ptrs], dtype=torch.int64,
                                      device=self.device)
+        self.pad_addr = self.pad_tab.data_ptr()
+        self.push_addr = self.push_tab.data_ptr()
         self.push_mine = ptrs[rank] + self.push_off
         self.meta = torch.zeros(META_INTS, dtype=torch.int32, device=self.device)
         self.err = torch.zeros(1, dtype=torch.int32, device=self.device)
