@@ -42,12 +42,13 @@ def _worker(rank, world, port, backend, fn, args, env, queue):
 
 
 def run(fn, world: int = 2, *args, backend: str = "gloo", env: dict | None = None,
-        timeout: float = 180.0) -> list:
+        env_by_rank: list[dict] | None = None, timeout: float = 180.0) -> list:
     """Each rank's return value of ``fn(rank, world, *args)``; raises if a rank failed."""
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     port = _free_port()
-    procs = [ctx.Process(target=_worker, args=(r, world, port, backend, fn, args, env or {},
+    envs = [{**(env or {}), **(env_by_rank[r] if env_by_rank else {})} for r in range(world)]
+    procs = [ctx.Process(target=_worker, args=(r, world, port, backend, fn, args, envs[r],
                                                queue)) for r in range(world)]
     for p in procs:
         p.start()

@@ -1,0 +1,165 @@
+"""Per-rank bodies of the 2-process gloo tests."""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16, torch.int32, torch.int64)
+SHAPES = ((), (0,), (1,), (7,), (4097,), (3, 5, 7))
+
+
+def make(seed: int, rank: int, shape, dtype) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed * 101 + rank)
+    if dtype.is_floating_point:
+        return torch.randn(shape, generator=g, dtype=torch.float64).to(dtype)
+    return torch.randint(-1000, 1000, shape, generator=g, dtype=dtype)
+
+
+def reference(seed: int, world: int, shape, dtype) -> torch.Tensor:
+    return sum(make(seed, r, shape, dtype).double() for r in range(world))
+
+
+def close(got: torch.Tensor, ref: torch.Tensor) -> bool:
+    tol = {torch.bfloat16: 2e-2, torch.float16: 2e-3, torch.float32: 1e-5,
+           torch.float64: 1e-12}.get(got.dtype, 0.0)
+    return got.shape == ref.shape and torch.allclose(got.double(), ref, rtol=tol, atol=tol)
+
+
+def semantics(rank, world):
+    """Communicator and module-level calls against float64 sums; out=, views, async, plan."""
+    import commrt
+
+    comm = commrt.init()
+    bad, seed = [], 0
+    for dtype in DTYPES:
+        for shape in SHAPES:
+            seed += 1
+            ref = reference(seed, world, shape, dtype)
+            x = make(seed, rank, shape, dtype)
+            comm.all_reduce(x)
+            y = make(seed, rank, shape, dtype)
+            commrt.all_reduce(y)
+            z = make(seed, rank, shape, dtype)
+            out = torch.empty_like(z)
+            comm.all_reduce(z, out=out)
+            for name, got in (("comm", x), ("module", y), ("out", out)):
+                if not close(got, ref):
+                    bad.append(f"{name} {dtype} {shape}")
+            if not torch.equal(z, make(seed, rank, shape, dtype)):
+                bad.append(f"out= modified the input {dtype} {shape}")
+    # non-contiguous views: reduce a copy, write back, leave the rest alone
+    base = make(99, rank, (6, 8), torch.float32)
+    view = base[:, 1::2]
+    comm.all_reduce(view)
+    ref = reference(99, world, (6, 8), torch.float32)
+    if not close(base[:, 1::2], ref[:, 1::2]) or not close(base[:, ::2],
+                                                         make(99, rank, (6, 8), torch.float32)
+                                                         .double()[:, ::2]):
+        bad.append("non-contiguous view")
+    t = make(77, rank, (6, 8), torch.float32).t()  # transposed, non-contiguous, async
+    work = comm.all_reduce(t, async_op=True)
+    work.wait()
+    if not close(t, reference(77, world, (6, 8), torch.float32).t()):
+        bad.append("async transposed")
+    w = commrt.all_reduce(make(5, rank, (4,), torch.float32), async_op=True)
+    w.wait()
+    plan = comm.plan(make(1, rank, (16,), torch.float32))
+    maxplan = comm.plan(make(1, rank, (16,), torch.float32), op=dist.ReduceOp.MAX)
+    m = make(3, rank, (9,), torch.float32)
+    comm.all_reduce(m, op=dist.ReduceOp.MAX)
+    if not torch.equal(m, torch.maximum(make(3, 0, (9,), torch.float32),
+                                        make(3, 1, (9,), torch.float32))):
+        bad.append("max")
+    return {"bad": bad, "plan": (plan.algorithm, plan.reason),
+            "maxplan": (maxplan.algorithm, maxplan.reason)}
+
+
+def compiled(rank, world):
+    """torch.compile(fullgraph=True) of code calling the op, the module call and the method."""
+    import commrt
+
+    comm = commrt.init()
+    group_name = comm.group_name
+
+    def by_op(x):
+        return torch.ops.commrt.all_reduce(x * 2, group_name) + 1
+
+    def by_module(x):
+        y = x * 2
+        commrt.all_reduce(y)
+        return y + 1
+
+    def by_method(x):
+        y = x * 2
+        comm.all_reduce(y)
+        return y + 1
+
+    results = {}
+    x = make(11, rank, (5, 33), torch.float32)
+    ref = by_op(x.clone())
+    for name, fn in (("op", by_op), ("module", by_module), ("method", by_method)):
+        for backend in ("eager", "aot_eager", "inductor"):
+            got = torch.compile(fn, fullgraph=True, backend=backend)(x.clone())
+            results[f"{name}/{backend}"] = bool(torch.allclose(got, ref))
+            torch._dynamo.reset()
+    results["value"] = bool(torch.allclose(ref, reference(11, world, (5, 33), torch.float32)
+                                           .float() * 2 + 1))
+    return results
+
+
+def check_mode(rank, world):
+    """COMMRT_CHECK=1: rank 1 passes another shape; every rank raises instead of hanging."""
+    import commrt
+
+    comm = commrt.init()
+    shape = (4, 8) if rank == 0 else (4, 9)
+    try:
+        comm.all_reduce(torch.ones(shape))
+    except commrt.MismatchError as exc:
+        first = str(exc)
+    else:
+        first = ""
+    try:
+        comm.all_reduce(torch.ones(4, dtype=torch.float32 if rank == 0 else torch.float64))
+    except commrt.MismatchError as exc:
+        second = str(exc)
+    else:
+        second = ""
+    ok = torch.ones(3)
+    comm.all_reduce(ok)  # matching calls still work afterwards
+    return {"first": first, "second": second, "ok": ok.tolist()}
+
+
+def bad_input(rank, world):
+    """Wrong device, mismatched out=, no init: clear errors, no hang."""
+    import commrt
+
+    comm = commrt.init()
+    errors = {}
+    for name, call in (
+        ("meta", lambda: comm.all_reduce(torch.empty(4, device="meta"))),
+        ("out", lambda: comm.all_reduce(torch.ones(4), out=torch.empty(5))),
+        ("empty", lambda: comm.empty(4)),
+    ):
+        try:
+            call()
+            errors[name] = ""
+        except commrt.CommrtError as exc:
+            errors[name] = str(exc)
+    return errors
+
+
+def disagree(rank, world):
+    """Ranks with different configs agree to use the process group only, with a reason."""
+    import warnings
+
+    import commrt
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        comm = commrt.init()
+    x = torch.ones(4)
+    comm.all_reduce(x)
+    return {"blocked": comm.facts.custom_blocked, "sum": x.tolist(),
+            "warned": [str(w.message) for w in caught if "commrt" in str(w.message)]}

@@ -1,0 +1,211 @@
+"""Tables, the dispatcher's decisions and eligibility (multicast gating included), on the CPU."""
+
+import copy
+import json
+
+import pytest
+import torch
+
+from commrt import config
+from commrt.dispatch import table as tbl
+from commrt.dispatch.dispatcher import Dispatcher, Facts, Query, decide, why_not
+from commrt.dispatch.profile import DeviceProfile
+from commrt.errors import ConfigError
+
+KIB = 1024
+PROFILE = DeviceProfile("nvidia", "sm90-h200", "NVIDIA H200", 132, 141 << 30, 2, "nvlink",
+                        True, False, "nvml")
+
+
+def choice(algo, us, **cfg):
+    return {"algorithm": algo, "config": cfg, "us": us}
+
+
+def table_data(**over):
+    data = {
+        "schema": 1, "generation": "sm90-h200", "world_size": 2,
+        "provenance": {"device": "NVIDIA H200", "torch": "2.11", "date": "2026-11-21",
+                       "command": "commrt tune", "commrt": "0.1.0"},
+        "ops": {"all_reduce": {
+            "graph": [
+                {"max_bytes": 64 * KIB, "ranking": [choice("one_shot_push", 4.0, block=1024),
+                                                     choice("one_shot", 7.0),
+                                                     choice("nccl", 9.0)]},
+                {"max_bytes": 1024 * KIB, "ranking": [choice("symm_two_shot", 10.0),
+                                                       choice("two_shot", 11.0),
+                                                       choice("nccl", 17.0)]},
+                {"max_bytes": 64 * 1024 * KIB, "ranking": [choice("two_shot", 200.0, blocks=132),
+                                                            choice("nccl", 250.0)]},
+            ],
+            "eager": [{"max_bytes": 64 * 1024 * KIB, "ranking": [choice("nccl", 60.0)]}],
+        }},
+    }
+    data.update(over)
+    return data
+
+
+def facts(env=None, table=True, **over):
+    base = dict(profile=PROFILE, world_size=2, config=config.load(env or {}),
+                table=tbl.parse(table_data()) if table else None, multicast_ptr=False,
+                multicast_env_off=True,
+                symm_ops=frozenset({"one_shot_all_reduce", "two_shot_all_reduce_",
+                                    "multimem_all_reduce_"}),
+                workspace_bytes=64 << 20, push_bytes=1 << 20)
+    base.update(over)
+    return Facts(**base)
+
+
+def q(nbytes, dtype=torch.bfloat16, **kw):
+    return Query(nbytes, dtype, mode=kw.pop("mode", "graph"), **kw)
+
+
+# ----- tables ----------------------------------------------------------------------------
+@pytest.mark.parametrize("mutate,needle", [
+    (lambda d: d.update(schema=2), "schema"),
+    (lambda d: d.pop("provenance"), "provenance"),
+    (lambda d: d["provenance"].pop("command"), "missing command"),
+    (lambda d: d.update(world_size=1), "world_size"),
+    (lambda d: d["ops"]["all_reduce"]["graph"][0]["ranking"][0].update(algorithm="fast"),
+     "algorithm 'fast'"),
+    (lambda d: d["ops"]["all_reduce"]["graph"][1].update(max_bytes=1), "ascending"),
+    (lambda d: d["ops"]["all_reduce"]["graph"][0]["ranking"][0].update(us=-1), "positive"),
+    (lambda d: d["ops"]["all_reduce"].update(weird=[]), "expected modes"),
+    (lambda d: d["ops"].update(all_gather={}), "unknown op"),
+])
+def test_schema_errors_name_the_place(mutate, needle):
+    data = copy.deepcopy(table_data())
+    mutate(data)
+    with pytest.raises(ConfigError) as exc:
+        tbl.parse(data, "t.json")
+    assert "t.json" in str(exc.value) and needle in str(exc.value)
+
+
+def test_bad_files(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(ConfigError, match="not valid JSON"):
+        tbl.load_file(str(bad))
+    other = tmp_path / "h100.json"
+    other.write_text(json.dumps(table_data(generation="sm90-h100")))
+    with pytest.raises(ConfigError, match="measured for sm90-h100"):
+        tbl.find("sm90-h200", 2, str(other))
+
+
+def test_shipped_tables_parse_and_carry_provenance():
+    import importlib.resources
+
+    files = [f for f in importlib.resources.files("commrt.tuning_tables").iterdir()
+             if f.name.endswith(".json")]
+    for f in files:
+        t = tbl.parse(json.loads(f.read_text()), f.name)
+        assert t.provenance["measured_by"] == "commrt tune"
+        assert f.name == tbl.shipped_name(t.generation, t.world_size)
+    assert tbl.find("sm90-unknown", 2) is None
+
+
+def test_prediction_interpolates_measured_points():
+    t = tbl.parse(table_data())
+    assert t.predict_us("all_reduce", "graph", "nccl", 64 * KIB) == 9.0
+    mid = t.predict_us("all_reduce", "graph", "nccl", (64 * KIB + 1024 * KIB) // 2)
+    assert 9.0 < mid < 17.0
+    assert t.predict_us("all_reduce", "graph", "multimem", 1) is None
+
+
+# ----- decisions -------------------------------------------------------------------------
+@pytest.mark.parametrize("nbytes,algo", [
+    (16, "one_shot_push"), (64 * KIB, "one_shot_push"), (64 * KIB + 16, "symm_two_shot"),
+    (1024 * KIB, "symm_two_shot"), (1024 * KIB + 16, "two_shot"), (1 << 30, "two_shot"),
+])
+def test_decisions_at_every_row_boundary(nbytes, algo):
+    d = decide(q(nbytes), facts())
+    assert d.algorithm == algo
+    assert "sm90-h200/ws2 graph table" in d.reason
+
+
+def test_row_config_travels_with_the_decision():
+    assert dict(decide(q(4096), facts()).config) == {"block": 1024}
+    assert dict(decide(q(1 << 30), facts()).config) == {"blocks": 132}
+
+
+def test_dtype_the_measured_best_lacks_falls_to_the_next_measured():
+    d = decide(q(512 * KIB, torch.float16), facts())
+    assert d.algorithm == "two_shot" and "skipped symm_two_shot" in d.reason
+
+
+def test_odd_sizes_skip_torch_ops():
+    d = decide(q(512 * KIB + 2), facts())
+    assert d.algorithm == "two_shot" and "multiple of 16" in d.reason
+
+
+def test_modes_have_their_own_rows():
+    assert decide(q(4096, mode="eager"), facts()).algorithm == "nccl"
+
+
+def test_non_sum_ops_and_cpu_tensors_go_to_the_process_group():
+    assert decide(q(4096, op="max"), facts()).algorithm == "nccl"
+    d = decide(q(4096, device_type="cpu"), facts())
+    assert d.algorithm == "nccl" and "cpu" in d.reason
+    assert decide(q(4096, dtype=torch.int32), facts()).algorithm == "nccl"
+
+
+def test_blocked_custom_kernels_say_why():
+    d = decide(q(4096), facts(custom_blocked="not every pair has peer access"))
+    assert d.algorithm == "nccl" and "peer access" in d.reason
+
+
+def test_disable_switches_off_one_algorithm_and_all():
+    d = decide(q(4096), facts({"COMMRT_DISABLE": "one_shot_push"}))
+    assert d.algorithm == "one_shot"
+    for n in (16, 512 * KIB, 1 << 30):
+        assert decide(q(n), facts({"COMMRT_DISABLE": "all"})).algorithm == "nccl"
+
+
+def test_forced_algorithm_runs_or_says_why_not():
+    assert decide(q(1 << 20), facts({"COMMRT_ALGO": "one_shot"})).algorithm == "one_shot"
+    with pytest.raises(ConfigError, match="exceeds the 1048576 B push slots"):
+        decide(q(2 << 20), facts({"COMMRT_ALGO": "one_shot_push"}))
+    with pytest.raises(ConfigError, match="dtype torch.float16"):
+        decide(q(4096, torch.float16), facts({"COMMRT_ALGO": "symm_two_shot"}))
+    with pytest.raises(ConfigError, match="peer access"):
+        decide(q(4096), facts({"COMMRT_ALGO": "two_shot"}, custom_blocked="no peer access"))
+    with pytest.raises(ConfigError, match="workspace"):
+        decide(q(128 << 20), facts({"COMMRT_ALGO": "symm_two_shot"}))
+
+
+def test_untuned_generation_gets_the_conservative_rule():
+    f = facts(table=False)
+    small, big = decide(q(64 * KIB), f), decide(q(64 * KIB + 16), f)
+    assert small.algorithm == "one_shot" and "untuned sm90-h200/ws2" in small.reason
+    assert big.algorithm == "nccl" and "untuned" in big.reason
+
+
+def test_world_size_limits():
+    assert why_not("one_shot", q(4096), facts(world_size=8)) is None
+    assert "world size 9" in why_not("one_shot", q(4096), facts(world_size=9))
+
+
+# ----- multicast gating (multimem is never run on the lent machines) -----------------------
+def test_multimem_needs_both_a_multicast_pointer_and_the_env_switch_unset():
+    assert "TORCH_SYMM_MEM_DISABLE_MULTICAST" in why_not(
+        "multimem", q(4096), facts(multicast_ptr=True, multicast_env_off=True))
+    assert "no multicast pointer" in why_not(
+        "multimem", q(4096), facts(multicast_ptr=False, multicast_env_off=False))
+    assert why_not("multimem", q(4096), facts(multicast_ptr=True, multicast_env_off=False)) \
+        is None
+
+
+def test_missing_multicast_disables_only_multimem():
+    f = facts(multicast_ptr=False, multicast_env_off=True)
+    for name in ("one_shot_push", "one_shot", "two_shot", "symm_one_shot", "symm_two_shot"):
+        assert why_not(name, q(4096), f) is None
+    with pytest.raises(ConfigError, match="MULTICAST"):
+        decide(q(4096), facts({"COMMRT_ALGO": "multimem"}))
+
+
+def test_dispatcher_caches_decisions_and_reads_configs():
+    disp = Dispatcher(facts())
+    a = disp.decide(4096, torch.bfloat16, "sum", "graph")
+    assert disp.decide(4096, torch.bfloat16, "sum", "graph") is a
+    assert disp.config_for("two_shot", 1 << 30) == {"blocks": 132}
+    assert disp.config_for("multimem", 1 << 30) == {}
+    assert disp.predict_us(1 << 30, torch.bfloat16) is not None

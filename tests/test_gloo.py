@@ -1,0 +1,44 @@
+"""The process-group path end to end: two gloo processes on the CPU."""
+
+import ranks_gloo
+import spawn
+
+
+def test_all_reduce_semantics_match_float64_sums():
+    res = spawn.run(ranks_gloo.semantics, 2)
+    for r in res:
+        assert r["bad"] == []
+        assert r["plan"][0] == "nccl" and "gloo" in r["plan"][1]
+        assert r["maxplan"][0] == "nccl"
+
+
+def test_torch_compile_fullgraph_traces_the_op_module_call_and_method():
+    res = spawn.run(ranks_gloo.compiled, 2)
+    for r in res:
+        assert r.pop("value") is True
+        assert all(r.values()), r
+
+
+def test_check_mode_raises_on_every_rank():
+    res = spawn.run(ranks_gloo.check_mode, 2, env={"COMMRT_CHECK": "1"})
+    for r in res:
+        assert "rank 0: shape (4, 8)" in r["first"] and "rank 1: shape (4, 9)" in r["first"]
+        assert "float64" in r["second"]
+        assert r["ok"] == [2.0, 2.0, 2.0]
+
+
+def test_bad_input_gets_a_clear_error():
+    res = spawn.run(ranks_gloo.bad_input, 2)
+    for r in res:
+        assert "meta" in r["meta"] and "gloo" in r["meta"]
+        assert "out must match" in r["out"]
+        assert "no symmetric workspace" in r["empty"]
+
+
+def test_rank_disagreement_falls_back_with_one_warning():
+    res = spawn.run(ranks_gloo.disagree, 2, env_by_rank=[{"COMMRT_MAX_CUSTOM_BYTES": "1MiB"},
+                                                       {"COMMRT_MAX_CUSTOM_BYTES": "2MiB"}])
+    for r in res:
+        assert r["blocked"].startswith("ranks disagree on") and "config" in r["blocked"]
+        assert r["sum"] == [2.0] * 4
+    assert len(res[0]["warned"]) == 1 and res[1]["warned"] == []
