@@ -13,7 +13,9 @@ mkdir -p "$RES"
 LOG=$OUT/log.txt
 NGPU=$(python3 -c 'import torch; print(torch.cuda.device_count())')
 STAGES=${*:-env tests tune bench decode cli}
-TABLE=$RES/table.json
+# The table outlives one call (a warm machine keeps /tmp), so tune and bench may be split.
+TABLE=${COMMRT_GPU_TABLE:-/tmp/commrt_gpu/table.json}
+mkdir -p "$(dirname "$TABLE")"
 say() { echo "=== $* ($(date -u +%H:%M:%S))" | tee -a "$LOG"; }
 run() { "$@" 2>&1 | tee -a "$LOG"; echo "exit ${PIPESTATUS[0]}: $*" | tee -a "$LOG"; }
 
@@ -30,6 +32,8 @@ for stage in $STAGES; do
     tune)
       say "commrt tune"
       run commrt tune --out "$TABLE" --raw "$RES/tune_raw.json" --plot "$RES/tune.png" ;;
+    usetable)  # a table carried in .carry/ (from an earlier call)
+      cp .carry/table.json "$TABLE" ;;
     bench)
       say "bench_allreduce"
       [ -f "$TABLE" ] && export COMMRT_TABLE=$TABLE
@@ -50,5 +54,6 @@ for stage in $STAGES; do
     *) say "unknown stage $stage" ;;
   esac
 done
+[ -f "$TABLE" ] && cp "$TABLE" "$RES/table.json"
 tar -C "$OUT" -czf "$OUT/results.tar.gz" results && rm -rf "$RES"
 say done
