@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Everything commrt runs on a GPU machine, in one call:
-#   bash benchmarks/gpu_run.sh [stage ...]   stages: env tests tune bench decode overhead cli
+#   bash benchmarks/gpu_run.sh [stage ...]   stages: env tests tune bench cli decode overhead
 # (default: all but overhead)
 # Logs and results go to $OUT (or ./gpu_out) as log.txt plus results.tar.gz.
 # NVLink multicast stays OFF: these three are exported here and never unset.
@@ -12,7 +12,7 @@ RES=$OUT/results
 mkdir -p "$RES"
 LOG=$OUT/log.txt
 NGPU=$(python3 -c 'import torch; print(torch.cuda.device_count())')
-STAGES=${*:-env tests tune bench decode cli}
+STAGES=${*:-env tests tune bench cli decode}
 # The table outlives one call (a warm machine keeps /tmp), so tune and bench may be split.
 TABLE=${COMMRT_GPU_TABLE:-/tmp/commrt_gpu/table.json}
 mkdir -p "$(dirname "$TABLE")"
@@ -53,7 +53,8 @@ for stage in $STAGES; do
       run commrt bench --out "$RES/commrt_bench.json" ;;
     *) say "unknown stage $stage" ;;
   esac
+  [ -f "$TABLE" ] && cp "$TABLE" "$RES/table.json"
+  tar -C "$OUT" -czf "$OUT/results.tar.gz" results  # what is done so far survives a timeout
 done
-[ -f "$TABLE" ] && cp "$TABLE" "$RES/table.json"
-tar -C "$OUT" -czf "$OUT/results.tar.gz" results && rm -rf "$RES"
+rm -rf "$RES"
 say done

@@ -146,11 +146,14 @@ def _tune(comm, args) -> None:
     sizes = bench.sizes_between(_config.parse_bytes(args.min_bytes),
                                 _config.parse_bytes(args.max_bytes))
     show = bench.progress_printer(comm.rank, 2 * len(sizes))
-    section, raw = bench.tune(comm, sizes, torch.bfloat16, show)
+    section, raw, excluded = bench.tune(comm, sizes, torch.bfloat16, show)
+    for line in excluded:
+        _say(comm, f"commrt tune: left out (wrong results): {line}")
     m = bench.meta(comm, "commrt " + " ".join(sys.argv[1:]))
     table = {"schema": _table.SCHEMA, "generation": comm.profile.generation,
              "world_size": comm.world_size,
              "provenance": {**m, "measured_by": "commrt tune", "dtype": "bf16",
+                            "excluded": excluded,
                             "note": "bf16 timings rank algorithms for every dtype by bytes"},
              "ops": {"all_reduce": section}}
     _table.parse(table, "<tuner output>")  # never write a table the loader would refuse

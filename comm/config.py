@@ -21,6 +21,7 @@ ALGORITHMS = (
     "one_shot_push",
     "one_shot",
     "two_shot",
+    "two_shot_push",
     "symm_one_shot",
     "symm_two_shot",
     "multimem",

@@ -13,6 +13,7 @@ from commrt.symm_mem import torch_ops
 from commrt.symm_mem.one_shot import one_shot
 from commrt.symm_mem.one_shot_push import one_shot_push
 from commrt.symm_mem.two_shot import two_shot
+from commrt.symm_mem.two_shot_push import piece_elems, two_shot_push
 from commrt.symm_mem.workspace import Workspace
 
 # How many poll iterations stand for the timeout under the Triton interpreter (CPU).
@@ -49,6 +50,19 @@ def _pull(kernel, ws: Workspace, inp: torch.Tensor, out: torch.Tensor, config, t
             tmp.copy_(piece_out)
 
 
+def _scatter_gather(ws: Workspace, inp: torch.Tensor, out: torch.Tensor, config,
+                    timeout: float) -> None:
+    timer = inp.device.type == "cuda"
+    contribs, results = ws.scratch(inp.dtype)
+    piece = piece_elems(ws.data_bytes // inp.element_size(), ws.world)
+    n = inp.numel()
+    for off in range(0, n, piece):
+        m = min(piece, n - off)
+        two_shot_push(inp=inp[off:off + m], out=out[off:off + m], contribs=contribs,
+                      results=results, pad_tab=ws.pad_addr, err=ws.err, rank=ws.rank,
+                      timeout=_timeout(timeout, timer), timer=timer, **config)
+
+
 def run(algorithm: str, ws: Workspace, inp: torch.Tensor, out: torch.Tensor,
         config: dict, timeout: float) -> None:
     """Sum the flat, contiguous ``inp`` over the group into the flat ``out``."""
@@ -56,6 +70,8 @@ def run(algorithm: str, ws: Workspace, inp: torch.Tensor, out: torch.Tensor,
         _pull(one_shot, ws, inp, out, config, timeout, out_may_alias=False)
     elif algorithm == "two_shot":
         _pull(two_shot, ws, inp, out, config, timeout, out_may_alias=True)
+    elif algorithm == "two_shot_push":
+        _scatter_gather(ws, inp, out, config, timeout)
     elif algorithm == "one_shot_push":
         timer = inp.device.type == "cuda"
         one_shot_push(inp=inp, out=out, push_tab=ws.push_addr, mine=ws.push_mine,

@@ -122,6 +122,7 @@ ALGORITHMS: tuple[tuple[str, Check], ...] = (
     ("one_shot_push", _push),
     ("one_shot", _custom),
     ("two_shot", _custom),
+    ("two_shot_push", _custom),
     ("symm_one_shot", _torch_symm("one_shot_all_reduce")),
     ("symm_two_shot", _torch_symm("two_shot_all_reduce_")),
     ("multimem", _multimem),

@@ -3,8 +3,9 @@
 Layout of every rank's buffer (bytes)::
 
     [0, data)                      data region: inputs copied in, or ``comm.empty`` tensors
-    [data, data + 3*world*slot)    one_shot_push receive buffers: buffer b, slot s at
-                                   data + (b*world + s)*slot
+    [data, 3*data)                 scratch of two_shot_push: contributions, then results
+    [push, push + 3*world*slot)    one_shot_push receive buffers: buffer b, slot s at
+                                   push + (b*world + s)*slot
     [pad, pad + PAD_BYTES)         signal pads for the block-wise barrier
 
 Allocated with ``torch.distributed._symmetric_memory`` (``empty`` + ``rendezvous``)
@@ -46,7 +47,8 @@ class Workspace:
         self.device = self.buf.device
         self.data_bytes = data_bytes
         self.slot_bytes = slot_bytes
-        self.push_off = data_bytes
+        self.scratch_off = data_bytes
+        self.push_off = 3 * data_bytes
         self.pad_off = self.push_off + 3 * self.world * slot_bytes
         assert self.buf.numel() >= self.pad_off + PAD_BYTES, "buffer smaller than its layout"
         ptrs = [b.data_ptr() for b in buffers]
@@ -60,10 +62,11 @@ class Workspace:
         self.meta = torch.zeros(META_INTS, dtype=torch.int32, device=self.device)
         self.err = torch.zeros(1, dtype=torch.int32, device=self.device)
         self._views: dict[torch.dtype, tuple[torch.Tensor, ...]] = {}
+        self._scratch: dict[torch.dtype, tuple] = {}
 
     @staticmethod
     def total_bytes(world: int, data_bytes: int, slot_bytes: int) -> int:
-        return data_bytes + 3 * world * slot_bytes + PAD_BYTES
+        return 3 * data_bytes + 3 * world * slot_bytes + PAD_BYTES
 
     def clear(self) -> None:
         """Zero this rank's signal pads and fill its receive slots with the sentinel.
@@ -109,6 +112,16 @@ class Workspace:
         if v is None:
             v = tuple(b[:self.data_bytes].view(dtype) for b in self.buffers)
             self._views[dtype] = v
+        return v
+
+    def scratch(self, dtype: torch.dtype) -> tuple[tuple[torch.Tensor, ...], ...]:
+        """(contribution areas, result areas) of every rank, each ``data`` bytes of ``dtype``."""
+        v = self._scratch.get(dtype)
+        if v is None:
+            lo, mid, hi = self.scratch_off, self.scratch_off + self.data_bytes, self.push_off
+            v = (tuple(b[lo:mid].view(dtype) for b in self.buffers),
+                 tuple(b[mid:hi].view(dtype) for b in self.buffers))
+            self._scratch[dtype] = v
         return v
 
     def capacity(self, dtype: torch.dtype) -> int:

@@ -52,7 +52,8 @@ def correctness(rank, world):
     comm = commrt.init()
     dev = comm.device
     failures, ran = [], []
-    algos = ["one_shot_push", "one_shot", "two_shot", "symm_one_shot", "symm_two_shot", "nccl"]
+    algos = ["one_shot_push", "one_shot", "two_shot", "two_shot_push", "symm_one_shot",
+             "symm_two_shot", "nccl"]
     seed = 0
     for algo in algos:
         for dtype in DTYPES:
@@ -82,7 +83,8 @@ def workspace_and_out(rank, world):
     comm = commrt.init()
     dev = comm.device
     failures = []
-    for i, algo in enumerate(["one_shot", "two_shot", "symm_two_shot", "one_shot_push"]):
+    for i, algo in enumerate(["one_shot", "two_shot", "two_shot_push", "symm_two_shot",
+                              "one_shot_push"]):
         for n in ((65536,) if algo.startswith("symm") else (4097, 65536)):
             xs = inputs(100 + i * 7 + n, world, n, torch.bfloat16, dev)
             ref = sum(x.double() for x in xs)
@@ -117,7 +119,8 @@ def graph_capture(rank, world):
     comm = commrt.init()
     dev = comm.device
     failures = []
-    algos = ["one_shot_push", "one_shot", "two_shot", "symm_one_shot", "symm_two_shot", "nccl"]
+    algos = ["one_shot_push", "one_shot", "two_shot", "two_shot_push", "symm_one_shot",
+             "symm_two_shot", "nccl"]
     sizes = (7, 4097, 300_001)
     for dtype in (torch.bfloat16, torch.float32, torch.float16):
         elt = torch.empty((), dtype=dtype).element_size()
@@ -187,7 +190,8 @@ def soak(rank, world, calls=10_000):
     comm = commrt.init()
     dev = comm.device
     k = 8
-    sizes = [(4096, "one_shot_push"), (40_000, "one_shot"), (200_003, "two_shot")]
+    sizes = [(4096, "one_shot_push"), (40_000, "one_shot"), (200_003, "two_shot"),
+             (100_001, "two_shot_push")]
     cases = []
     for i in range(k):
         for n, algo in sizes:

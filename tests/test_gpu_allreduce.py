@@ -14,7 +14,8 @@ def _run(body, env=None):
 def test_every_algorithm_dtype_and_size_matches_float64_and_ranks_agree():
     res = _run(ranks_gpu.correctness)
     assert res[0]["failures"] == [] and res[1]["failures"] == []
-    assert {"one_shot_push", "one_shot", "two_shot", "nccl"} <= set(res[0]["algos"])
+    assert {"one_shot_push", "one_shot", "two_shot", "two_shot_push", "nccl"} \
+        <= set(res[0]["algos"])
 
 
 def test_workspace_tensors_out_noncontiguous_and_async():

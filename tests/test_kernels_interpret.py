@@ -105,7 +105,7 @@ def check(world, cases, results):
         assert err < tol, f"{algo} {dtype} n={n}: relative error {err:.3g}"
 
 
-@pytest.mark.parametrize("algo", ["one_shot", "two_shot"])
+@pytest.mark.parametrize("algo", ["one_shot", "two_shot", "two_shot_push"])
 def test_pull_kernels_match_float64(algo):
     cases = [(algo, dt, n, inplace) for dt in DTYPES for n, inplace in
              ((1, True), (7, False), (100, True), (4097, False))]
@@ -115,9 +115,12 @@ def test_pull_kernels_match_float64(algo):
 
 
 def test_pull_kernels_world_size_three_and_chunking():
-    # 20000 fp32 = 80 KB > the 64 KiB data region: reduced in two pieces.
+    # 20000 fp32 = 80 KB > the 64 KiB data region: reduced in two pieces. Mixed algorithms
+    # back to back: no algorithm may trample another's workspace data between calls.
     cases = [("two_shot", torch.float32, 20000, False), ("one_shot", torch.bfloat16, 333, True),
-             ("two_shot", torch.float16, 47, True)]
+             ("two_shot", torch.float16, 47, True), ("two_shot_push", torch.float32, 20000, True),
+             ("two_shot_push", torch.bfloat16, 1001, False), ("two_shot", torch.float32, 999, True),
+             ("two_shot_push", torch.float16, 5, True)]
     results = run_ranks(3, cases)
     assert all(err == 0 for _, err in results)
     check(3, cases, results)
