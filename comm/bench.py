@@ -34,8 +34,9 @@ CONFIG_GRID = {
                  for g in (32, 132, 264)],
     "two_shot": [dict(block=b, warps=w, blocks=g) for b, w in ((2048, 8), (4096, 16))
                  for g in (66, 132, 264, 528)],
-    "two_shot_push": [dict(block=b, warps=w, blocks=g) for b, w in ((2048, 8), (4096, 16))
-                      for g in (132, 264, 528)],
+    "two_shot_push": [dict(block=b, warps=w, blocks=g)
+                      for b, w in ((2048, 8), (4096, 16), (8192, 16))
+                      for g in (132, 264, 528, 1056)],
 }
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 

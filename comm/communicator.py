@@ -232,6 +232,59 @@ class Communicator:
         self._run_custom(d, tensor, target)
         return _DoneWork(target) if async_op else None
 
+    def all_reduce_residual_rmsnorm(self, x: torch.Tensor, residual: torch.Tensor,
+                                    weight: torch.Tensor, eps: float = 1e-6,
+                                    algorithm: str | None = None
+                                    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(rmsnorm(residual + all_reduce(x)) * weight, residual + all_reduce(x))``.
+
+        One fused kernel where the dispatcher picks one (``x`` and ``residual`` are left
+        as they are); otherwise the all-reduce, then the add and the norm as torch ops.
+        ``algorithm`` forces one (bench, tuner); ``"nccl"`` forces the unfused path.
+        """
+        if torch.compiler.is_compiling():
+            return torch.ops.commrt.all_reduce_residual_rmsnorm(x, residual, weight, eps,
+                                                                  self.group_name)
+        hidden = x.shape[-1] if x.dim() else 0
+        self._validate(x, None)
+        if residual.shape != x.shape or residual.dtype != x.dtype or \
+                residual.device != x.device or tuple(weight.shape) != (hidden,):
+            raise CommrtError(
+                f"all_reduce_residual_rmsnorm needs residual shaped like x and weight of "
+                f"[hidden]: got x {tuple(x.shape)} {x.dtype}, residual {tuple(residual.shape)} "
+                f"{residual.dtype}, weight {tuple(weight.shape)}")
+        if self.config.check:
+            self.check_same(x, f"sum+rmsnorm(eps={eps})")
+        nbytes = x.numel() * x.element_size()
+        mode = self._mode(x)
+        if algorithm is None:
+            d = self.dispatcher.decide(nbytes, x.dtype, "sum", mode, x.device.type,
+                                       "all_reduce_residual_rmsnorm", hidden)
+        else:
+            q = Query(nbytes, x.dtype, "sum", mode, x.device.type,
+                      "all_reduce_residual_rmsnorm", hidden)
+            why = why_not(algorithm, q, self.facts)
+            if why:
+                raise ConfigError(f"{algorithm} cannot run this fused call: {why}")
+            d = Decision(algorithm, "requested", self.dispatcher.config_for(
+                algorithm, nbytes, mode, "all_reduce_residual_rmsnorm"))
+        if d.algorithm == "nccl" or x.numel() == 0:
+            summed = x.clone()
+            self.all_reduce(summed)
+            new_res = residual + summed
+            normed = torch.nn.functional.rms_norm(new_res, (hidden,), weight, eps)
+            return normed, new_res
+        if self._broken:
+            raise PeerTimeoutError(self._broken)
+        x2 = x.reshape(-1, hidden).contiguous()
+        r2 = residual.reshape(-1, hidden).contiguous()
+        if self._awkward_in_workspace(x2):
+            x2 = x2.clone()
+        normed, new_res = torch.empty_like(x2), torch.empty_like(r2)
+        custom.run_fused(d.algorithm, self.workspace, x2, r2, weight.contiguous(), normed,
+                         new_res, eps, d.config, self.config.spin_timeout)
+        return normed.view(x.shape), new_res.view(x.shape)
+
     def run_algorithm(self, algorithm: str, tensor: torch.Tensor,
                       config: dict | None = None) -> None:
         """In-place all-reduce with ``algorithm``, bypassing the table's choice (bench, tuner).

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 
+from commrt.symm_mem import fused_rmsnorm as fused
 from commrt.symm_mem import torch_ops
 from commrt.symm_mem.one_shot import one_shot
 from commrt.symm_mem.one_shot_push import one_shot_push
@@ -82,3 +83,37 @@ def run(algorithm: str, ws: Workspace, inp: torch.Tensor, out: torch.Tensor,
         if symm_inp.data_ptr() != inp.data_ptr():
             symm_inp.copy_(inp)
         torch_ops.run(algorithm, symm_inp=symm_inp, out=out, group_name=ws.group_name)
+
+
+def run_fused(algorithm: str, ws: Workspace, x: torch.Tensor, residual: torch.Tensor,
+              weight: torch.Tensor, normed: torch.Tensor, new_res: torch.Tensor, eps: float,
+              config, timeout: float) -> None:
+    """All-reduce ``x`` ([rows, hidden], contiguous) fused with residual add and RMSNorm."""
+    timer = x.device.type == "cuda"
+    common = dict(weight=weight, eps=eps, pad_tab=ws.pad_addr, err=ws.err, rank=ws.rank,
+                  timeout=_timeout(timeout, timer), timer=timer, **config)
+    rows, hidden = x.shape
+    elems = ws.data_bytes // x.element_size()
+    if algorithm == "one_shot_push":
+        common.pop("pad_tab")
+        fused.one_shot_push_rmsnorm(x=x, residual=residual, normed=normed, new_res=new_res,
+                                    push_tab=ws.push_addr, mine=ws.push_mine,
+                                    slot_bytes=ws.slot_bytes, meta=ws.meta, world=ws.world,
+                                    **common)
+        return
+    if algorithm == "one_shot":
+        bufs = ws.views(x.dtype)
+        step = max(1, elems // hidden)
+        launch = lambda sl: fused.one_shot_rmsnorm(  # noqa: E731
+            x=x[sl], residual=residual[sl], normed=normed[sl], new_res=new_res[sl],
+            mine=bufs[ws.rank], bufs=bufs, **common)
+    elif algorithm == "two_shot_push":
+        contribs, results = ws.scratch(x.dtype)
+        step = max(1, elems // (2 * ws.world * hidden)) * ws.world
+        launch = lambda sl: fused.two_shot_rmsnorm(  # noqa: E731
+            x=x[sl], residual=residual[sl], normed=normed[sl], new_res=new_res[sl],
+            contribs=contribs, results=results, **common)
+    else:
+        raise ValueError(f"no fused kernel for {algorithm}")
+    for start in range(0, rows, step):
+        launch(slice(start, min(rows, start + step)))

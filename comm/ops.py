@@ -12,6 +12,8 @@ import torch
 
 lib = torch.library.Library("commrt", "DEF")
 lib.define("all_reduce(Tensor input, str group_name) -> Tensor")
+lib.define("all_reduce_residual_rmsnorm(Tensor x, Tensor residual, Tensor weight, float eps, "
+           "str group_name) -> (Tensor, Tensor)")
 
 
 def _all_reduce(input: torch.Tensor, group_name: str) -> torch.Tensor:
@@ -30,3 +32,23 @@ def _all_reduce_fake(input: torch.Tensor, group_name: str) -> torch.Tensor:
 
 lib.impl("all_reduce", _all_reduce, "CompositeExplicitAutograd")
 torch.library.register_fake("commrt::all_reduce", _all_reduce_fake, lib=lib)
+
+
+def _fused(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float,
+           group_name: str) -> tuple[torch.Tensor, torch.Tensor]:
+    from commrt.registry import for_group_name
+
+    normed, new_res = for_group_name(group_name).all_reduce_residual_rmsnorm(
+        x, residual, weight, eps)
+    return normed.contiguous(), new_res.contiguous()
+
+
+def _fused_fake(x, residual, weight, eps, group_name):
+    # new_residual = residual + sum over ranks of x;
+    # normed = new_residual * rsqrt(mean(new_residual ** 2, -1) + eps) * weight
+    return (torch.empty_like(x, memory_format=torch.contiguous_format),
+            torch.empty_like(residual, memory_format=torch.contiguous_format))
+
+
+lib.impl("all_reduce_residual_rmsnorm", _fused, "CompositeExplicitAutograd")
+torch.library.register_fake("commrt::all_reduce_residual_rmsnorm", _fused_fake, lib=lib)

@@ -23,6 +23,10 @@ CUSTOM_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 SYMM_DTYPES = (torch.bfloat16, torch.float32)
 # Our kernels keep one pointer per peer in registers and a signal slot per peer.
 MAX_CUSTOM_WORLD = 8
+# Algorithms with a kernel fused with the residual add and RMSNorm (symm_mem.fused_rmsnorm).
+FUSED = ("one_shot_push", "one_shot", "two_shot_push")
+FUSED_KIND = "all_reduce_residual_rmsnorm"
+MAX_FUSED_HIDDEN = 16384  # a row must fit one program's registers
 # Without a table for this hardware: our one_shot only where any NVLink/xGMI pair wins
 # (launch-bound sizes), the process group beyond. Conservative by design.
 UNTUNED_CUSTOM_WINDOW = 64 * 1024
@@ -38,6 +42,7 @@ class Query:
     mode: str = "eager"  # eager | graph (inside CUDA-graph capture)
     device_type: str = "cuda"
     kind: str = "all_reduce"  # or all_reduce_residual_rmsnorm
+    row: int = 0  # elements per row (hidden size) for the fused kind
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,7 +86,18 @@ def _custom(q: Query, f: Facts) -> str | None:
         return f"dtype {q.dtype} (custom kernels take bf16, fp16, fp32)"
     if not 2 <= f.world_size <= MAX_CUSTOM_WORLD:
         return f"world size {f.world_size} (custom kernels take 2 to {MAX_CUSTOM_WORLD})"
+    if q.kind == FUSED_KIND and not 0 < q.row <= MAX_FUSED_HIDDEN:
+        return f"hidden size {q.row} (fused kernels take 1 to {MAX_FUSED_HIDDEN})"
     return None
+
+
+def _fusable(check: Check, name: str) -> Check:
+    """``check``, plus: the fused kind needs a fused kernel of this algorithm."""
+    def fused_check(q: Query, f: Facts) -> str | None:
+        if q.kind == FUSED_KIND and name not in FUSED:
+            return f"{name} has no kernel fused with residual+RMSNorm"
+        return check(q, f)
+    return fused_check
 
 
 def _push(q: Query, f: Facts) -> str | None:
@@ -119,10 +135,10 @@ def _process_group(q: Query, f: Facts) -> str | None:
 
 # Dispatch order: also the order `commrt info` lists and rank 0 logs.
 ALGORITHMS: tuple[tuple[str, Check], ...] = (
-    ("one_shot_push", _push),
-    ("one_shot", _custom),
-    ("two_shot", _custom),
-    ("two_shot_push", _custom),
+    ("one_shot_push", _fusable(_push, "one_shot_push")),
+    ("one_shot", _fusable(_custom, "one_shot")),
+    ("two_shot", _fusable(_custom, "two_shot")),
+    ("two_shot_push", _fusable(_custom, "two_shot_push")),
     ("symm_one_shot", _torch_symm("one_shot_all_reduce")),
     ("symm_two_shot", _torch_symm("two_shot_all_reduce_")),
     ("multimem", _multimem),
@@ -151,6 +167,14 @@ def _fmt(n: int) -> str:
 
 def decide(q: Query, f: Facts) -> Decision:
     """The algorithm for one call, with a reason a user can read."""
+    d = _decide(q, f)
+    if q.kind == FUSED_KIND and d.algorithm == "nccl":
+        d = dataclasses.replace(d, reason=d.reason + "; unfused: all-reduce, then add and "
+                                "RMSNorm as separate ops")
+    return d
+
+
+def _decide(q: Query, f: Facts) -> Decision:
     if f.config.algo != "auto":
         why = why_not(f.config.algo, q, f)
         if why:
@@ -187,7 +211,7 @@ def _from_table(q: Query, f: Facts, table: Table) -> Decision:
 def _untuned(q: Query, f: Facts) -> Decision:
     gen = f"{f.profile.generation}/ws{f.world_size}"
     why = why_not("one_shot", q, f)
-    if why is None and q.nbytes <= UNTUNED_CUSTOM_WINDOW and q.kind == "all_reduce":
+    if why is None and q.nbytes <= UNTUNED_CUSTOM_WINDOW:
         return Decision("one_shot", f"untuned {gen}: within the {_fmt(UNTUNED_CUSTOM_WINDOW)} "
                         "custom window")
     if why is None:
@@ -204,11 +228,11 @@ class Dispatcher:
         self._cache: dict[tuple, Decision] = {}
 
     def decide(self, nbytes: int, dtype: torch.dtype, op: str = "sum", mode: str = "eager",
-               device_type: str = "cuda", kind: str = "all_reduce") -> Decision:
-        key = (nbytes, dtype, op, mode, device_type, kind)
+               device_type: str = "cuda", kind: str = "all_reduce", row: int = 0) -> Decision:
+        key = (nbytes, dtype, op, mode, device_type, kind, row)
         d = self._cache.get(key)
         if d is None:
-            d = decide(Query(nbytes, dtype, op, mode, device_type, kind), self.facts)
+            d = decide(Query(nbytes, dtype, op, mode, device_type, kind, row), self.facts)
             self._cache[key] = d
         return d
 

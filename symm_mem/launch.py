@@ -38,6 +38,6 @@ class Launcher:
             if FAST and args[0].device.type == "cuda" and kernel is not None:
                 self.compiled[key] = kernel
             return
-        stream = torch.cuda.current_stream(args[0].device).cuda_stream
+        stream = torch._C._cuda_getCurrentRawStream(args[0].device.index)
         kernel.run(grid, 1, 1, stream, kernel.function, kernel.packed_metadata, None, None, None,
                    *args, *(v for _, v in consts))

@@ -28,7 +28,7 @@ META_INTS = 5
 
 
 @triton.jit
-def _to_bits(x, BITS: tl.constexpr):
+def to_bits(x, BITS: tl.constexpr):
     """Value -> integer bits with the sentinel pattern made impossible."""
     if BITS == 16:
         b = (x.to(tl.float32) + 0.0).to(x.dtype).to(tl.int16, bitcast=True)
@@ -38,22 +38,65 @@ def _to_bits(x, BITS: tl.constexpr):
     return b
 
 
+@triton.jit
+def poll_slot(src, m, err_ptr, peer, timeout, BITS: tl.constexpr, TIMER: tl.constexpr):
+    """Load a receive-slot tile, re-reading until no element holds the sentinel.
+
+    Contract: returns the tile once every masked-in element was written by ``peer``
+    (each element is its own flag: no ordering between elements is needed). After
+    ``timeout`` it stores ``peer + 1`` to ``err_ptr`` and returns what it has.
+    """
+    sentinel = -32768 if BITS == 16 else -2147450880
+    v = tl.load(src, mask=m, other=0, volatile=True)
+    t0 = now(TIMER)
+    waited = tl.zeros([], tl.int64)
+    while (tl.max((v == sentinel).to(tl.int32)) > 0) & (waited < timeout):
+        v = tl.load(src, mask=m, other=0, volatile=True)
+        if TIMER:
+            waited = now(TIMER) - t0
+        else:
+            waited += 1
+    if tl.max((v == sentinel).to(tl.int32)) > 0:
+        tl.store(err_ptr, peer + 1)
+    return v
+
+
+@triton.jit
+def finish_call(meta, mine, buf, filled, WS: tl.constexpr, BLOCK: tl.constexpr, slot16):
+    """Clear buffer (buf + 2) % 3 as far as its last use filled it; the last program out
+    records this call's fill (``filled`` 16-bit halves per slot) and moves on a buffer."""
+    pid = tl.program_id(0)
+    nprog = tl.num_programs(0)
+    old = (buf + 2) % 3
+    halves = tl.load(meta + 2 + old)
+    own16 = mine.to(tl.pointer_type(tl.int16))
+    for start in range(pid * BLOCK, halves, nprog * BLOCK):
+        offs = start + tl.arange(0, BLOCK)
+        m = offs < halves
+        for p in tl.static_range(WS):
+            tl.store(own16 + (old * WS + p) * slot16 + offs, tl.full([BLOCK], -32768, tl.int16),
+                     mask=m)
+    arrived = tl.atomic_add(meta + 1, 1, sem="acq_rel", scope="gpu")
+    if arrived == nprog - 1:
+        tl.store(meta + 2 + buf, filled)
+        tl.store(meta + 1, 0)
+        tl.store(meta, (buf + 1) % 3)
+
+
 @triton.jit(do_not_specialize=["rank", "timeout"])
 def _push_kernel(inp, out, push_tab, mine, meta, err_ptr, rank, n, slot, timeout,
                  WS: tl.constexpr, BLOCK: tl.constexpr, BITS: tl.constexpr,
                  TIMER: tl.constexpr):
     pid = tl.program_id(0)
-    nprog = tl.num_programs(0)
-    step = nprog * BLOCK
+    step = tl.num_programs(0) * BLOCK
     ity = tl.int16 if BITS == 16 else tl.int32
-    sentinel = -32768 if BITS == 16 else -2147450880
     buf = tl.load(meta, volatile=True)
     tab = push_tab.to(tl.pointer_type(tl.uint64))
     # 1. push: my data into slot `rank` of buffer `buf` on every rank.
     for start in range(pid * BLOCK, n, step):
         offs = start + tl.arange(0, BLOCK)
         m = offs < n
-        bits = _to_bits(tl.load(inp + offs, mask=m), BITS)
+        bits = to_bits(tl.load(inp + offs, mask=m), BITS)
         for p in tl.static_range(WS):
             dst = tl.load(tab + p).to(tl.pointer_type(ity)) + (buf * WS + rank) * slot
             tl.store(dst + offs, bits, mask=m)
@@ -64,37 +107,12 @@ def _push_kernel(inp, out, push_tab, mine, meta, err_ptr, rank, n, slot, timeout
         m = offs < n
         acc = tl.zeros([BLOCK], tl.float32)
         for p in tl.static_range(WS):
-            src = own + (buf * WS + p) * slot + offs
-            v = tl.load(src, mask=m, other=0, volatile=True)
-            t0 = now(TIMER)
-            waited = tl.zeros([], tl.int64)
-            while (tl.max((v == sentinel).to(tl.int32)) > 0) & (waited < timeout):
-                v = tl.load(src, mask=m, other=0, volatile=True)
-                if TIMER:
-                    waited = now(TIMER) - t0
-                else:
-                    waited += 1
-            if tl.max((v == sentinel).to(tl.int32)) > 0:
-                tl.store(err_ptr, p + 1)
+            v = poll_slot(own + (buf * WS + p) * slot + offs, m, err_ptr, p, timeout, BITS,
+                          TIMER)
             acc += v.to(out.dtype.element_ty, bitcast=True).to(tl.float32)
         tl.store(out + offs, acc.to(out.dtype.element_ty), mask=m)
-    # 3. clear buffer (buf + 2) % 3, as far as its last use filled it.
-    old = (buf + 2) % 3
-    halves = tl.load(meta + 2 + old)
-    own16 = mine.to(tl.pointer_type(tl.int16))
-    slot16 = slot * (BITS // 16)
-    for start in range(pid * BLOCK, halves, step):
-        offs = start + tl.arange(0, BLOCK)
-        m = offs < halves
-        for p in tl.static_range(WS):
-            tl.store(own16 + (old * WS + p) * slot16 + offs, tl.full([BLOCK], -32768, tl.int16),
-                     mask=m)
-    # 4. the last program out records this buffer's fill and moves to the next buffer.
-    arrived = tl.atomic_add(meta + 1, 1, sem="acq_rel", scope="gpu")
-    if arrived == nprog - 1:
-        tl.store(meta + 2 + buf, n * (BITS // 16))
-        tl.store(meta + 1, 0)
-        tl.store(meta, (buf + 1) % 3)
+    # 3. clear the buffer of two calls ago; the last program out moves on a buffer.
+    finish_call(meta, mine, buf, n * (BITS // 16), WS, BLOCK, slot * (BITS // 16))
 
 
 _launch = Launcher(_push_kernel)

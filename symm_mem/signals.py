@@ -10,7 +10,7 @@ iterations (the Triton interpreter has no inline asm).
 import triton
 import triton.language as tl
 
-MAX_BLOCKS = 1024  # signal slots per peer; launchers never start more programs than this
+MAX_BLOCKS = 2048  # signal slots per peer; launchers never start more programs than this
 MAX_WORLD = 8
 PAD_BYTES = MAX_BLOCKS * MAX_WORLD * 4
 

@@ -231,3 +231,58 @@ def timeout(rank, world):
             message = str(exc)
     dist.barrier()
     return {"message": message}
+
+
+def process_group_semantics(rank, world):
+    """The CPU suite's drop-in checks on NCCL: odd shapes and dtypes, COMMRT_CHECK, the op
+    captured in a CUDA graph."""
+    import commrt
+
+    comm = commrt.init()
+    dev = comm.device
+    failures = []
+    for dtype in (torch.float32, torch.float64, torch.bfloat16, torch.float16, torch.int32,
+                  torch.int64):
+        for shape in ((), (0,), (1,), (7,), (4097,), (3, 5, 7)):
+            xs = []
+            for r in range(world):
+                g = torch.Generator(device=dev).manual_seed(17 + r)
+                xs.append(torch.randn(shape, generator=g, device=dev, dtype=torch.float64)
+                          .mul(100).to(dtype))
+            ref = sum(x.double() for x in xs)
+            x = xs[rank].clone()
+            commrt.all_reduce(x)
+            tol = TOL.get(dtype, 1e-12 if dtype == torch.float64 else 0.0)
+            if not torch.allclose(x.double(), ref, rtol=tol, atol=tol):
+                failures.append(f"{dtype} {shape}")
+    # the functional op inside CUDA-graph capture, replayed with fresh data
+    stage = torch.empty(4097, device=dev)
+    out = torch.empty(4097, device=dev)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        out.copy_(torch.ops.commrt.all_reduce(stage.normal_(), comm.group_name))
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, stream=s):
+        out.copy_(torch.ops.commrt.all_reduce(stage, comm.group_name))
+    for replay in range(5):
+        xs = inputs(300 + replay, world, 4097, torch.float32, dev)
+        stage.copy_(xs[rank])
+        g.replay()
+        torch.cuda.synchronize()
+        if rel_err(out, sum(x.double() for x in xs)) > 1e-5:
+            failures.append(f"op in graph, replay {replay}")
+    return {"failures": failures}
+
+
+def check_mode(rank, world):
+    """COMMRT_CHECK=1 on NCCL: a shape mismatch raises on every rank, no hang."""
+    import commrt
+
+    comm = commrt.init()
+    try:
+        comm.all_reduce(torch.ones(4, 8 + rank, device=comm.device))
+        return {"message": ""}
+    except commrt.MismatchError as exc:
+        return {"message": str(exc)}

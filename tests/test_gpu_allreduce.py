@@ -41,3 +41,13 @@ def test_ten_thousand_back_to_back_calls_with_nccl_interleaved():
 def test_spin_timeout_names_the_peer_that_skipped_a_call():
     res = _run(ranks_gpu.timeout, env={"COMMRT_SPIN_TIMEOUT": "1"})
     assert "peer rank 1" in res[0]["message"]
+
+
+def test_drop_in_semantics_on_nccl_and_the_op_in_a_cuda_graph():
+    res = _run(ranks_gpu.process_group_semantics)
+    assert all(r["failures"] == [] for r in res)
+
+
+def test_check_mode_mismatch_raises_on_every_rank():
+    res = _run(ranks_gpu.check_mode, env={"COMMRT_CHECK": "1"})
+    assert all("rank 1: shape (4, 9)" in r["message"] for r in res)

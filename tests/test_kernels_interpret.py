@@ -34,6 +34,19 @@ def make_input(seed: int, rank: int, call: int, n: int, dtype) -> torch.Tensor:
     return x.to(dtype)
 
 
+EPS = 1e-5
+FUSED_CFG = {"warps": 1, "blocks": 3}
+
+
+def fused_inputs(rank: int, call: int, shape, dtype):
+    """x differs per rank; residual and weight are replicated, as in tensor parallelism."""
+    rows, hidden = shape
+    x = make_input(1, rank, call, rows * hidden, dtype).view(rows, hidden)
+    res = make_input(2, 0, call, rows * hidden, dtype).view(rows, hidden)
+    w = make_input(3, 0, call, hidden, dtype)
+    return x, res, w
+
+
 def _rank_main(rank, world, buffers, cases, barrier, queue, skip):
     try:
         from commrt import custom  # noqa: I001
@@ -46,6 +59,12 @@ def _rank_main(rank, world, buffers, cases, barrier, queue, skip):
         for call, (algo, dtype, n, inplace) in enumerate(cases):
             if (rank, call) in skip:
                 outs.append(None)
+                continue
+            if isinstance(n, tuple):  # fused: n = (rows, hidden)
+                x, res, w = fused_inputs(rank, call, n, dtype)
+                normed, new_res = torch.empty_like(x), torch.empty_like(x)
+                custom.run_fused(algo, ws, x, res, w, normed, new_res, EPS, dict(FUSED_CFG), 1.0)
+                outs.append(torch.cat([normed, new_res]))
                 continue
             x = make_input(0, rank, call, n, dtype)
             out = x if inplace else torch.full_like(x, float("nan"))
@@ -94,7 +113,19 @@ def run_ranks(world: int, cases, skip=()):
 
 
 def check(world, cases, results):
+    from commrt.symm_mem.fused_rmsnorm import reference
+
     for call, (algo, dtype, n, _) in enumerate(cases):
+        if isinstance(n, tuple):
+            outs = [results[r][0][call] for r in range(world)]
+            assert all(torch.equal(outs[0], o) for o in outs), f"fused {algo}: ranks differ"
+            xs = [fused_inputs(r, call, n, dtype) for r in range(world)]
+            y, z = reference(sum(x.double() for x, _, _ in xs), xs[0][1], xs[0][2], EPS)
+            got_y, got_z = outs[0][:n[0]], outs[0][n[0]:]
+            for name, got, ref in (("normed", got_y, y), ("new_residual", got_z, z.double())):
+                err = (got.double() - ref).norm() / ref.norm()
+                assert err < 2e-2, f"fused {algo} {dtype} {n} {name}: {err:.3g}"
+            continue
         ref = sum(make_input(0, r, call, n, dtype).double() for r in range(world))
         outs = [results[r][0][call] for r in range(world)]
         for r in range(1, world):
@@ -140,3 +171,27 @@ def test_spin_timeout_names_the_missing_peer():
     cases = [("one_shot", torch.float32, 64, False)]
     results = run_ranks(2, cases, skip=[(1, 0)])
     assert results[0][1] == 2  # 1 + the stuck peer's rank
+
+
+@pytest.mark.parametrize("world", [4, 8])
+def test_every_kernel_at_larger_world_sizes(world):
+    # The 4- and 8-GPU machines are withheld; the kernels must still take any world size.
+    cases = [(a, torch.bfloat16, n, n % 2 == 1) for a in
+             ("one_shot_push", "one_shot", "two_shot", "two_shot_push") for n in (3, 130)]
+    results = run_ranks(world, cases)
+    assert all(err == 0 for _, err in results)
+    check(world, cases, results)
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_fused_residual_rmsnorm_kernels(world):
+    # hidden sizes that are and are not powers of two; rows fewer and more than programs;
+    # 200 x 96 fp32 is reduced in pieces: 170 rows fit the one_shot data region, 84 the
+    # two_shot scratch (16384 elements / (2 * world * 96), in whole rows per owner).
+    cases = [(a, dt, shape, False) for a in ("one_shot_push", "one_shot", "two_shot_push")
+             for dt, shape in ((torch.bfloat16, (1, 64)), (torch.float16, (5, 96)),
+                               (torch.float32, (200, 96)))
+             if not (a == "one_shot_push" and shape == (200, 96))]
+    results = run_ranks(world, cases)
+    assert all(err == 0 for _, err in results)
+    check(world, cases, results)
