@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import queue as queue_mod
 import socket
+import time
 import traceback
 
 import torch.multiprocessing as mp
@@ -53,10 +55,19 @@ def run(fn, world: int = 2, *args, backend: str = "gloo", env: dict | None = Non
     for p in procs:
         p.start()
     results: dict[int, object] = {}
-    errors = []
+    errors: list[str] = []
+    deadline = time.monotonic() + timeout
     try:
-        for _ in range(world):
-            rank, status, value = queue.get(timeout=timeout)
+        while len(results) + len(errors) < world:
+            try:
+                rank, status, value = queue.get(timeout=2)
+            except queue_mod.Empty:
+                dead = [f"rank {r} exited with code {p.exitcode} without reporting"
+                        for r, p in enumerate(procs) if p.exitcode not in (None, 0)]
+                if dead or time.monotonic() > deadline:
+                    errors += dead or [f"ranks did not report within {timeout} s"]
+                    break
+                continue
             if status == "ok":
                 results[rank] = value
             else:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import importlib.util
 import io
 import os
+import queue as queue_mod
+import time
 import traceback
 
 import pytest
@@ -47,12 +49,16 @@ def fused_inputs(rank: int, call: int, shape, dtype):
     return x, res, w
 
 
-def _rank_main(rank, world, buffers, cases, barrier, queue, skip):
+def _rank_main(rank, world, names, cases, barrier, queue, skip):
     try:
+        from multiprocessing import shared_memory
+
         from commrt import custom  # noqa: I001
         from commrt.symm_mem.workspace import Workspace
 
-        ws = Workspace(list(buffers), rank, DATA_BYTES, SLOT_BYTES, "interp")
+        blocks = [shared_memory.SharedMemory(name=n) for n in names]  # attach by name
+        buffers = [torch.frombuffer(b.buf, dtype=torch.uint8) for b in blocks]
+        ws = Workspace(buffers, rank, DATA_BYTES, SLOT_BYTES, "interp")
         ws.clear()
         barrier.wait()
         outs = []
@@ -73,19 +79,26 @@ def _rank_main(rank, world, buffers, cases, barrier, queue, skip):
         blob = io.BytesIO()
         torch.save(outs, blob)  # bytes, not shared tensors: this process exits next
         queue.put((rank, blob.getvalue(), int(ws.err.item())))
+        del ws, buffers
+        for b in blocks:
+            b.close()
     except BaseException as exc:
         queue.put((rank, f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}", -1))
 
 
 def run_ranks(world: int, cases, skip=()):
-    ctx = mp.get_context("spawn")
+    """Each rank's (outputs, error flag); every rank's workspace is a named shared-memory
+    block that each process maps itself."""
+    from multiprocessing import shared_memory
+
     from commrt.symm_mem.workspace import Workspace
 
+    ctx = mp.get_context("spawn")
     total = Workspace.total_bytes(world, DATA_BYTES, SLOT_BYTES)
-    buffers = [torch.empty(total, dtype=torch.uint8).share_memory_() for _ in range(world)]
+    blocks = [shared_memory.SharedMemory(create=True, size=total) for _ in range(world)]
     barrier, queue = ctx.Barrier(world), ctx.Queue()
-    procs = [ctx.Process(target=_rank_main,
-                         args=(r, world, buffers, cases, barrier, queue, set(skip)))
+    procs = [ctx.Process(target=_rank_main, args=(r, world, [b.name for b in blocks], cases,
+                                                  barrier, queue, set(skip)))
              for r in range(world)]
     old = os.environ.get("TRITON_INTERPRET")
     os.environ["TRITON_INTERPRET"] = "1"  # inherited by the children at start
@@ -98,9 +111,17 @@ def run_ranks(world: int, cases, skip=()):
         else:
             os.environ["TRITON_INTERPRET"] = old
     got = {}
+    deadline = time.monotonic() + 600
     try:
-        for _ in range(world):
-            rank, outs, err = queue.get(timeout=600)
+        while len(got) < world:
+            try:
+                rank, outs, err = queue.get(timeout=2)
+            except queue_mod.Empty:
+                dead = [f"rank {r} exited with code {p.exitcode}" for r, p in enumerate(procs)
+                        if r not in got and p.exitcode not in (None, 0)]
+                if dead or time.monotonic() > deadline:
+                    raise AssertionError("; ".join(dead) or "ranks timed out") from None
+                continue
             if isinstance(outs, str):
                 raise AssertionError(f"rank {rank} failed:\n{outs}")
             got[rank] = (torch.load(io.BytesIO(outs)), err)
@@ -109,6 +130,9 @@ def run_ranks(world: int, cases, skip=()):
             p.join(timeout=30)
             if p.is_alive():
                 p.kill()
+        for b in blocks:
+            b.close()
+            b.unlink()
     return [got[r] for r in range(world)]
 
 
