@@ -269,6 +269,85 @@ def tune(comm: Communicator, sizes: list[int], dtype, progress=None) -> tuple[di
     return section, raw, excluded
 
 
+FUSED_KIND = "all_reduce_residual_rmsnorm"
+FUSED_CONFIGS = {"one_shot_push": [dict(warps=w, blocks=g) for w in (4, 8) for g in (32, 132)],
+                 "one_shot": [dict(warps=w, blocks=g) for w in (8, 16) for g in (32, 132)],
+                 "two_shot_push": [dict(warps=w, blocks=g) for w in (8, 16) for g in (32, 132)]}
+
+
+def fused_call(comm: Communicator, algorithm: str, rows: int, hidden: int, dtype,
+               config: dict | None = None, seed: int = 0):
+    """(call, wrong) for the fused op run by ``algorithm`` ("nccl": the unfused path).
+
+    With ``config`` our kernel runs with that launch config, else with the table's.
+    ``wrong()`` runs one call and counts elements off the float64 reference on all ranks.
+    """
+    from commrt import custom
+    from commrt.symm_mem.fused_rmsnorm import reference
+
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    res = torch.randn(rows, hidden, generator=g).to(dtype).to(comm.device)
+    w = torch.randn(hidden, generator=g).to(dtype).to(comm.device)
+    xs = [torch.randn(rows, hidden, generator=g).to(dtype) for _ in range(comm.world_size)]
+    x = xs[comm.rank].to(comm.device)
+    y, z = torch.empty_like(x), torch.empty_like(x)
+
+    def call():
+        if config is None or algorithm == "nccl":
+            return comm.all_reduce_residual_rmsnorm(x, res, w, 1e-5, algorithm=algorithm)
+        custom.run_fused(algorithm, comm.workspace, x, res, w, y, z, 1e-5, config,
+                         comm.config.spin_timeout)
+        return y, z
+
+    def wrong() -> int:
+        got_y, got_z = call()
+        ry, rz = reference(sum(t.double() for t in xs).to(comm.device), res, w, 1e-5)
+        tol = 2e-2 if dtype != torch.float32 else 1e-4
+        bad = (~torch.isclose(got_y.double(), ry, rtol=tol, atol=tol)).sum() + \
+            (~torch.isclose(got_z.double(), rz.double(), rtol=tol, atol=tol)).sum()
+        n = bad.reshape(1).to(comm.device)
+        dist.all_reduce(n, group=comm.group)
+        return int(n.item())
+    return call, wrong
+
+
+def tune_fused(comm: Communicator, rows_list: list[int], hidden: int, dtype,
+               progress=None) -> tuple[dict, list]:
+    """Rank the fused kernels against the unfused path ("nccl") per message size."""
+    section: dict[str, list] = {}
+    raw = []
+    for mode in ("graph", "eager"):
+        rows_out = []
+        for rows in rows_list:
+            nbytes = rows * hidden * torch.empty((), dtype=dtype).element_size()
+            q = Query(nbytes, dtype, "sum", mode, comm.device.type, FUSED_KIND, hidden)
+            ranking = []
+            for name in ("one_shot_push", "one_shot", "two_shot_push", "nccl"):
+                if why_not(name, q, comm.facts):
+                    continue
+                best = None
+                for cfg in FUSED_CONFIGS.get(name, [None]):
+                    call, wrong = fused_call(comm, name, rows, hidden, dtype, cfg)
+                    bad = wrong()
+                    dist.barrier(comm.group)
+                    us = time_graph(call, comm.device, group=comm.group) if mode == "graph" \
+                        else time_eager(call, comm.device)
+                    us = agree_median(us, comm.group, comm.device)
+                    raw.append({"mode": mode, "rows": rows, "hidden": hidden, "algorithm": name,
+                                "config": cfg, "us": us, "wrong": bad})
+                    if not bad and (best is None or us < best[0]):
+                        best = (us, cfg)
+                if best is not None:
+                    ranking.append({"algorithm": name, "config": best[1] or {},
+                                    "us": round(best[0], 3)})
+            ranking.sort(key=lambda c: c["us"])
+            rows_out.append({"max_bytes": nbytes, "ranking": ranking})
+            if progress:
+                progress(f"fused {mode} {rows}x{hidden}: {ranking[0]['algorithm']}")
+        section[mode] = rows_out
+    return section, raw
+
+
 def progress_printer(rank: int, total: int) -> Callable[[str], None]:
     """A one-line progress bar on rank 0's stderr."""
     state = {"done": 0}

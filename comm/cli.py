@@ -108,6 +108,13 @@ def _info(comm, args) -> None:
         for nbytes in [1 << k for k in range(10, 29, 2)]:
             d = comm.dispatcher.decide(nbytes, dtype, "sum", mode, comm.device.type)
             lines.append(f"  {mode:<5} {nbytes:>10} B  {d}")
+    lines.append("fused all-reduce + residual + RMSNorm decisions (hidden 4096):")
+    for mode in ("graph", "eager"):
+        for rows in (1, 8, 32, 128, 512, 2048):
+            nbytes = rows * 4096 * torch.empty((), dtype=dtype).element_size()
+            d = comm.dispatcher.decide(nbytes, dtype, "sum", mode, comm.device.type,
+                                       "all_reduce_residual_rmsnorm", 4096)
+            lines.append(f"  {mode:<5} {rows:>5} rows  {d}")
     _say(comm, "\n".join(lines))
 
 
@@ -145,8 +152,11 @@ def _tune(comm, args) -> None:
         raise SystemExit("commrt tune: needs CUDA GPUs (there is nothing to tune on gloo)")
     sizes = bench.sizes_between(_config.parse_bytes(args.min_bytes),
                                 _config.parse_bytes(args.max_bytes))
-    show = bench.progress_printer(comm.rank, 2 * len(sizes))
+    fused_rows = [1 << k for k in range(0, 12)]  # 1..2048 rows of hidden 4096
+    show = bench.progress_printer(comm.rank, 2 * len(sizes) + 2 * len(fused_rows))
     section, raw, excluded = bench.tune(comm, sizes, torch.bfloat16, show)
+    fused_section, fused_raw = bench.tune_fused(comm, fused_rows, 4096, torch.bfloat16, show)
+    raw += fused_raw
     for line in excluded:
         _say(comm, f"commrt tune: left out (wrong results): {line}")
     m = bench.meta(comm, "commrt " + " ".join(sys.argv[1:]))
@@ -155,7 +165,7 @@ def _tune(comm, args) -> None:
              "provenance": {**m, "measured_by": "commrt tune", "dtype": "bf16",
                             "excluded": excluded,
                             "note": "bf16 timings rank algorithms for every dtype by bytes"},
-             "ops": {"all_reduce": section}}
+             "ops": {"all_reduce": section, bench.FUSED_KIND: fused_section}}
     _table.parse(table, "<tuner output>")  # never write a table the loader would refuse
     if comm.rank != 0:
         return

@@ -286,3 +286,59 @@ def check_mode(rank, world):
         return {"message": ""}
     except commrt.MismatchError as exc:
         return {"message": str(exc)}
+
+
+def fused_rmsnorm(rank, world):
+    """all_reduce_residual_rmsnorm: every fused kernel and the unfused path against float64,
+    hidden sizes 2048-8192 and odd ones, batch 1-512, eager and CUDA graph; ranks agree."""
+    import commrt
+    from commrt.symm_mem.fused_rmsnorm import reference
+
+    comm = commrt.init()
+    dev = comm.device
+    failures, ran = [], 0
+    for algo in ("one_shot_push", "one_shot", "two_shot_push", "nccl", None):
+        for dtype in DTYPES:
+            for hidden in (2048, 4096, 8192, 5120 + 24, 1000 + 3):
+                for batch in (1, 7, 32, 512):
+                    if algo == "one_shot_push" and batch * hidden * 4 > comm.facts.push_bytes:
+                        continue
+                    g = torch.Generator(device=dev).manual_seed(batch * 7 + hidden)
+                    xs = [torch.randn(batch, hidden, generator=g, device=dev).to(dtype)
+                          for _ in range(world)]
+                    res = torch.randn(batch, hidden, generator=g, device=dev).to(dtype)
+                    w = torch.randn(hidden, generator=g, device=dev).to(dtype)
+                    y, z = comm.all_reduce_residual_rmsnorm(xs[rank], res, w, 1e-5,
+                                                             algorithm=algo)
+                    ry, rz = reference(sum(x.double() for x in xs), res, w, 1e-5)
+                    ey, ez = rel_err(y, ry), rel_err(z, rz.double())
+                    same = same_on_all_ranks(y) and same_on_all_ranks(z)
+                    ran += 1
+                    if max(ey, ez) > 2 * TOL[dtype] or (algo != "nccl" and not same):
+                        failures.append(f"{algo} {dtype} {batch}x{hidden}: {ey:.1e} {ez:.1e} "
+                                        f"same={same}")
+    # inside a CUDA graph, replayed with fresh data
+    for algo in ("one_shot_push", "one_shot", "two_shot_push"):
+        x = torch.empty(16, 4096, device=dev, dtype=torch.bfloat16)
+        res = torch.empty_like(x)
+        w = torch.randn(4096, device=dev, dtype=torch.bfloat16)
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            comm.all_reduce_residual_rmsnorm(x.normal_(), res.normal_(), w, 1e-5, algorithm=algo)
+        torch.cuda.current_stream().wait_stream(s)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=s):
+            y, z = comm.all_reduce_residual_rmsnorm(x, res, w, 1e-5, algorithm=algo)
+        for replay in range(5):
+            xs = [t.view(16, 4096) for t in inputs(700 + replay, world, 16 * 4096,
+                                                   torch.bfloat16, dev)]
+            x.copy_(xs[rank])
+            res.copy_(xs[0] * 0.5)  # replicated across ranks, as in TP
+            graph.replay()
+            torch.cuda.synchronize()
+            ry, rz = reference(sum(t.double() for t in xs), res, w, 1e-5)
+            if max(rel_err(y, ry), rel_err(z, rz.double())) > 2e-2:
+                failures.append(f"graph {algo} replay {replay}")
+    comm.check_health()
+    return {"failures": failures, "ran": ran}

@@ -51,3 +51,8 @@ def test_drop_in_semantics_on_nccl_and_the_op_in_a_cuda_graph():
 def test_check_mode_mismatch_raises_on_every_rank():
     res = _run(ranks_gpu.check_mode, env={"COMMRT_CHECK": "1"})
     assert all("rank 1: shape (4, 9)" in r["message"] for r in res)
+
+
+def test_fused_residual_rmsnorm_matches_float64_on_every_path():
+    res = _run(ranks_gpu.fused_rmsnorm)
+    assert all(r["failures"] == [] for r in res) and res[0]["ran"] > 100

@@ -12,79 +12,23 @@ import io
 import os
 import queue as queue_mod
 import time
-import traceback
 
 import pytest
 import torch
 import torch.multiprocessing as mp
+from ranks_interpret import (
+    DATA_BYTES,
+    DTYPES,
+    EPS,
+    SLOT_BYTES,
+    _rank_main,
+    fused_inputs,
+    make_input,
+)
 
 # Never import triton here: the spawned ranks must import it with TRITON_INTERPRET set.
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None,
                                 reason="triton is not installed")
-
-DATA_BYTES = 64 * 1024
-SLOT_BYTES = 16 * 1024
-SMALL = {"block": 64, "warps": 1, "blocks": 4}  # several programs and grid-stride loops
-DTYPES = (torch.float32, torch.bfloat16, torch.float16)
-
-
-def make_input(seed: int, rank: int, call: int, n: int, dtype) -> torch.Tensor:
-    g = torch.Generator().manual_seed(seed * 1_000_003 + rank * 7919 + call)
-    x = torch.randn(n, generator=g, dtype=torch.float64)
-    if n > 3:
-        x[1] = -0.0  # the push sentinel's value must survive as zero
-    return x.to(dtype)
-
-
-EPS = 1e-5
-FUSED_CFG = {"warps": 1, "blocks": 3}
-
-
-def fused_inputs(rank: int, call: int, shape, dtype):
-    """x differs per rank; residual and weight are replicated, as in tensor parallelism."""
-    rows, hidden = shape
-    x = make_input(1, rank, call, rows * hidden, dtype).view(rows, hidden)
-    res = make_input(2, 0, call, rows * hidden, dtype).view(rows, hidden)
-    w = make_input(3, 0, call, hidden, dtype)
-    return x, res, w
-
-
-def _rank_main(rank, world, names, cases, barrier, queue, skip):
-    try:
-        from multiprocessing import shared_memory
-
-        from commrt import custom  # noqa: I001
-        from commrt.symm_mem.workspace import Workspace
-
-        blocks = [shared_memory.SharedMemory(name=n) for n in names]  # attach by name
-        buffers = [torch.frombuffer(b.buf, dtype=torch.uint8) for b in blocks]
-        ws = Workspace(buffers, rank, DATA_BYTES, SLOT_BYTES, "interp")
-        ws.clear()
-        barrier.wait()
-        outs = []
-        for call, (algo, dtype, n, inplace) in enumerate(cases):
-            if (rank, call) in skip:
-                outs.append(None)
-                continue
-            if isinstance(n, tuple):  # fused: n = (rows, hidden)
-                x, res, w = fused_inputs(rank, call, n, dtype)
-                normed, new_res = torch.empty_like(x), torch.empty_like(x)
-                custom.run_fused(algo, ws, x, res, w, normed, new_res, EPS, dict(FUSED_CFG), 1.0)
-                outs.append(torch.cat([normed, new_res]))
-                continue
-            x = make_input(0, rank, call, n, dtype)
-            out = x if inplace else torch.full_like(x, float("nan"))
-            custom.run(algo, ws, x, out, dict(SMALL), timeout=1.0)
-            outs.append(out.clone())
-        blob = io.BytesIO()
-        torch.save(outs, blob)  # bytes, not shared tensors: this process exits next
-        queue.put((rank, blob.getvalue(), int(ws.err.item())))
-        del ws, buffers
-        for b in blocks:
-            b.close()
-    except BaseException as exc:
-        queue.put((rank, f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}", -1))
-
 
 def run_ranks(world: int, cases, skip=()):
     """Each rank's (outputs, error flag); every rank's workspace is a named shared-memory
