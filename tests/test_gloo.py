@@ -42,3 +42,8 @@ def test_rank_disagreement_falls_back_with_one_warning():
         assert r["blocked"].startswith("ranks disagree on") and "config" in r["blocked"]
         assert r["sum"] == [2.0] * 4
     assert len(res[0]["warned"]) == 1 and res[1]["warned"] == []
+
+
+def test_fx_fusion_pass_keeps_numerics_with_two_ranks():
+    res = spawn.run(ranks_gloo.fx_fused_numerics, 2)
+    assert all(r["fused"] == 2 and r["close"] for r in res), res

@@ -1,0 +1,13 @@
+"""commrt's compiler-side passes on aten FX graphs.
+
+    commrt.fx.install()                    # Inductor post-grad pass (FX cache friendly)
+    with commrt.fx.installed(): ...        # the same, scoped
+    torch.compile(m, backend=commrt.fx.backend)   # aot_eager + commrt's passes
+    commrt.fx.fuse_allreduce_rmsnorm(gm)   # one pass, standalone, on a GraphModule
+"""
+
+from .fuse_rmsnorm import FusionReport, fuse_allreduce_rmsnorm
+from .registration import CommrtPass, backend, install, installed, last_reports, uninstall
+
+__all__ = ["CommrtPass", "FusionReport", "backend", "fuse_allreduce_rmsnorm", "install",
+           "installed", "last_reports", "uninstall"]

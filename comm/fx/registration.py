@@ -1,0 +1,101 @@
+"""Registering commrt's FX passes with torch.compile.
+
+``install()`` sets Inductor's ``post_grad_custom_post_pass`` to a ``CustomGraphPass``
+whose ``uuid()`` names the passes and their versions (so the FX graph cache keeps
+working), running after any pass the user had registered there. ``backend`` is an
+``aot_eager``-style torch.compile backend that runs the same passes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+
+import torch
+from torch._inductor.custom_graph_pass import CustomGraphPass
+
+from .fuse_rmsnorm import fuse_allreduce_rmsnorm
+
+PASSES = {"fuse_rmsnorm": fuse_allreduce_rmsnorm}
+last_reports: list = []  # the reports of the most recent graphs (newest last, at most 16)
+
+
+class CommrtPass(CustomGraphPass):
+    """commrt's passes, after ``previous`` (another custom pass, or None)."""
+
+    def __init__(self, passes: tuple[str, ...], previous=None):
+        unknown = sorted(set(passes) - set(PASSES))
+        if unknown:
+            raise ValueError(f"unknown commrt FX pass {unknown}; known: {sorted(PASSES)}")
+        self.passes = passes
+        self.previous = previous
+
+    def __call__(self, graph: torch.fx.Graph) -> None:
+        if self.previous is not None:
+            self.previous(graph)
+        for name in self.passes:
+            last_reports.append((name, PASSES[name](graph)))
+        del last_reports[:-16]
+
+    def uuid(self) -> bytes:
+        """Changes with the passes chosen, their source code and the chained pass."""
+        from torch._inductor.custom_graph_pass import get_hash_for_files
+
+        from . import fuse_rmsnorm
+
+        prev = self.previous.uuid() if isinstance(self.previous, CustomGraphPass) else None
+        code = get_hash_for_files((__file__, fuse_rmsnorm.__file__))
+        blob = f"commrt-fx/{','.join(self.passes)}/{prev!r}".encode() + code
+        return hashlib.sha256(blob).digest()
+
+
+def install(fuse_rmsnorm: bool = True) -> CommrtPass:
+    """Register commrt's passes as Inductor's post-grad custom pass; returns the pass."""
+    import torch._inductor.config as inductor_config
+
+    passes = tuple(n for n, on in (("fuse_rmsnorm", fuse_rmsnorm),) if on)
+    current = inductor_config.post_grad_custom_post_pass
+    if isinstance(current, CommrtPass):
+        current = current.previous
+    p = CommrtPass(passes, current)
+    inductor_config.post_grad_custom_post_pass = p
+    return p
+
+
+def uninstall() -> None:
+    """Restore whatever custom pass was registered before ``install()``."""
+    import torch._inductor.config as inductor_config
+
+    current = inductor_config.post_grad_custom_post_pass
+    if isinstance(current, CommrtPass):
+        inductor_config.post_grad_custom_post_pass = current.previous
+
+
+@contextlib.contextmanager
+def installed(**options):
+    """``with commrt.fx.installed(): torch.compile(model)(...)``."""
+    import torch._inductor.config as inductor_config
+
+    before = inductor_config.post_grad_custom_post_pass
+    install(**options)
+    try:
+        yield
+    finally:
+        inductor_config.post_grad_custom_post_pass = before
+
+
+def _aot_eager_with_passes():
+    from torch._dynamo.backends.common import aot_autograd
+
+    def compile_graph(gm: torch.fx.GraphModule, example_inputs):
+        for name in ("fuse_rmsnorm",):
+            last_reports.append((name, PASSES[name](gm)))
+        del last_reports[:-16]
+        return gm.forward
+
+    return aot_autograd(fw_compiler=compile_graph, bw_compiler=compile_graph)
+
+
+def backend(gm, example_inputs):
+    """torch.compile backend: aot_eager with commrt's passes (no Inductor)."""
+    return _aot_eager_with_passes()(gm, example_inputs)
