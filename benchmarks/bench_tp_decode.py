@@ -130,6 +130,9 @@ def main() -> None:
     p.add_argument("--batches", default="1,8,32,128")
     p.add_argument("--ctx", type=int, default=1024)
     p.add_argument("--prefill", type=int, default=2048)
+    p.add_argument("--compiled-batches", default="1,8",
+                   help="decode batches that also run torch.compile(model) without and with "
+                        "commrt.fx installed (compiling costs minutes)")
     p.add_argument("--out-dir", default="benchmarks/results")
     args = p.parse_args()
     local = int(os.environ.get("LOCAL_RANK", 0))
@@ -162,13 +165,25 @@ def main() -> None:
             model.reduce, model.fused = red, fused
             logits[name] = model.forward(x, caches).float()
             ms[name] = graph_time(lambda: model.forward(x, caches))  # noqa: B023
+        if phase == "decode" and str(batch) in args.compiled_batches.split(","):
+            import commrt.fx
+
+            model.reduce, model.fused = (lambda t: dist.all_reduce(t)), None
+            for name, install in (("compiled", False), ("compiled + commrt.fx", True)):
+                torch._dynamo.reset()
+                with commrt.fx.installed(fuse_rmsnorm=install):
+                    fwd = torch.compile(model.forward, fullgraph=True, dynamic=False)
+                    logits[name] = fwd(x, caches).float()
+                    ms[name] = graph_time(lambda: fwd(x, caches))  # noqa: B023
         a = logits["dist.all_reduce"]
         err = max(float((a - b).norm() / a.norm()) for b in logits.values())
         tokens = batch * seq
         row = {"phase": phase, "batch": batch, "tokens": tokens, "ms": ms,
                "tokens_per_s": {k: tokens / (v / 1e3) for k, v in ms.items()},
                "speedup": ms["dist.all_reduce"] / ms["commrt.all_reduce"],
-               "speedup_fused": ms["dist.all_reduce"] / ms["commrt fused"], "logits_rel_err": err,
+               "speedup_fused": ms["dist.all_reduce"] / ms["commrt fused"],
+               "speedup_compiled_fx": ms["dist.all_reduce"] / ms["compiled + commrt.fx"]
+               if "compiled + commrt.fx" in ms else None, "logits_rel_err": err,
                "allreduce_bytes": tokens * shape["hidden"] * 2,
                "commrt_algorithm": comm.dispatcher.decide(tokens * shape["hidden"] * 2,
                                                           torch.bfloat16, "sum", "graph").algorithm}
