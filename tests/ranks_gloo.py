@@ -198,3 +198,40 @@ def fx_fused_numerics(rank, world):
     close_ = all(float((a.double() - b.double()).norm() / b.double().norm()) < 1e-2
                  for a, b in zip(got, ref, strict=True))
     return {"fused": fused, "close": close_}
+
+
+def fx_overlap_numerics(rank, world):
+    """Gradient-style all-reduces between matmuls: compiled with commrt's overlap pass
+    against compiled without it (bitwise) and eager (tolerance), on 2 gloo ranks."""
+    import torch._inductor.config as ic
+    import torch.distributed._functional_collectives as fc
+
+    import commrt.fx
+
+    ws = [make(60 + i, 0, (32, 32), torch.float32) for i in range(4)]
+
+    def step(x):
+        outs = []
+        for wt in ws:
+            outs.append(fc.all_reduce(x @ wt, "sum", dist.group.WORLD))
+            x = torch.relu(x @ wt.t())
+        return x, outs
+
+    x = make(70, rank, (8, 32), torch.float32)
+    ref = step(x)
+    results = {}
+    for name, on in (("plain", False), ("overlap", True)):
+        commrt.fx.last_reports.clear()
+        torch._dynamo.reset()
+        with commrt.fx.installed(fuse_rmsnorm=False, overlap=on), ic.patch(fx_graph_cache=False):
+            results[name] = torch.compile(step, fullgraph=True)(x)
+        if on:
+            reps = [r for n, r in commrt.fx.last_reports if n == "overlap"]
+    flat = torch.utils._pytree.tree_leaves
+    return {"bitwise": all(torch.equal(a, b) for a, b in zip(flat(results["overlap"]),
+                                                             flat(results["plain"]),
+                                                             strict=True)),
+            "close": all(torch.allclose(a, b, rtol=1e-5, atol=1e-5)
+                         for a, b in zip(flat(results["overlap"]), flat(ref), strict=True)),
+            "buckets": sum(r.buckets for r in reps), "before": sum(r.collectives_before
+                                                                  for r in reps)}

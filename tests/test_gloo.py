@@ -47,3 +47,9 @@ def test_rank_disagreement_falls_back_with_one_warning():
 def test_fx_fusion_pass_keeps_numerics_with_two_ranks():
     res = spawn.run(ranks_gloo.fx_fused_numerics, 2)
     assert all(r["fused"] == 2 and r["close"] for r in res), res
+
+
+def test_fx_overlap_pass_keeps_numerics_with_two_ranks():
+    res = spawn.run(ranks_gloo.fx_overlap_numerics, 2)
+    for r in res:
+        assert r["bitwise"] and r["close"] and r["before"] == 4, r

@@ -4,10 +4,12 @@
     with commrt.fx.installed(): ...        # the same, scoped
     torch.compile(m, backend=commrt.fx.backend)   # aot_eager + commrt's passes
     commrt.fx.fuse_allreduce_rmsnorm(gm)   # one pass, standalone, on a GraphModule
+    commrt.fx.overlap_and_bucket(gm)       # bucket and reorder collectives -> OverlapReport
 """
 
 from .fuse_rmsnorm import FusionReport, fuse_allreduce_rmsnorm
+from .overlap import OverlapReport, overlap_and_bucket
 from .registration import CommrtPass, backend, install, installed, last_reports, uninstall
 
-__all__ = ["CommrtPass", "FusionReport", "backend", "fuse_allreduce_rmsnorm", "install",
-           "installed", "last_reports", "uninstall"]
+__all__ = ["CommrtPass", "FusionReport", "OverlapReport", "backend", "fuse_allreduce_rmsnorm",
+           "install", "installed", "last_reports", "overlap_and_bucket", "uninstall"]

@@ -15,8 +15,10 @@ import torch
 from torch._inductor.custom_graph_pass import CustomGraphPass
 
 from .fuse_rmsnorm import fuse_allreduce_rmsnorm
+from .overlap import overlap_and_bucket
 
-PASSES = {"fuse_rmsnorm": fuse_allreduce_rmsnorm}
+# In the order they run: fusing first, so that the overlap pass sees the fused ops.
+PASSES = {"fuse_rmsnorm": fuse_allreduce_rmsnorm, "overlap": overlap_and_bucket}
 last_reports: list = []  # the reports of the most recent graphs (newest last, at most 16)
 
 
@@ -41,19 +43,20 @@ class CommrtPass(CustomGraphPass):
         """Changes with the passes chosen, their source code and the chained pass."""
         from torch._inductor.custom_graph_pass import get_hash_for_files
 
-        from . import fuse_rmsnorm
+        from . import bucketing, cost, fuse_rmsnorm, overlap
 
         prev = self.previous.uuid() if isinstance(self.previous, CustomGraphPass) else None
-        code = get_hash_for_files((__file__, fuse_rmsnorm.__file__))
+        code = get_hash_for_files(tuple(m.__file__ for m in (fuse_rmsnorm, overlap, bucketing,
+                                                              cost)) + (__file__,))
         blob = f"commrt-fx/{','.join(self.passes)}/{prev!r}".encode() + code
         return hashlib.sha256(blob).digest()
 
 
-def install(fuse_rmsnorm: bool = True) -> CommrtPass:
+def install(fuse_rmsnorm: bool = True, overlap: bool = True) -> CommrtPass:
     """Register commrt's passes as Inductor's post-grad custom pass; returns the pass."""
     import torch._inductor.config as inductor_config
 
-    passes = tuple(n for n, on in (("fuse_rmsnorm", fuse_rmsnorm),) if on)
+    passes = tuple(n for n, on in (("fuse_rmsnorm", fuse_rmsnorm), ("overlap", overlap)) if on)
     current = inductor_config.post_grad_custom_post_pass
     if isinstance(current, CommrtPass):
         current = current.previous
@@ -88,7 +91,7 @@ def _aot_eager_with_passes():
     from torch._dynamo.backends.common import aot_autograd
 
     def compile_graph(gm: torch.fx.GraphModule, example_inputs):
-        for name in ("fuse_rmsnorm",):
+        for name in PASSES:
             last_reports.append((name, PASSES[name](gm)))
         del last_reports[:-16]
         return gm.forward

@@ -1,0 +1,199 @@
+"""The two steps of ``overlap_and_bucket``: merge all-reduces into buckets (when the
+schedule they would get hides at least as much), then place every start right after
+its inputs and every wait right before its first use, within the memory budget."""
+
+from __future__ import annotations
+
+import itertools
+
+import torch
+import torch.fx as fx
+
+c10d = torch.ops._c10d_functional
+aten = torch.ops.aten
+
+
+def _fake_mode(graph: fx.Graph):
+    from torch._guards import detect_fake_mode
+
+    return detect_fake_mode([n.meta["val"] for n in graph.nodes
+                             if isinstance(n.meta.get("val"), torch.Tensor)])
+
+
+def _call(graph: fx.Graph, fake, target, args, like: torch.Tensor, shape) -> fx.Node:
+    """A new node with a contiguous fake ``val`` of ``shape`` (and ``like``'s dtype and
+    device), made from a meta tensor: running every new op in fake mode costs ~1 ms a node."""
+    node = graph.call_function(target, args)
+    if fake is not None:
+        meta = torch.empty(shape, dtype=like.dtype, device="meta")
+        node.meta["val"] = fake.fake_tensor_converter.from_meta_and_device(fake, meta,
+                                                                          like.device)
+    return node
+
+
+def _span(c, pos) -> tuple[int, int]:
+    """(position its input is ready, position of its first use)."""
+    src = c.start.args[0]
+    ready = pos[src] if isinstance(src, fx.Node) else 0
+    users = [pos[u] for u in c.end.users]
+    return ready, min(users) if users else len(pos)
+
+
+def bucket(graph: fx.Graph, colls: list, model, cap: int) -> tuple[list, int]:
+    """Merge runs of same-key all-reduces whose merged schedule exposes no more time."""
+    order = list(graph.nodes)
+    pos = {n: i for i, n in enumerate(order)}
+    prefix = list(itertools.accumulate((model.compute_us(n) for n in order), initial=0.0))
+
+    def exposed(nbytes, key, ready, use):
+        cost = model.comm_us(key[0], nbytes, key[3], key[1])
+        if key[0] == "commrt_all_reduce":
+            return cost  # runs on the compute stream
+        return max(0.0, cost - (prefix[use] - prefix[ready + 1]))
+
+    buckets = []
+    open_runs: dict[tuple, dict] = {}  # key -> members and running span / bytes / exposure
+    for c in sorted(colls, key=lambda c: pos[c.start]):
+        src = c.start.args[0].meta.get("val") if isinstance(c.start.args[0], fx.Node) else None
+        if c.kind not in ("all_reduce", "commrt_all_reduce") or src is None \
+                or not src.is_contiguous():
+            buckets.append([c])
+            continue
+        ready, use = _span(c, pos)
+        alone = exposed(c.nbytes, c.key, ready, use)
+        r = open_runs.get(c.key)
+        if r is not None:
+            m_ready, m_use = max(r["ready"], ready), min(r["use"], use)
+            total = r["bytes"] + c.nbytes
+            if m_ready < m_use and total <= cap and \
+                    exposed(total, c.key, m_ready, m_use) <= r["apart"] + alone:
+                r["members"].append(c)
+                r.update(ready=m_ready, use=m_use, bytes=total, apart=r["apart"] + alone)
+                continue
+            buckets.append(r["members"])
+        open_runs[c.key] = dict(members=[c], ready=ready, use=use, bytes=c.nbytes, apart=alone)
+    buckets += [r["members"] for r in open_runs.values()]
+    buckets.sort(key=lambda b: pos[b[0].start])
+    fake = _fake_mode(graph)
+    out, merged = [], 0
+    for b in buckets:
+        if len(b) == 1:
+            out.append(b[0])
+            continue
+        out.append(_merge(graph, b, pos, fake))
+        merged += 1
+    return out, merged
+
+
+def _merge(graph: fx.Graph, members: list, pos: dict, fake):
+    """One all-reduce of the flattened, concatenated members; views replace their results."""
+    from .overlap import _Coll
+
+    anchor = _after_placeholders(max((m.start.args[0] for m in members), key=lambda n: pos[n]))
+    first_use = min((u for m in members for u in m.end.users), key=lambda u: pos[u])
+    key, nbytes = members[0].key, sum(m.nbytes for m in members)
+    like = members[0].start.args[0].meta["val"]
+    total = sum(m.start.args[0].meta["val"].numel() for m in members)
+    flats, last = [], anchor
+    for m in members:
+        numel = m.start.args[0].meta["val"].numel()
+        with graph.inserting_after(last):
+            last = _call(graph, fake, aten.view.default, (m.start.args[0], [-1]), like, [numel])
+        flats.append(last)
+    with graph.inserting_after(flats[-1]):
+        cat = _call(graph, fake, aten.cat.default, (flats, 0), like, [total])
+    with graph.inserting_after(cat):
+        if key[0] == "commrt_all_reduce":
+            start = _call(graph, fake, torch.ops.commrt.all_reduce.default, (cat, key[1]),
+                          like, [total])
+        else:
+            start = _call(graph, fake, c10d.all_reduce.default, (cat, key[2], key[1]), like,
+                          [total])
+    at = start if key[0] == "commrt_all_reduce" else first_use
+    inserting = graph.inserting_after if at is start else graph.inserting_before
+    with inserting(at):
+        end = start if at is start else _call(graph, fake, c10d.wait_tensor.default, (start,),
+                                              like, [total])
+    views, off, last = [], 0, end
+    for m in members:
+        numel = m.start.args[0].meta["val"].numel()
+        shape = list(m.end.meta["val"].shape)
+        with graph.inserting_after(last):
+            sl = _call(graph, fake, aten.slice.Tensor, (end, 0, off, off + numel), like, [numel])
+        with graph.inserting_after(sl):
+            v = _call(graph, fake, aten.view.default, (sl, shape), like, shape)
+        views.append(v)
+        last, off = v, off + numel
+    for m, v in zip(members, views, strict=True):
+        m.end.replace_all_uses_with(v)
+        if m.end is not m.start:
+            graph.erase_node(m.end)
+        graph.erase_node(m.start)
+    return _Coll(start, end, key[0], key[1], key, nbytes)
+
+
+def place(graph: fx.Graph, colls: list, budget: int) -> tuple[list, int, int]:
+    """Starts right after their inputs (never ahead of an earlier collective of their
+    group), waits right before their first use; undo the largest moves first while the
+    bytes in flight exceed the graph's own by more than ``budget``."""
+    order = list(graph.nodes)
+    pos = {n: i for i, n in enumerate(order)}
+    movable = [c for c in colls if c.end is not c.start]
+    moved = {id(c) for c in movable}
+    while True:
+        new_order = _arrange(order, pos, [c for c in movable if id(c) in moved])
+        extra = _in_flight(new_order, movable) - _in_flight(order, movable)
+        if extra <= budget or not moved:
+            break
+        biggest = max((c for c in movable if id(c) in moved), key=lambda c: c.nbytes)
+        moved.discard(id(biggest))
+    prev = None
+    for n in new_order:
+        if prev is not None and n.prev is not prev:
+            prev.append(n)
+        prev = n
+    changed = sum(1 for c in movable if id(c) in moved)
+    return new_order, changed, _in_flight(new_order, movable)
+
+
+def _after_placeholders(node: fx.Node) -> fx.Node:
+    """``node``, or the last placeholder when ``node`` is one: inputs stay first."""
+    while node.op == "placeholder" and node.next.op == "placeholder":
+        node = node.next
+    return node
+
+
+def _arrange(order: list, pos: dict, colls: list) -> list:
+    after: dict[int, list] = {}
+    before: dict[int, list] = {}
+    skip = set()
+    last_in_group: dict[str, int] = {}
+    first_use = {c.end: min((pos[u] for u in c.end.users), default=len(order) - 1)
+                 for c in colls}
+    for c in sorted(colls, key=lambda c: pos[c.start]):
+        src = c.start.args[0]
+        if src in first_use:  # its input is a wait that moves down to its first use
+            anchor = first_use[src]
+        else:
+            anchor = pos[_after_placeholders(src)] if isinstance(src, fx.Node) else 0
+        anchor = max(anchor, last_in_group.get(c.group, -1))
+        last_in_group[c.group] = anchor
+        after.setdefault(anchor, []).append(c.start)
+        before.setdefault(first_use[c.end], []).append(c.end)
+        skip.update((c.start, c.end))
+    out = []
+    for i, n in enumerate(order):
+        out += before.get(i, [])
+        if n not in skip:
+            out.append(n)
+        out += after.get(i, [])
+    return out
+
+
+def _in_flight(order: list, colls: list) -> int:
+    pos = {n: i for i, n in enumerate(order)}
+    delta = [0] * (len(order) + 1)
+    for c in colls:
+        delta[pos[c.start]] += c.nbytes
+        delta[pos[c.end] + 1] -= c.nbytes
+    return max(itertools.accumulate(delta), default=0)
