@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything commrt runs on a GPU machine, in one call:
-#   bash benchmarks/gpu_run.sh [stage ...]   stages: env tests tune bench cli decode overhead
-# (default: all but overhead)
+#   bash benchmarks/gpu_run.sh [stage ...]   stages: env tests tune bench cli decode fxoverlap overhead
+# (default: env tests tune bench cli decode)
 # Logs and results go to $OUT (or ./gpu_out) as log.txt plus results.tar.gz.
 # NVLink multicast stays OFF: these three are exported here and never unset.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -42,6 +42,10 @@ for stage in $STAGES; do
       say "bench_tp_decode"
       [ -f "$TABLE" ] && export COMMRT_TABLE=$TABLE
       run torchrun --nproc-per-node "$NGPU" benchmarks/bench_tp_decode.py --out-dir "$RES" ;;
+    fxoverlap)
+      say "bench_fx_overlap"
+      [ -f "$TABLE" ] && export COMMRT_TABLE=$TABLE
+      run torchrun --nproc-per-node "$NGPU" benchmarks/bench_fx_overlap.py --out-dir "$RES" ;;
     overhead)
       say "host overhead"
       [ -f "$TABLE" ] && export COMMRT_TABLE=$TABLE

@@ -1,0 +1,219 @@
+"""Training step with gradient all-reduces: eager DDP vs torch.compile with and without
+overlap passes (Inductor's own, commrt's).
+
+    torchrun --nproc-per-node 2 benchmarks/bench_fx_overlap.py [--layers 16]
+
+A Llama-style stack (random weights; RMSNorm, attention, SwiGLU MLP) trained data
+parallel. The compiled variants run one function that computes the gradients with
+``torch.func.grad_and_value``, all-reduces every gradient with functional collectives
+and applies SGD, so the collectives sit in the compiled graph. Reports the median step
+time and the hidden fraction of collective time measured from a ``torch.profiler`` GPU
+trace: collective-kernel time that overlaps compute kernels, over all collective-kernel
+time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import statistics
+import sys
+
+import torch
+import torch.distributed as dist
+import torch.distributed._functional_collectives as fc
+import torch.nn.functional as F
+
+
+def init_params(layers: int, hidden: int, inter: int, device, seed: int = 0) -> dict:
+    g = torch.Generator(device=device).manual_seed(seed)
+
+    def w(*shape):
+        return (torch.randn(*shape, generator=g, device=device) * 0.02).to(torch.bfloat16)
+
+    p = {}
+    for i in range(layers):
+        p[f"{i}.ln1"] = torch.ones(hidden, device=device, dtype=torch.bfloat16)
+        p[f"{i}.ln2"] = torch.ones(hidden, device=device, dtype=torch.bfloat16)
+        p[f"{i}.qkv"] = w(3 * hidden, hidden)
+        p[f"{i}.o"] = w(hidden, hidden)
+        p[f"{i}.gate_up"] = w(2 * inter, hidden)
+        p[f"{i}.down"] = w(hidden, inter)
+    return p
+
+
+def loss_fn(p: dict, x: torch.Tensor, layers: int, heads: int) -> torch.Tensor:
+    b, s, h = x.shape
+    for i in range(layers):
+        y = F.rms_norm(x, (h,), p[f"{i}.ln1"], 1e-5)
+        q, k, v = F.linear(y, p[f"{i}.qkv"]).view(b, s, 3, heads, h // heads).unbind(2)
+        a = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2),
+                                           v.transpose(1, 2), is_causal=True)
+        x = x + F.linear(a.transpose(1, 2).reshape(b, s, h), p[f"{i}.o"])
+        y = F.rms_norm(x, (h,), p[f"{i}.ln2"], 1e-5)
+        gate, up = F.linear(y, p[f"{i}.gate_up"]).chunk(2, -1)
+        x = x + F.linear(F.silu(gate) * up, p[f"{i}.down"])
+    return x.float().pow(2).mean()
+
+
+def make_step(layers: int, heads: int, world: int, lr: float = 1e-3):
+    grad_and_value = torch.func.grad_and_value(loss_fn)
+
+    def step(p: dict, x: torch.Tensor):
+        grads, loss = grad_and_value(p, x, layers, heads)
+        new = {}
+        for k in p:  # reverse-layer order is how gradients become ready
+            g = fc.all_reduce(grads[k], "sum", dist.group.WORLD) / world
+            new[k] = p[k] - lr * g
+        return new, loss
+    return step
+
+
+class Block(torch.nn.Module):
+    """The same layer as ``loss_fn`` for the eager DDP baseline."""
+
+    def __init__(self, p, i, heads):
+        super().__init__()
+        self.heads = heads
+        for k in ("ln1", "ln2", "qkv", "o", "gate_up", "down"):
+            self.register_parameter(k, torch.nn.Parameter(p[f"{i}.{k}"].clone()))
+
+    def forward(self, x):
+        b, s, h = x.shape
+        y = F.rms_norm(x, (h,), self.ln1, 1e-5)
+        q, k, v = F.linear(y, self.qkv).view(b, s, 3, self.heads, h // self.heads).unbind(2)
+        a = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2),
+                                           v.transpose(1, 2), is_causal=True)
+        x = x + F.linear(a.transpose(1, 2).reshape(b, s, h), self.o)
+        y = F.rms_norm(x, (h,), self.ln2, 1e-5)
+        gate, up = F.linear(y, self.gate_up).chunk(2, -1)
+        return x + F.linear(F.silu(gate) * up, self.down)
+
+
+def hidden_fraction(prof) -> float:
+    """Collective-kernel time overlapping compute kernels, over collective-kernel time."""
+    comm, compute = [], []
+    for e in prof.events():
+        if getattr(e, "device_type", None) != torch.autograd.DeviceType.CUDA:
+            continue
+        span = (e.time_range.start, e.time_range.end)
+        (comm if "nccl" in e.name.lower() or "all_reduce" in e.name.lower() else
+         compute).append(span)
+    if not comm:
+        return 0.0
+    compute.sort()
+    merged = []
+    for s, t in compute:
+        if merged and s <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], t)
+        else:
+            merged.append([s, t])
+    total = sum(t - s for s, t in comm)
+    hidden = 0.0
+    for s, t in comm:
+        for ms, mt in merged:
+            if mt <= s:
+                continue
+            if ms >= t:
+                break
+            hidden += min(t, mt) - max(s, ms)
+    return hidden / total if total else 0.0
+
+
+def timed(fn, iters: int = 10):
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    samples = []
+    for _ in range(iters):
+        dist.barrier()
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        samples.append(start.elapsed_time(end))
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    t = torch.tensor([statistics.median(samples)], device="cuda")
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return float(t.item()), hidden_fraction(prof)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--layers", type=int, default=16)
+    ap.add_argument("--hidden", type=int, default=2048)
+    ap.add_argument("--inter", type=int, default=5632)
+    ap.add_argument("--heads", type=int, default=16)
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--seq", type=int, default=1024)
+    ap.add_argument("--out-dir", default="benchmarks/results")
+    args = ap.parse_args()
+    local = int(os.environ.get("LOCAL_RANK", 0))
+    torch.cuda.set_device(local)
+    dist.init_process_group("nccl", device_id=torch.device("cuda", local))
+    import torch._inductor.config as ic
+
+    import commrt
+    import commrt.fx
+    from commrt import bench
+
+    comm = commrt.init()
+    world, dev = dist.get_world_size(), torch.device("cuda", local)
+    params = init_params(args.layers, args.hidden, args.inter, dev)
+    x = torch.randn(args.batch, args.seq, args.hidden, device=dev,
+                    generator=torch.Generator(device=dev).manual_seed(1 + comm.rank)
+                    ).to(torch.bfloat16)
+    rows = {}
+
+    model = torch.nn.Sequential(*[Block(params, i, args.heads) for i in range(args.layers)])
+    ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[local])
+    opt = torch.optim.SGD(ddp.parameters(), lr=1e-3)
+
+    def ddp_step():
+        opt.zero_grad(set_to_none=True)
+        ddp(x).float().pow(2).mean().backward()
+        opt.step()
+    rows["eager DDP"] = timed(ddp_step)
+
+    step = make_step(args.layers, args.heads, world)
+    variants = {"compiled": {}, "compiled + Inductor overlap": {"inductor": True},
+                "compiled + commrt.fx": {"commrt": True}}
+    reports = {}
+    for name, opts in variants.items():
+        torch._dynamo.reset()
+        commrt.fx.last_reports.clear()
+        patches = {"fx_graph_cache": False}
+        if opts.get("inductor"):
+            patches["aten_distributed_optimizations.enable_overlap_scheduling"] = True
+        with ic.patch(patches), (commrt.fx.installed() if opts.get("commrt") else
+                                 contextlib.nullcontext()):
+            fn = torch.compile(step, fullgraph=True)
+            rows[name] = timed(lambda fn=fn: fn(params, x))
+        reports[name] = [(n, r.__dict__) for n, r in commrt.fx.last_reports]
+    best_other = min(v[0] for k, v in rows.items() if k != "compiled + commrt.fx")
+    if comm.rank == 0:
+        for k, (ms, hid) in rows.items():
+            print(f"{k:<30} {ms:8.2f} ms/step  hidden {hid:.2f}", flush=True)
+        ratio = rows["compiled + commrt.fx"][0] / best_other
+        print(f"commrt / best other: {ratio:.3f}", flush=True)
+        os.makedirs(args.out_dir, exist_ok=True)
+        m = bench.meta(comm, f"torchrun --nproc-per-node {world} " + " ".join(sys.argv))
+        m.update(vars(args))
+        path = os.path.join(args.out_dir, f"fx_overlap_{comm.profile.generation}_ws{world}.json")
+        with open(path, "w") as f:
+            json.dump({"meta": m, "results": {k: {"ms": v[0], "hidden_fraction": v[1]}
+                                              for k, v in rows.items()},
+                       "commrt_over_best_other": ratio, "reports": reports}, f, indent=1,
+                      default=str)
+        print(f"wrote {path}", flush=True)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
