@@ -154,3 +154,25 @@ def test_install_runs_both_passes_in_order():
         assert p.passes == ("fuse_rmsnorm", "overlap")
     finally:
         commrt.fx.uninstall()
+
+
+def test_dynamic_shapes_are_left_in_place_with_a_reason(groups):
+    def f(a, wt):
+        return fc.all_reduce(a @ wt, "sum", groups[2]) + 1
+    gm = make_fx(f, tracing_mode="symbolic")(w(8, 16), w(16, 16))
+    code = gm.code
+    rep = overlap_and_bucket(gm)
+    assert gm.code == code and any("dynamic shape" in s for s in rep.skipped)
+
+
+def test_commrt_all_reduces_are_bucketed(groups):
+    import commrt  # noqa: F401  (registers torch.ops.commrt)
+
+    def f(a, b, wt):
+        x = torch.ops.commrt.all_reduce(a @ wt, "0")
+        y = torch.ops.commrt.all_reduce(b @ wt, "0")
+        return torch.relu(wt @ wt) + x + y
+    gm = trace(f, w(8, 8), w(8, 8, seed=1), w(8, 8, seed=2))
+    rep = overlap_and_bucket(gm)
+    assert rep.collectives_before == 2 and rep.collectives_after == 1 and rep.buckets == 1
+    assert names(gm).count(torch.ops.commrt.all_reduce.default) == 1

@@ -73,10 +73,10 @@ def _val(n):
 def _static_bytes(v) -> int | None:
     if not isinstance(v, torch.Tensor):
         return None
-    try:
-        return int(v.numel()) * v.element_size()
-    except Exception:  # symbolic sizes
+    numel = v.numel()
+    if isinstance(numel, torch.SymInt):  # dynamic shape: not ours to move or merge
         return None
+    return int(numel) * v.element_size()
 
 
 def _find(graph: fx.Graph, report: OverlapReport) -> list[_Coll]:
