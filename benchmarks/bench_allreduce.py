@@ -15,7 +15,6 @@ import argparse
 import os
 import sys
 
-import torch
 import torch.distributed as dist
 
 
@@ -29,14 +28,10 @@ def main() -> None:
     p.add_argument("--tag", default="", help="suffix for the result file names")
     args = p.parse_args()
 
-    local = int(os.environ.get("LOCAL_RANK", 0))
-    torch.cuda.set_device(local)
-    dist.init_process_group("nccl", device_id=torch.device("cuda", local))
-    import commrt
     from commrt import bench
     from commrt.config import parse_bytes
 
-    comm = commrt.init()
+    comm, _ = bench.init_torchrun()
     sizes = bench.sizes_between(parse_bytes(args.min_bytes), parse_bytes(args.max_bytes))
     modes = args.modes.split(",")
     show = bench.progress_printer(comm.rank, len(sizes) * len(modes))

@@ -153,17 +153,13 @@ def main() -> None:
     ap.add_argument("--seq", type=int, default=1024)
     ap.add_argument("--out-dir", default="benchmarks/results")
     args = ap.parse_args()
-    local = int(os.environ.get("LOCAL_RANK", 0))
-    torch.cuda.set_device(local)
-    dist.init_process_group("nccl", device_id=torch.device("cuda", local))
     import torch._inductor.config as ic
 
-    import commrt
     import commrt.fx
     from commrt import bench
 
-    comm = commrt.init()
-    world, dev = dist.get_world_size(), torch.device("cuda", local)
+    comm, dev = bench.init_torchrun()
+    world, local = dist.get_world_size(), dev.index
     params = init_params(args.layers, args.hidden, args.inter, dev)
     x = torch.randn(args.batch, args.seq, args.hidden, device=dev,
                     generator=torch.Generator(device=dev).manual_seed(1 + comm.rank)

@@ -10,7 +10,6 @@ then prints a cProfile of the auto path, heaviest first.
 from __future__ import annotations
 
 import cProfile
-import os
 import pstats
 import time
 
@@ -33,12 +32,10 @@ def host_us(fn, calls: int = 300) -> float:
 
 
 def main() -> None:
-    local = int(os.environ.get("LOCAL_RANK", 0))
-    torch.cuda.set_device(local)
-    dist.init_process_group("nccl", device_id=torch.device("cuda", local))
     import commrt
+    from commrt import bench
 
-    comm = commrt.init()
+    comm, _ = bench.init_torchrun()
     x = torch.randn(8192, device="cuda").to(torch.bfloat16)
     w = comm.empty(8192, torch.bfloat16)
     w.copy_(x)

@@ -135,14 +135,10 @@ def main() -> None:
                         "commrt.fx installed (compiling costs minutes)")
     p.add_argument("--out-dir", default="benchmarks/results")
     args = p.parse_args()
-    local = int(os.environ.get("LOCAL_RANK", 0))
-    torch.cuda.set_device(local)
-    dist.init_process_group("nccl", device_id=torch.device("cuda", local))
-    import commrt
     from commrt import bench
 
-    comm = commrt.init()
-    world, dev = dist.get_world_size(), torch.device("cuda", local)
+    comm, dev = bench.init_torchrun()
+    world = dist.get_world_size()
     shape = SHAPES[args.shape]
     model = TPDecoder(shape, world, dev)
     reducers = {"dist.all_reduce": (lambda t: dist.all_reduce(t), None),

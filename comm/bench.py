@@ -152,6 +152,18 @@ def run_bench(comm: Communicator, sizes: Iterable[int], dtype, modes: Iterable[s
     return rows
 
 
+def init_torchrun() -> tuple[Communicator, torch.device]:
+    """Under torchrun: NCCL on this process's GPU, initialised eagerly, and its communicator."""
+    import os
+
+    import commrt
+
+    local = int(os.environ.get("LOCAL_RANK", 0))
+    torch.cuda.set_device(local)
+    dist.init_process_group("nccl", device_id=torch.device("cuda", local))
+    return commrt.init(), torch.device("cuda", local)
+
+
 def meta(comm: Communicator, command: str) -> dict:
     nccl = ".".join(map(str, torch.cuda.nccl.version())) if torch.cuda.is_available() else None
     try:
@@ -259,14 +271,22 @@ def tune(comm: Communicator, sizes: list[int], dtype, progress=None) -> tuple[di
                 if best is None:
                     continue
                 best_cfg[(name, nbytes)] = best[1]
-                ranking.append({"algorithm": name, "config": best[1] or {},
-                                "us": round(best[0], 3)})
-            ranking.sort(key=lambda c: c["us"])
-            rows.append({"max_bytes": nbytes, "ranking": ranking})
-            if progress:
-                progress(f"tune {mode} {nbytes} B: {ranking[0]['algorithm']}")
+                ranking.append(_choice(name, best))
+            rows.append(_row(nbytes, ranking, progress, f"tune {mode} {nbytes} B"))
         section[mode] = rows
     return section, raw, excluded
+
+
+def _choice(name: str, best: tuple) -> dict:
+    return {"algorithm": name, "config": best[1] or {}, "us": round(best[0], 3)}
+
+
+def _row(nbytes: int, ranking: list, progress, label: str) -> dict:
+    """A table row, fastest first, with a progress tick."""
+    ranking.sort(key=lambda c: c["us"])
+    if progress:
+        progress(f"{label}: {ranking[0]['algorithm']}")
+    return {"max_bytes": nbytes, "ranking": ranking}
 
 
 FUSED_KIND = "all_reduce_residual_rmsnorm"
@@ -338,12 +358,8 @@ def tune_fused(comm: Communicator, rows_list: list[int], hidden: int, dtype,
                     if not bad and (best is None or us < best[0]):
                         best = (us, cfg)
                 if best is not None:
-                    ranking.append({"algorithm": name, "config": best[1] or {},
-                                    "us": round(best[0], 3)})
-            ranking.sort(key=lambda c: c["us"])
-            rows_out.append({"max_bytes": nbytes, "ranking": ranking})
-            if progress:
-                progress(f"fused {mode} {rows}x{hidden}: {ranking[0]['algorithm']}")
+                    ranking.append(_choice(name, best))
+            rows_out.append(_row(nbytes, ranking, progress, f"fused {mode} {rows}x{hidden}"))
         section[mode] = rows_out
     return section, raw
 
