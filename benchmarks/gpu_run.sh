@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Everything commrt runs on a GPU machine, in one call:
-#   bash benchmarks/gpu_run.sh [stage ...]   stages: env tests tune bench cli decode fxoverlap overhead
+#   bash benchmarks/gpu_run.sh [stage ...]   stages: env tests tune bench cli decode fxoverlap scatter overhead
 # (default: env tests tune bench cli decode)
 # Logs and results go to $OUT (or ./gpu_out) as log.txt plus results.tar.gz.
 # NVLink multicast stays OFF: these three are exported here and never unset.
@@ -46,6 +46,9 @@ for stage in $STAGES; do
       say "bench_fx_overlap"
       [ -f "$TABLE" ] && export COMMRT_TABLE=$TABLE
       run torchrun --nproc-per-node "$NGPU" benchmarks/bench_fx_overlap.py --out-dir "$RES" ;;
+    scatter)  # single GPU is enough
+      say "bench_scatter"
+      run python3 benchmarks/bench_scatter.py --out-dir "$RES" ;;
     overhead)
       say "host overhead"
       [ -f "$TABLE" ] && export COMMRT_TABLE=$TABLE

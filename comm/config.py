@@ -130,6 +130,8 @@ VARIABLES: tuple[Variable, ...] = (
              "compare shape, dtype and op across ranks before each all-reduce"),
     Variable("COMMRT_SPIN_TIMEOUT", "spin_timeout", "30", _seconds,
              "seconds a kernel waits for a peer before it gives up with an error"),
+    Variable("COMMRT_PARTITIONED_SCATTER", "partitioned_scatter", "0", _bool,
+             "let commrt.fx.install() spread contended accumulating scatters"),
 )
 
 
@@ -142,6 +144,7 @@ class Config:
     log: bool = False
     check: bool = False
     spin_timeout: float = 30.0
+    partitioned_scatter: bool = False
 
     def describe(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)

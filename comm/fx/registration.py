@@ -16,9 +16,11 @@ from torch._inductor.custom_graph_pass import CustomGraphPass
 
 from .fuse_rmsnorm import fuse_allreduce_rmsnorm
 from .overlap import overlap_and_bucket
+from .partitioned_scatter import partitioned_scatter
 
 # In the order they run: fusing first, so that the overlap pass sees the fused ops.
-PASSES = {"fuse_rmsnorm": fuse_allreduce_rmsnorm, "overlap": overlap_and_bucket}
+PASSES = {"fuse_rmsnorm": fuse_allreduce_rmsnorm, "partitioned_scatter": partitioned_scatter,
+          "overlap": overlap_and_bucket}
 last_reports: list = []  # the reports of the most recent graphs (newest last, at most 16)
 
 
@@ -44,19 +46,30 @@ class CommrtPass(CustomGraphPass):
         from torch._inductor.custom_graph_pass import get_hash_for_files
 
         from . import bucketing, cost, fuse_rmsnorm, overlap
+        from . import partitioned_scatter as scatter
 
         prev = self.previous.uuid() if isinstance(self.previous, CustomGraphPass) else None
         code = get_hash_for_files(tuple(m.__file__ for m in (fuse_rmsnorm, overlap, bucketing,
-                                                              cost)) + (__file__,))
+                                                              cost, scatter)) + (__file__,))
         blob = f"commrt-fx/{','.join(self.passes)}/{prev!r}".encode() + code
         return hashlib.sha256(blob).digest()
 
 
-def install(fuse_rmsnorm: bool = True, overlap: bool = True) -> CommrtPass:
-    """Register commrt's passes as Inductor's post-grad custom pass; returns the pass."""
+def install(fuse_rmsnorm: bool = True, overlap: bool = True,
+            partitioned_scatter: bool | None = None) -> CommrtPass:
+    """Register commrt's passes as Inductor's post-grad custom pass; returns the pass.
+
+    ``partitioned_scatter`` defaults to ``COMMRT_PARTITIONED_SCATTER`` (off).
+    """
     import torch._inductor.config as inductor_config
 
-    passes = tuple(n for n, on in (("fuse_rmsnorm", fuse_rmsnorm), ("overlap", overlap)) if on)
+    from commrt import config
+
+    if partitioned_scatter is None:
+        partitioned_scatter = config.get().partitioned_scatter
+    wanted = {"fuse_rmsnorm": fuse_rmsnorm, "partitioned_scatter": partitioned_scatter,
+              "overlap": overlap}
+    passes = tuple(n for n in PASSES if wanted[n])
     current = inductor_config.post_grad_custom_post_pass
     if isinstance(current, CommrtPass):
         current = current.previous
@@ -91,7 +104,11 @@ def _aot_eager_with_passes():
     from torch._dynamo.backends.common import aot_autograd
 
     def compile_graph(gm: torch.fx.GraphModule, example_inputs):
+        from commrt import config
+
         for name in PASSES:
+            if name == "partitioned_scatter" and not config.get().partitioned_scatter:
+                continue
             last_reports.append((name, PASSES[name](gm)))
         del last_reports[:-16]
         return gm.forward

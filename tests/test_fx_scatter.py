@@ -1,0 +1,110 @@
+"""The partitioned-scatter pass: where it fires, where not, and numerics (CPU)."""
+
+import pytest
+import torch
+from torch.fx.experimental.proxy_tensor import make_fx
+
+import commrt.fx
+from commrt import config
+from commrt.fx.partitioned_scatter import partitioned_scatter, partitions_for
+
+ROWS, N, D = 50, 4000, 8
+
+
+def index_put(out, idx, v):
+    return out.index_put([idx], v, accumulate=True)
+
+
+def index_add(out, idx, v):
+    return out.index_add(0, idx, v)
+
+
+def data(k: int, dtype=torch.float32, idx_dtype=torch.int64, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    out = torch.randn(ROWS, D, generator=g).to(dtype)
+    idx = torch.randint(0, k + 1, (N,), generator=g).to(idx_dtype)
+    v = torch.randn(N, D, generator=g).to(dtype)
+    return out, idx, v
+
+
+@pytest.mark.parametrize("fn", [index_put, index_add])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("idx_dtype", [torch.int64, torch.int32])
+@pytest.mark.parametrize("k", [0, 3, ROWS - 1])  # every index collides ... spread out
+def test_rewrite_fires_and_keeps_the_sums(fn, dtype, idx_dtype, k):
+    args = data(k, dtype, idx_dtype)
+    gm = make_fx(fn, tracing_mode="fake")(*args)
+    rep = partitioned_scatter(gm)
+    assert rep.rewritten == 1, rep.skipped
+    got, plain = gm(*args), fn(*args)
+    out, idx, v = args
+    exact = out.double().index_put([idx.long()], v.double(), accumulate=True)
+
+    def err(t):
+        return float((t.double() - exact).norm() / exact.norm())
+    # fp32 partitions: at least as close to the float64 sum as the plain scatter
+    assert err(got) <= max(err(plain), 1e-6 if dtype == torch.float32 else 1e-2)
+
+
+def test_integer_values_are_bitwise():
+    out = torch.randint(-5, 5, (ROWS, D))
+    idx = torch.zeros(N, dtype=torch.int64)
+    v = torch.randint(-5, 5, (N, D))
+    gm = make_fx(index_put, tracing_mode="fake")(out, idx, v)
+    assert partitioned_scatter(gm).rewritten == 1
+    assert torch.equal(gm(out, idx, v), index_put(out, idx, v))
+
+
+@pytest.mark.parametrize("fn,args,why", [
+    (lambda o, i, v: o.index_put([i], v, accumulate=False), data(0), None),
+    (lambda o, i, v: o.index_put([i, i], v[:, 0], accumulate=True),
+     data(0), "more than one index"),
+    (lambda o, i, v: o.index_add(0, i, v, alpha=2), data(0), "alpha"),
+    (lambda o, i, v: o.index_put([i], v[:1], accumulate=True), data(0), "broadcast"),
+])
+def test_rewrite_does_not_fire_where_it_should_not(fn, args, why):
+    gm = make_fx(fn, tracing_mode="fake")(*args)
+    rep = partitioned_scatter(gm)
+    assert rep.rewritten == 0
+    if why:
+        assert any(why in s for s in rep.skipped), rep.skipped
+    assert torch.allclose(gm(*args), fn(*args))
+
+
+def test_dynamic_shapes_and_the_memory_cap_skip():
+    args = data(0)
+    gm = make_fx(index_put, tracing_mode="symbolic")(*args)
+    rep = partitioned_scatter(gm)
+    assert rep.rewritten == 0 and any("dynamic" in s for s in rep.skipped)
+    gm = make_fx(index_put, tracing_mode="fake")(*args)
+    rep = partitioned_scatter(gm, memory_fraction=1e-12)
+    assert rep.rewritten == 0 and any("memory cap" in s for s in rep.skipped)
+
+
+def test_partition_count_is_a_capped_power_of_two():
+    assert partitions_for(501, 1_000_000, 400, 80 << 30) == 32
+    assert partitions_for(100, 300, 4, 80 << 30) == 2
+    assert partitions_for(100, 150, 4, 80 << 30) == 1
+    assert partitions_for(501, 1_000_000, 400, 1 << 20, 0.5) == 2
+
+
+def test_off_by_default_and_switched_by_the_config(monkeypatch):
+    assert commrt.fx.install().passes == ("fuse_rmsnorm", "overlap")
+    monkeypatch.setenv("COMMRT_PARTITIONED_SCATTER", "1")
+    config.reload()
+    try:
+        assert commrt.fx.install().passes == ("fuse_rmsnorm", "partitioned_scatter", "overlap")
+        import torch._inductor.config as ic
+
+        args = data(0)
+        commrt.fx.last_reports.clear()
+        torch._dynamo.reset()
+        with ic.patch(fx_graph_cache=False):
+            got = torch.compile(index_put)(*args)
+        assert any(n == "partitioned_scatter" and r.rewritten == 1
+                   for n, r in commrt.fx.last_reports)
+        assert torch.allclose(got, index_put(*args), rtol=1e-4, atol=1e-3)
+    finally:
+        commrt.fx.uninstall()
+        monkeypatch.delenv("COMMRT_PARTITIONED_SCATTER")
+        config.reload()
