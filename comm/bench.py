@@ -154,11 +154,13 @@ def run_bench(comm: Communicator, sizes: Iterable[int], dtype, modes: Iterable[s
 
 def init_torchrun() -> tuple[Communicator, torch.device]:
     """Under torchrun: NCCL on this process's GPU, initialised eagerly, and its communicator."""
-    import os
-
     import commrt
+    from commrt.config import torchrun_env
 
-    local = int(os.environ.get("LOCAL_RANK", 0))
+    env = torchrun_env()
+    if env is None:
+        raise SystemExit("run this under torchrun (RANK, WORLD_SIZE and MASTER_ADDR unset)")
+    local = env["local_rank"]
     torch.cuda.set_device(local)
     dist.init_process_group("nccl", device_id=torch.device("cuda", local))
     return commrt.init(), torch.device("cuda", local)
