@@ -139,8 +139,9 @@ _one = Launcher(_one_shot_rms_kernel)
 _two = Launcher(_two_shot_rms_kernel)
 
 
-def _shape_key(x, H, rows):
-    return (x.dtype, int_spec(H), int_spec(rows), int_spec(rows * H))
+def _shape_key(x, H, rows, *tensors):
+    """What Triton specialises on that varies per call: dtype, sizes, 16-byte alignment."""
+    return (x.dtype, int_spec(H), int_spec(rows), tuple(t.data_ptr() % 16 for t in tensors))
 
 
 def block_h(hidden: int) -> int:
@@ -157,8 +158,8 @@ def one_shot_push_rmsnorm(*, x, residual, weight, normed, new_res, eps: float, p
     slot = slot_bytes // x.element_size()
     consts = (("WS", world), ("BLOCK_H", block_h(H)), ("BITS", x.element_size() * 8),
               ("TIMER", timer))
-    key = (_shape_key(x, H, rows), consts, warps, push_tab, mine, rank, int_spec(slot),
-           int_spec(timeout))
+    key = (_shape_key(x, H, rows, x, residual, weight, normed, new_res), consts, warps,
+           push_tab, mine, rank, int_spec(slot), int_spec(timeout))
     _push(key, grid, (x, residual, weight, normed, new_res, push_tab, mine, meta, err, rank,
                       rows, H, slot, eps, timeout), consts, warps)
 
@@ -171,7 +172,8 @@ def one_shot_rmsnorm(*, x, residual, weight, normed, new_res, eps: float, mine, 
     grid = max(1, min(rows, blocks, MAX_BLOCKS))
     consts = (("WS", len(bufs)), ("BLOCK_H", block_h(H)),
               ("COPY_IN", x.data_ptr() != mine.data_ptr()), ("TIMER", timer))
-    key = (_shape_key(x, H, rows), consts, warps, rank, pad_tab, int_spec(timeout))
+    key = (_shape_key(x, H, rows, x, residual, weight, normed, new_res), consts, warps, rank,
+           pad_tab, int_spec(timeout))
     _one(key, grid, (x, residual, weight, normed, new_res, mine, bufs, pad_tab, err, rank, rows,
                      H, eps, timeout), consts, warps)
 
@@ -189,8 +191,8 @@ def two_shot_rmsnorm(*, x, residual, weight, normed, new_res, eps: float, contri
     per = rows_per_owner(rows, world)
     grid = max(1, min(per, blocks, MAX_BLOCKS))
     consts = (("WS", world), ("BLOCK_H", block_h(H)), ("TIMER", timer))
-    key = (_shape_key(x, H, rows), int_spec(per), consts, warps, rank, pad_tab,
-           int_spec(timeout))
+    key = (_shape_key(x, H, rows, x, residual, weight, normed, new_res), int_spec(per), consts,
+           warps, rank, pad_tab, int_spec(timeout))
     _two(key, grid, (x, residual, weight, normed, new_res, contribs[rank], results[rank],
                      contribs, results, pad_tab, err, rank, rows, H, per, eps, timeout),
          consts, warps)
