@@ -6,7 +6,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 import commrt.fx
 from commrt import config
-from commrt.fx.partitioned_scatter import partitioned_scatter, partitions_for
+from commrt.fx.scatter import partitioned_scatter, partitions_for
 
 ROWS, N, D = 50, 4000, 8
 

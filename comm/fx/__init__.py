@@ -10,8 +10,8 @@
 
 from .fuse_rmsnorm import FusionReport, fuse_allreduce_rmsnorm
 from .overlap import OverlapReport, overlap_and_bucket
-from .partitioned_scatter import ScatterReport, partitioned_scatter
 from .registration import CommrtPass, backend, install, installed, last_reports, uninstall
+from .scatter import ScatterReport, partitioned_scatter
 
 __all__ = ["CommrtPass", "FusionReport", "OverlapReport", "ScatterReport", "backend",
            "fuse_allreduce_rmsnorm", "install", "installed", "last_reports",

@@ -16,7 +16,7 @@ from torch._inductor.custom_graph_pass import CustomGraphPass
 
 from .fuse_rmsnorm import fuse_allreduce_rmsnorm
 from .overlap import overlap_and_bucket
-from .partitioned_scatter import partitioned_scatter
+from .scatter import partitioned_scatter
 
 # In the order they run: fusing first, so that the overlap pass sees the fused ops.
 PASSES = {"fuse_rmsnorm": fuse_allreduce_rmsnorm, "partitioned_scatter": partitioned_scatter,
@@ -45,8 +45,7 @@ class CommrtPass(CustomGraphPass):
         """Changes with the passes chosen, their source code and the chained pass."""
         from torch._inductor.custom_graph_pass import get_hash_for_files
 
-        from . import bucketing, cost, fuse_rmsnorm, overlap
-        from . import partitioned_scatter as scatter
+        from . import bucketing, cost, fuse_rmsnorm, overlap, scatter
 
         prev = self.previous.uuid() if isinstance(self.previous, CustomGraphPass) else None
         code = get_hash_for_files(tuple(m.__file__ for m in (fuse_rmsnorm, overlap, bucketing,
