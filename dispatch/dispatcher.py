@@ -154,10 +154,6 @@ def why_not(name: str, q: Query, f: Facts) -> str | None:
     return _CHECKS[name](q, f)
 
 
-def enabled(f: Facts, q: Query) -> list[str]:
-    return [name for name, _ in ALGORITHMS if why_not(name, q, f) is None]
-
-
 def _fmt(n: int) -> str:
     for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if n >= size:

@@ -15,7 +15,6 @@ import io
 import json
 import re
 from collections.abc import Sequence
-from typing import Any
 
 import torch
 
@@ -270,7 +269,3 @@ def build_profile(facts: Sequence[DeviceFacts], links: Sequence[Sequence[str]],
         source=first.source,
         homogeneous=homogeneous,
     )
-
-
-def describe(profile: DeviceProfile) -> dict[str, Any]:
-    return dataclasses.asdict(profile)
