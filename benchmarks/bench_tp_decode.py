@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 
 import torch
@@ -98,30 +97,12 @@ class TPDecoder:
 
 
 def graph_time(fn, replays: int = 20) -> float:
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(2):
-            fn()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g, stream=s):
-        fn()
-    g.replay()
-    torch.cuda.synchronize()
-    dist.barrier()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    samples = []
-    for _ in range(replays):
-        start.record()
-        g.replay()
-        end.record()
-        end.synchronize()
-        samples.append(start.elapsed_time(end))
-    del g
-    t = torch.tensor([statistics.median(samples)], device="cuda")
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return float(t.item())
+    """Median ms of one ``fn`` call captured in a CUDA graph (the slower rank's)."""
+    from commrt.timing import agree_median, time_graph
+
+    dev = torch.device("cuda", torch.cuda.current_device())
+    return agree_median(time_graph(fn, dev, ops=1, replays=replays, group=dist.group.WORLD),
+                        dist.group.WORLD, dev) / 1e3
 
 
 def main() -> None:

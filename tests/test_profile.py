@@ -105,28 +105,30 @@ def test_profile_key_is_stable_and_sensitive():
     assert a.key() != prof.build_profile(facts[:1] * 2, [["self", "pcie"], ["pcie", "self"]]).key()
 
 
+def fake_cuda(monkeypatch, props):
+    """One visible CUDA device with these properties, on a machine without GPUs."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: props)
+    monkeypatch.setattr(torch.version, "hip", None)
+
+
 def test_visible_device_index_maps_to_nvml_by_uuid(monkeypatch):
     # CUDA_VISIBLE_DEVICES=3 makes physical GPU 3 torch's device 0; NVML still lists all.
     gpus = [(f"GPU-{i}", "NVIDIA H100" if i != 3 else "NVIDIA H200", (9, 0), 18)
             for i in range(4)]
     nvml = FakeNvml(gpus, {})
-    props = types.SimpleNamespace(name="NVIDIA H200", uuid="3", major=9, minor=0,
-                                  multi_processor_count=132, total_memory=141 << 30)
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
-    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: props)
-    monkeypatch.setattr(torch.version, "hip", None)
+    fake_cuda(monkeypatch, types.SimpleNamespace(
+        name="NVIDIA H200", uuid="3", major=9, minor=0, multi_processor_count=132,
+        total_memory=141 << 30))
     facts = prof.local_facts(nvml=nvml)
     assert facts.uuid == "GPU-3" and facts.generation == "sm90-h200" and facts.sm_count == 132
 
 
 def test_torch_fallback_when_nvml_is_missing(monkeypatch):
-    props = types.SimpleNamespace(name="NVIDIA H100 80GB HBM3", uuid="", major=9, minor=0,
-                                  multi_processor_count=132, total_memory=80 << 30)
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
-    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: props)
-    monkeypatch.setattr(torch.version, "hip", None)
+    fake_cuda(monkeypatch, types.SimpleNamespace(
+        name="NVIDIA H100 80GB HBM3", uuid="", major=9, minor=0, multi_processor_count=132,
+        total_memory=80 << 30))
     monkeypatch.setattr(prof, "_load_nvml", lambda: None)
     facts = prof.local_facts()
     assert facts.source == "torch" and facts.generation == "sm90-h100"
