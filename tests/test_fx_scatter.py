@@ -56,7 +56,8 @@ def test_integer_values_are_bitwise():
 
 
 @pytest.mark.parametrize("fn,args,why", [
-    (lambda o, i, v: o.index_put([i], v, accumulate=False), data(0), None),
+    (lambda o, i, v: o.index_put([i], v, accumulate=False),  # unique: overwrite is defined
+     (torch.zeros(ROWS, D), torch.randperm(ROWS), torch.randn(ROWS, D)), None),
     (lambda o, i, v: o.index_put([i, i], v[:, 0], accumulate=True),
      data(0), "more than one index"),
     (lambda o, i, v: o.index_add(0, i, v, alpha=2), data(0), "alpha"),
