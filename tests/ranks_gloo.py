@@ -235,3 +235,28 @@ def fx_overlap_numerics(rank, world):
                          for a, b in zip(flat(results["overlap"]), flat(ref), strict=True)),
             "buckets": sum(r.buckets for r in reps), "before": sum(r.collectives_before
                                                                   for r in reps)}
+
+
+def fx_bucket_gather_scatter(rank, world):
+    """Bucketed all-gathers and reduce-scatters give exactly the unbucketed results."""
+    import torch.distributed._functional_collectives as fc
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from commrt.fx import overlap_and_bucket
+
+    def f(a, b, wt):
+        g1 = fc.all_gather_tensor(a @ wt, 0, dist.group.WORLD)
+        g2 = fc.all_gather_tensor((b @ wt)[:3], 0, dist.group.WORLD)
+        r1 = fc.reduce_scatter_tensor(a @ wt, "sum", 0, dist.group.WORLD)
+        r2 = fc.reduce_scatter_tensor(b @ wt, "sum", 0, dist.group.WORLD)
+        c = torch.relu(wt @ wt) @ wt
+        return g1 + 1, g2 * 2, r1 - 1, r2 + c[:4]
+
+    args = (make(80, rank, (8, 16), torch.float32), make(81, rank, (8, 16), torch.float32),
+            make(82, 0, (16, 16), torch.float32))
+    gm = make_fx(f, tracing_mode="fake")(*args)
+    ref = gm(*args)
+    rep = overlap_and_bucket(gm)
+    got = gm(*args)
+    return {"buckets": rep.buckets,
+            "equal": all(torch.equal(a, b) for a, b in zip(got, ref, strict=True))}

@@ -176,3 +176,16 @@ def test_commrt_all_reduces_are_bucketed(groups):
     rep = overlap_and_bucket(gm)
     assert rep.collectives_before == 2 and rep.collectives_after == 1 and rep.buckets == 1
     assert names(gm).count(torch.ops.commrt.all_reduce.default) == 1
+
+
+def test_all_gathers_and_reduce_scatters_are_bucketed_too(groups):
+    def f(a, b, wt):
+        g1 = fc.all_gather_tensor(a @ wt, 0, groups[2])
+        g2 = fc.all_gather_tensor(b @ wt, 0, groups[2])
+        r1 = fc.reduce_scatter_tensor(a @ wt, "sum", 0, groups[2])
+        r2 = fc.reduce_scatter_tensor(b @ wt, "sum", 0, groups[2])
+        c = torch.relu(wt @ wt) @ wt
+        return g1 + 1, g2 * 2, r1 - 1, r2 + c[:4]
+    gm = trace(f, w(8, 16), w(8, 16, seed=1), w(16, 16, seed=2))
+    rep = overlap_and_bucket(gm)
+    assert rep.collectives_before == 4 and rep.collectives_after == 2 and rep.buckets == 2

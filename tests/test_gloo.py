@@ -53,3 +53,8 @@ def test_fx_overlap_pass_keeps_numerics_with_two_ranks():
     res = spawn.run(ranks_gloo.fx_overlap_numerics, 2)
     for r in res:
         assert r["bitwise"] and r["close"] and r["before"] == 4, r
+
+
+def test_fx_bucketed_all_gather_and_reduce_scatter_are_exact():
+    res = spawn.run(ranks_gloo.fx_bucket_gather_scatter, 2)
+    assert all(r["buckets"] == 2 and r["equal"] for r in res), res

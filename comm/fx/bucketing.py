@@ -16,8 +16,11 @@ aten = torch.ops.aten
 def _fake_mode(graph: fx.Graph):
     from torch._guards import detect_fake_mode
 
-    return detect_fake_mode([n.meta["val"] for n in graph.nodes
-                             if isinstance(n.meta.get("val"), torch.Tensor)])
+    try:
+        return detect_fake_mode([n.meta["val"] for n in graph.nodes
+                                 if isinstance(n.meta.get("val"), torch.Tensor)])
+    except AssertionError:  # vals from several fake modes: leave new nodes without one
+        return None
 
 
 def _call(graph: fx.Graph, fake, target, args, like: torch.Tensor, shape) -> fx.Node:
@@ -40,7 +43,7 @@ def _span(c, pos) -> tuple[int, int]:
 
 
 def bucket(graph: fx.Graph, colls: list, model, cap: int) -> tuple[list, int]:
-    """Merge runs of same-key all-reduces whose merged schedule exposes no more time."""
+    """Merge runs of same-key collectives whose merged schedule exposes no more time."""
     order = list(graph.nodes)
     pos = {n: i for i, n in enumerate(order)}
     prefix = list(itertools.accumulate((model.compute_us(n) for n in order), initial=0.0))
@@ -55,8 +58,7 @@ def bucket(graph: fx.Graph, colls: list, model, cap: int) -> tuple[list, int]:
     open_runs: dict[tuple, dict] = {}  # key -> members and running span / bytes / exposure
     for c in sorted(colls, key=lambda c: pos[c.start]):
         src = c.start.args[0].meta.get("val") if isinstance(c.start.args[0], fx.Node) else None
-        if c.kind not in ("all_reduce", "commrt_all_reduce") or src is None \
-                or not src.is_contiguous():
+        if src is None or not src.is_contiguous():
             buckets.append([c])
             continue
         ready, use = _span(c, pos)
@@ -86,50 +88,73 @@ def bucket(graph: fx.Graph, colls: list, model, cap: int) -> tuple[list, int]:
 
 
 def _merge(graph: fx.Graph, members: list, pos: dict, fake):
-    """One all-reduce of the flattened, concatenated members; views replace their results."""
+    """One collective over the members' inputs packed into a flat buffer; views of its
+    result replace theirs. All-gather results come back rank-major, so each member's
+    part is a strided slice copied out; reduce-scatter inputs are packed rank-major."""
     from .overlap import _Coll
 
     anchor = _after_placeholders(max((m.start.args[0] for m in members), key=lambda n: pos[n]))
     first_use = min((u for m in members for u in m.end.users), key=lambda u: pos[u])
-    key, nbytes = members[0].key, sum(m.nbytes for m in members)
+    key, kind = members[0].key, members[0].kind
     like = members[0].start.args[0].meta["val"]
-    total = sum(m.start.args[0].meta["val"].numel() for m in members)
-    flats, last = [], anchor
-    for m in members:
-        numel = m.start.args[0].meta["val"].numel()
+    world = members[0].start.args[2] if kind == "reduce_scatter" else \
+        members[0].start.args[1] if kind == "all_gather" else 1
+    # elements each member contributes per rank (a reduce-scatter input holds all ranks')
+    sizes = [m.start.args[0].meta["val"].numel() // (world if kind == "reduce_scatter" else 1)
+             for m in members]
+    total = sum(sizes)
+    parts, last = [], anchor
+    for m, n in zip(members, sizes, strict=True):
+        shape = [world, n] if kind == "reduce_scatter" else [n]
         with graph.inserting_after(last):
-            last = _call(graph, fake, aten.view.default, (m.start.args[0], [-1]), like, [numel])
-        flats.append(last)
-    with graph.inserting_after(flats[-1]):
-        cat = _call(graph, fake, aten.cat.default, (flats, 0), like, [total])
-    with graph.inserting_after(cat):
-        if key[0] == "commrt_all_reduce":
-            start = _call(graph, fake, torch.ops.commrt.all_reduce.default, (cat, key[1]),
-                          like, [total])
+            last = _call(graph, fake, aten.view.default, (m.start.args[0], shape), like, shape)
+        parts.append(last)
+    with graph.inserting_after(last):
+        if kind == "reduce_scatter":  # [world, total] rank-major, then flat
+            last = _call(graph, fake, aten.cat.default, (parts, 1), like, [world, total])
+            with graph.inserting_after(last):
+                last = _call(graph, fake, aten.view.default, (last, [-1]), like,
+                             [world * total])
         else:
-            start = _call(graph, fake, c10d.all_reduce.default, (cat, key[2], key[1]), like,
-                          [total])
-    at = start if key[0] == "commrt_all_reduce" else first_use
-    inserting = graph.inserting_after if at is start else graph.inserting_before
-    with inserting(at):
-        end = start if at is start else _call(graph, fake, c10d.wait_tensor.default, (start,),
-                                              like, [total])
-    views, off, last = [], 0, end
-    for m in members:
-        numel = m.start.args[0].meta["val"].numel()
+            last = _call(graph, fake, aten.cat.default, (parts, 0), like, [total])
+    out_numel = world * total if kind == "all_gather" else total
+    with graph.inserting_after(last):
+        args = {"commrt_all_reduce": (last, key[1]), "all_reduce": (last, key[2], key[1]),
+                "all_gather": (last, world, key[1]),
+                "reduce_scatter": (last, key[2], world, key[1])}[kind]
+        start = _call(graph, fake, members[0].start.target, args, like, [out_numel])
+    if kind == "commrt_all_reduce":
+        end = start
+    else:
+        with graph.inserting_before(first_use):
+            end = _call(graph, fake, c10d.wait_tensor.default, (start,), like, [out_numel])
+    last = end
+    if kind == "all_gather":
+        with graph.inserting_after(last):
+            last = grid = _call(graph, fake, aten.view.default, (end, [world, total]), like,
+                                [world, total])
+    views, off = [], 0
+    for m, n in zip(members, sizes, strict=True):
         shape = list(m.end.meta["val"].shape)
         with graph.inserting_after(last):
-            sl = _call(graph, fake, aten.slice.Tensor, (end, 0, off, off + numel), like, [numel])
+            if kind == "all_gather":
+                sl = _call(graph, fake, aten.slice.Tensor, (grid, 1, off, off + n), like,
+                           [world, n])
+                with graph.inserting_after(sl):
+                    sl = _call(graph, fake, aten.clone.default, (sl,), like, [world, n])
+                    sl.kwargs = {"memory_format": torch.contiguous_format}
+            else:
+                sl = _call(graph, fake, aten.slice.Tensor, (end, 0, off, off + n), like, [n])
         with graph.inserting_after(sl):
             v = _call(graph, fake, aten.view.default, (sl, shape), like, shape)
         views.append(v)
-        last, off = v, off + numel
+        last, off = v, off + n
     for m, v in zip(members, views, strict=True):
         m.end.replace_all_uses_with(v)
         if m.end is not m.start:
             graph.erase_node(m.end)
         graph.erase_node(m.start)
-    return _Coll(start, end, key[0], key[1], key, nbytes)
+    return _Coll(start, end, kind, key[1], key, sum(m.nbytes for m in members))
 
 
 def place(graph: fx.Graph, colls: list, budget: int) -> tuple[list, int, int]:

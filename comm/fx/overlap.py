@@ -11,7 +11,7 @@ waits sunk to their first use)::
     ar = all_reduce(cat([g1, g2])) ... compute ... w = wait(ar); use(view(w[:n1])) ...
 
 Handled: ``_c10d_functional.all_reduce`` / ``all_gather_into_tensor`` /
-``reduce_scatter_tensor`` with ``wait_tensor`` (moved; all-reduces also bucketed) and
+``reduce_scatter_tensor`` with ``wait_tensor`` (bucketed and moved) and
 ``commrt::all_reduce`` (bucketed; it runs on the compute stream, so it is not moved).
 Collectives of one group keep their relative order, so every rank issues them alike.
 Anything else (all_to_all, symbolic shapes) is left in place, with the reason in the
