@@ -145,8 +145,9 @@ class Communicator:
             try:
                 from commrt.symm_mem.workspace import Workspace
 
-                self.workspace = Workspace.allocate(self.group, self.device, cfg.max_custom_bytes,
-                                           min(PUSH_SLOT_BYTES, cfg.max_custom_bytes))
+                self.workspace = Workspace.allocate(
+                    self.group, self.device, cfg.max_custom_bytes,
+                    min(PUSH_SLOT_BYTES, cfg.max_custom_bytes))
             except Exception as exc:  # symmetric memory unavailable here
                 blocked = f"symmetric workspace could not be set up ({type(exc).__name__}: {exc})"
         ws = self.workspace
