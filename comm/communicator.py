@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import warnings
 
@@ -151,6 +152,8 @@ class Communicator:
             except Exception as exc:  # symmetric memory unavailable here
                 blocked = f"symmetric workspace could not be set up ({type(exc).__name__}: {exc})"
         ws = self.workspace
+        # The device attribute claims multicast even where binding fails: the handle decides.
+        self.profile = dataclasses.replace(self.profile, multicast=bool(ws and ws.multicast_ptr))
         return Facts(
             profile=self.profile, world_size=self.world_size, config=cfg, table=table,
             custom_blocked=blocked,
@@ -178,8 +181,6 @@ class Communicator:
         if self.rank == 0:
             warnings.warn(f"commrt: {why}; every all-reduce of group {self.group_name} goes "
                           "to the process group", stacklevel=3)
-        import dataclasses
-
         return dataclasses.replace(facts, table=None, custom_blocked=why)
 
     def _log_enabled(self) -> None:
@@ -399,8 +400,6 @@ class Communicator:
 
     def close(self) -> None:
         """Free the workspace. The communicator falls back to the process group after."""
-        import dataclasses
-
         self.workspace = None
         self.facts = dataclasses.replace(self.facts, custom_blocked="communicator closed")
         self.dispatcher = Dispatcher(self.facts)

@@ -90,8 +90,6 @@ class Workspace:
         rank, world = dist.get_rank(group), dist.get_world_size(group)
         data_bytes, slot_bytes = _round_up(data_bytes), _round_up(push_bytes)
         total = cls.total_bytes(world, data_bytes, slot_bytes)
-        if hasattr(symm, "enable_symm_mem_for_group") and not _enabled(symm, name):
-            symm.enable_symm_mem_for_group(name)  # torch < 2.11 needs it
         buf = symm.empty(total, dtype=torch.uint8, device=device)
         handle = symm.rendezvous(buf, name)
         buffers = [buf if p == rank else handle.get_buffer(p, (total,), torch.uint8)
@@ -153,9 +151,3 @@ class Workspace:
         """0, or 1 + the rank of a peer some kernel gave up waiting for (syncs the device)."""
         return int(self.err.item())
 
-
-def _enabled(symm, group_name: str) -> bool:
-    try:
-        return bool(symm.is_symm_mem_enabled_for_group(group_name))
-    except Exception:
-        return False
