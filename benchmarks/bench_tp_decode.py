@@ -8,7 +8,10 @@ heads, 8 KV heads, fewer layers). Attention and MLP are split over the group, so
 layer ends its attention and its MLP with an all-reduce. A decode step (one token per
 sequence against a KV cache of ``--ctx`` tokens) runs in a CUDA graph at each batch; a
 prefill of ``--prefill`` tokens runs in a CUDA graph too. Both all-reduces must give
-the same logits within bf16 tolerance before anything is timed.
+logits as accurate as dist.all_reduce's against a float32 copy of the model (same
+weights) before anything is timed: a fused kernel rounds once where the unfused ops
+round twice, so over 32 random layers the bf16 paths drift apart by a few percent while
+each stays as close to float32 as the others.
 """
 
 from __future__ import annotations
@@ -32,25 +35,27 @@ HEAD_DIM = 128
 class TPDecoder:
     """The per-rank shard of the model; ``reduce(x)`` is the all-reduce under test."""
 
-    def __init__(self, shape: dict, world: int, device, seed: int = 0):
+    def __init__(self, shape: dict, world: int, device, seed: int = 0,
+                 dtype=torch.bfloat16):
         g = torch.Generator(device=device).manual_seed(seed)
         h, tp = shape["hidden"], world
         self.heads, self.kv = shape["heads"] // tp, max(1, shape["kv_heads"] // tp)
 
         def w(*dims):
-            return (torch.randn(*dims, generator=g, device=device) * 0.02).to(torch.bfloat16)
+            return (torch.randn(*dims, generator=g, device=device) * 0.02).to(torch.bfloat16
+                                                                               ).to(dtype)
 
         self.layers = []
         for _ in range(shape["layers"]):
             self.layers.append(dict(
-                ln1=torch.ones(h, device=device, dtype=torch.bfloat16),
-                ln2=torch.ones(h, device=device, dtype=torch.bfloat16),
+                ln1=torch.ones(h, device=device, dtype=dtype),
+                ln2=torch.ones(h, device=device, dtype=dtype),
                 qkv=w((self.heads + 2 * self.kv) * HEAD_DIM, h),
                 o=w(h, self.heads * HEAD_DIM),
                 gate_up=w(2 * shape["inter"] // tp, h),
                 down=w(h, shape["inter"] // tp),
             ))
-        self.norm = torch.ones(h, device=device, dtype=torch.bfloat16)
+        self.norm = torch.ones(h, device=device, dtype=dtype)
         self.lm_head = w(shape["vocab"] // tp, h)
         self.reduce = None
         self.fused = None  # (x, residual, weight) -> (normed, new_residual), or None
@@ -122,6 +127,8 @@ def main() -> None:
     world = dist.get_world_size()
     shape = SHAPES[args.shape]
     model = TPDecoder(shape, world, dev)
+    ref_model = TPDecoder(shape, world, dev, dtype=torch.float32)
+    ref_model.reduce = lambda t: dist.all_reduce(t)
     reducers = {"dist.all_reduce": (lambda t: dist.all_reduce(t), None),
                 "commrt.all_reduce": (lambda t: comm.all_reduce(t), None),
                 "commrt fused": (None, lambda a, r, w: comm.all_reduce_residual_rmsnorm(
@@ -152,15 +159,17 @@ def main() -> None:
                     fwd = torch.compile(model.forward, fullgraph=True, dynamic=False)
                     logits[name] = fwd(x, caches).float()
                     ms[name] = graph_time(lambda: fwd(x, caches))  # noqa: B023
-        a = logits["dist.all_reduce"]
-        err = max(float((a - b).norm() / a.norm()) for b in logits.values())
+        ref = ref_model.forward(x.float(), caches and [tuple(t.float() for t in c)
+                                                       for c in caches])
+        errs = {k: float((v - ref).norm() / ref.norm()) for k, v in logits.items()}
+        err = max(errs.values())
         tokens = batch * seq
         row = {"phase": phase, "batch": batch, "tokens": tokens, "ms": ms,
                "tokens_per_s": {k: tokens / (v / 1e3) for k, v in ms.items()},
                "speedup": ms["dist.all_reduce"] / ms["commrt.all_reduce"],
                "speedup_fused": ms["dist.all_reduce"] / ms["commrt fused"],
                "speedup_compiled_fx": ms["dist.all_reduce"] / ms["compiled + commrt.fx"]
-               if "compiled + commrt.fx" in ms else None, "logits_rel_err": err,
+               if "compiled + commrt.fx" in ms else None, "logits_rel_err_vs_fp32": errs,
                "allreduce_bytes": tokens * shape["hidden"] * 2,
                "commrt_algorithm": comm.dispatcher.decide(tokens * shape["hidden"] * 2,
                                                           torch.bfloat16, "sum", "graph").algorithm}
@@ -169,8 +178,10 @@ def main() -> None:
             print(f"{phase:>7} batch {batch:>4}: dist {ms['dist.all_reduce']:.3f} ms, commrt "
                   f"{ms['commrt.all_reduce']:.3f} ms ({row['commrt_algorithm']}), speedup "
                   f"{row['speedup']:.3f}x, fused {ms['commrt fused']:.3f} ms "
-                  f"({row['speedup_fused']:.3f}x), logits rel err {err:.1e}", flush=True)
-        assert err < 2e-2, f"logits differ: {err}"
+                  f"({row['speedup_fused']:.3f}x), logits rel err vs fp32 "
+                  + ", ".join(f"{k} {v:.1e}" for k, v in errs.items()), flush=True)
+        base = errs["dist.all_reduce"]
+        assert err <= 1.5 * base + 1e-2, f"logits less accurate than dist.all_reduce's: {errs}"
     if comm.rank == 0:
         os.makedirs(args.out_dir, exist_ok=True)
         cmd = f"torchrun --nproc-per-node {world} " + " ".join(sys.argv)
@@ -185,7 +196,7 @@ def main() -> None:
             f.write(f"- torch `{m['torch']}`, NCCL `{m['nccl']}`, date {m['date']}\n"
                     f"- command: `{cmd}`\n- CUDA graph per step, median of 20 replays\n\n")
             f.write("| phase | batch | dist ms | commrt ms | speedup | commrt algo | "
-                    "fused ms | fused speedup | fused tok/s | logits err |\n"
+                    "fused ms | fused speedup | fused tok/s | worst logits err vs fp32 |\n"
                     "|---|---:|---:|---:|---:|---|---:|---:|---:|---:|\n")
             for r in rows:
                 f.write(f"| {r['phase']} | {r['batch']} | {r['ms']['dist.all_reduce']:.3f} | "
@@ -193,7 +204,7 @@ def main() -> None:
                         f"{r['commrt_algorithm']} | {r['ms']['commrt fused']:.3f} | "
                         f"{r['speedup_fused']:.3f} | "
                         f"{r['tokens_per_s']['commrt fused']:.0f} | "
-                        f"{r['logits_rel_err']:.1e} |\n")
+                        f"{max(r['logits_rel_err_vs_fp32'].values()):.1e} |\n")
         print(f"wrote {path}", flush=True)
     dist.barrier()
     dist.destroy_process_group()

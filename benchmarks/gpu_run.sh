@@ -28,7 +28,7 @@ for stage in $STAGES; do
       run python3 -c 'import torch, triton; print(torch.__version__, triton.__version__, torch.cuda.nccl.version(), torch.cuda.get_device_name())' ;;
     tests)
       say "GPU tests"
-      run python3 -m pytest -x -q -m "gpu or multigpu" tests ;;
+      run python3 -m pytest -q -rf -m "gpu or multigpu" ${TESTS_K:+-k "$TESTS_K"} tests ;;
     tune)
       say "commrt tune"
       run commrt tune --out "$TABLE" --raw "$RES/tune_raw.json" --plot "$RES/tune.png" ;;

@@ -1,5 +1,6 @@
 """The overlap-and-bucket pass on aten graphs traced with the fake process group (CPU)."""
 
+import shutil
 import time
 
 import pytest
@@ -189,3 +190,29 @@ def test_all_gathers_and_reduce_scatters_are_bucketed_too(groups):
     gm = trace(f, w(8, 16), w(8, 16, seed=1), w(16, 16, seed=2))
     rep = overlap_and_bucket(gm)
     assert rep.collectives_before == 4 and rep.collectives_after == 2 and rep.buckets == 2
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="Inductor on CPU needs a C++ compiler")
+def test_inductor_keeps_the_placement(groups):
+    """Compiled with Inductor, the start is issued before the independent matmuls and the
+    wait after them (pinned by control dependencies), and the result is unchanged."""
+    from torch._inductor.utils import run_and_get_code
+
+    def f(a, b, wt):
+        r = fc.all_reduce(a @ wt, "sum", groups[8])
+        c = b
+        for _ in range(4):
+            c = torch.relu(c @ wt)
+        return r + c
+    args = (w(32, 32), w(32, 32, seed=1), w(32, 32, seed=2))
+    torch._dynamo.reset()
+    with commrt.fx.installed(fuse_rmsnorm=False):
+        out, (code, *_) = run_and_get_code(torch.compile(f, fullgraph=True), *args)
+    rep = [r for name, r in commrt.fx.last_reports if name == "overlap"][-1]
+    calls = [ln.strip() for ln in code.splitlines()
+             if ln.strip().startswith(("extern_kernels.mm", "torch.ops._c10d_functional"))]
+    start = next(i for i, c in enumerate(calls) if "all_reduce" in c)
+    wait = next(i for i, c in enumerate(calls) if "wait_tensor" in c)
+    assert start == 1 and wait == len(calls) - 1, calls  # mm, start, 4 x mm, wait
+    torch.testing.assert_close(out, f(*args))  # the fake group's all-reduce is the identity
+    assert rep.pinned == 1

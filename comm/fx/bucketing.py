@@ -4,6 +4,7 @@ its inputs and every wait right before its first use, within the memory budget."
 
 from __future__ import annotations
 
+import bisect
 import itertools
 
 import torch
@@ -56,7 +57,9 @@ def bucket(graph: fx.Graph, colls: list, model, cap: int) -> tuple[list, int]:
 
     buckets = []
     open_runs: dict[tuple, dict] = {}  # key -> members and running span / bytes / exposure
-    for c in sorted(colls, key=lambda c: pos[c.start]):
+    # runs form in the order inputs become ready (a backward makes the last layer's
+    # gradients first), ties in graph order: the same on every rank
+    for c in sorted(colls, key=lambda c: (_span(c, pos)[0], pos[c.start])):
         src = c.start.args[0].meta.get("val") if isinstance(c.start.args[0], fx.Node) else None
         if src is None or not src.is_contiguous():
             buckets.append([c])
@@ -158,9 +161,10 @@ def _merge(graph: fx.Graph, members: list, pos: dict, fake):
 
 
 def place(graph: fx.Graph, colls: list, budget: int) -> tuple[list, int, int]:
-    """Starts right after their inputs (never ahead of an earlier collective of their
-    group), waits right before their first use; undo the largest moves first while the
-    bytes in flight exceed the graph's own by more than ``budget``."""
+    """Starts right after their inputs, waits right before their first use; undo the
+    largest moves first while the bytes in flight exceed the graph's own by more than
+    ``budget``. Collectives of a group are issued in the order their inputs become ready
+    (ties in graph order): a function of the graph alone, so every rank issues alike."""
     order = list(graph.nodes)
     pos = {n: i for i, n in enumerate(order)}
     movable = [c for c in colls if c.end is not c.start]
@@ -192,17 +196,17 @@ def _arrange(order: list, pos: dict, colls: list) -> list:
     after: dict[int, list] = {}
     before: dict[int, list] = {}
     skip = set()
-    last_in_group: dict[str, int] = {}
     first_use = {c.end: min((pos[u] for u in c.end.users), default=len(order) - 1)
                  for c in colls}
-    for c in sorted(colls, key=lambda c: pos[c.start]):
+    anchors = []
+    for c in colls:
         src = c.start.args[0]
         if src in first_use:  # its input is a wait that moves down to its first use
             anchor = first_use[src]
         else:
             anchor = pos[_after_placeholders(src)] if isinstance(src, fx.Node) else 0
-        anchor = max(anchor, last_in_group.get(c.group, -1))
-        last_in_group[c.group] = anchor
+        anchors.append((anchor, pos[c.start], c))
+    for anchor, _, c in sorted(anchors, key=lambda a: a[:2]):
         after.setdefault(anchor, []).append(c.start)
         before.setdefault(first_use[c.end], []).append(c.end)
         skip.update((c.start, c.end))
@@ -222,3 +226,37 @@ def _in_flight(order: list, colls: list) -> int:
         delta[pos[c.start]] += c.nbytes
         delta[pos[c.end] + 1] -= c.nbytes
     return max(itertools.accumulate(delta), default=0)
+
+
+# Compute nodes Inductor emits as their own kernels (never fused away): safe to pin to.
+_ANCHORS = (aten.mm.default, aten.addmm.default, aten.bmm.default, aten.baddbmm.default,
+            aten.convolution.default)
+
+
+def pin_for_inductor(graph: fx.Graph, colls: list) -> int:
+    """Make Inductor's scheduler keep the placement (its memory-driven reordering would
+    otherwise sink starts back to their waits): the first matmul after a moved start
+    depends on the start, and the wait depends on the last matmul before it, through
+    Inductor's ``control_deps``. Returns how many collectives were pinned."""
+    try:
+        from torch._inductor.fx_passes.control_dependencies import preserve_node_ordering
+        from torch.utils._ordered_set import OrderedSet
+    except ImportError:  # an Inductor without control_deps: placement only
+        return 0
+    order = list(graph.nodes)
+    pos = {n: i for i, n in enumerate(order)}
+    mms = [i for i, n in enumerate(order) if n.op == "call_function" and n.target in _ANCHORS]
+    deps: dict = {}
+    pinned = 0
+    for c in colls:
+        if c.end is c.start:
+            continue
+        k = bisect.bisect_right(mms, pos[c.start])
+        j = bisect.bisect_left(mms, pos[c.end]) - 1
+        if k > j:  # no matmul between start and wait: nothing to hide behind
+            continue
+        deps.setdefault(order[mms[k]], OrderedSet()).add(c.start)
+        deps.setdefault(c.end, OrderedSet()).add(order[mms[j]])
+        pinned += 1
+    preserve_node_ordering(graph, deps)
+    return pinned

@@ -52,6 +52,7 @@ class OverlapReport:
     hidden_fraction: float = 0.0
     memory_budget_bytes: int = 0
     peak_in_flight_bytes: int = 0
+    pinned: int = 0  # collectives whose placement Inductor is made to keep
     seconds: float = 0.0
     skipped: list[str] = dataclasses.field(default_factory=list)
 
@@ -158,9 +159,13 @@ def _peak_bytes(order: list[fx.Node]) -> int:
 
 
 def overlap_and_bucket(gm: fx.GraphModule | fx.Graph, *, profile=None,
-                       memory_budget: int | None = None,
-                       bucket_cap: int = BUCKET_CAP_BYTES) -> OverlapReport:
-    """Bucket and reorder the collectives of ``gm`` in place; see the module docstring."""
+                       memory_budget: int | None = None, bucket_cap: int = BUCKET_CAP_BYTES,
+                       for_inductor: bool = False) -> OverlapReport:
+    """Bucket and reorder the collectives of ``gm`` in place; see the module docstring.
+
+    ``for_inductor`` (set by ``commrt.fx.install()``) also pins the placement with
+    Inductor's control dependencies, which only Inductor can run.
+    """
     t0 = time.perf_counter()
     graph = gm.graph if isinstance(gm, fx.GraphModule) else gm
     report = OverlapReport()
@@ -177,11 +182,17 @@ def overlap_and_bucket(gm: fx.GraphModule | fx.Graph, *, profile=None,
 
         colls, report.buckets = bucket(graph, colls, model, bucket_cap)
         order, report.moved, report.peak_in_flight_bytes = place(graph, colls, budget)
+        report.exposed_us_after, report.comm_us = _simulate(order, colls, model)
+        if for_inductor:
+            from .bucketing import pin_for_inductor
+
+            report.pinned = pin_for_inductor(graph, colls)
         graph.lint()
         if isinstance(gm, fx.GraphModule):
             gm.recompile()
+    else:
+        report.exposed_us_after, report.comm_us = _simulate(order, colls, model)
     report.collectives_after = len(colls)
-    report.exposed_us_after, report.comm_us = _simulate(list(graph.nodes), colls, model)
     if report.comm_us > 0:
         report.hidden_fraction = 1.0 - report.exposed_us_after / report.comm_us
     report.seconds = time.perf_counter() - t0

@@ -38,7 +38,8 @@ class CommrtPass(CustomGraphPass):
         if self.previous is not None:
             self.previous(graph)
         for name in self.passes:
-            last_reports.append((name, PASSES[name](graph)))
+            kw = {"for_inductor": True} if name == "overlap" else {}
+            last_reports.append((name, PASSES[name](graph, **kw)))
         del last_reports[:-16]
 
     def uuid(self) -> bytes:
