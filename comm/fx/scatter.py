@@ -8,12 +8,13 @@ After::
 
     out = commrt.partitioned_index_put(self, idx, values, partitions)
 
-``partitioned_index_put`` writes element ``i`` into copy ``i % p`` of the output
-(``p`` copies, fp32 for low-precision values) and sums the copies, so colliding
-indices stop serialising on one address. ``p`` is chosen on the GPU from the indices
-themselves, with no host sync: a strided sample of the indices is sorted and its
-distinct values counted; few distinct rows means heavy contention and ``p =
-partitions``, many means ``p = 1`` (all writes to copy 0, as the plain scatter would).
+``partitioned_index_put`` spreads colliding writes over ``p`` fp32 copies of the
+output and sums the copies, so colliding indices stop serialising on one address.
+``p`` is chosen on the GPU from the indices themselves, with no host sync: the distinct
+rows of a strided sample of the indices are counted; few distinct rows means heavy
+contention and ``p = partitions``, many means ``p = 1`` (the plain scatter). On CUDA it
+runs the Triton kernels of ``scatter_kernels`` (which also pre-sum the values of a block
+of indices that hold only a few distinct rows); elsewhere the same scheme in torch ops.
 The pass picks ``partitions`` from the shapes (a power of two, at most
 ``MAX_PARTITIONS``, at most the values per output row) and skips a scatter whose
 copies would exceed a fraction of device memory.
@@ -42,6 +43,17 @@ lib.define("partitioned_index_put(Tensor self, Tensor index, Tensor values, int 
 
 def _partitioned_index_put(self: torch.Tensor, index: torch.Tensor, values: torch.Tensor,
                            partitions: int) -> torch.Tensor:
+    if self.device.type == "cuda":
+        from .scatter_kernels import partitioned_index_add
+
+        return partitioned_index_add(self.contiguous(), index.contiguous(),
+                                     values.contiguous(), partitions, CONTENDED_ROWS)
+    return _partitioned_index_put_torch(self, index, values, partitions)
+
+
+def _partitioned_index_put_torch(self: torch.Tensor, index: torch.Tensor,
+                                 values: torch.Tensor, partitions: int) -> torch.Tensor:
+    """The same scheme in torch ops (CPU, and the reference for the Triton kernels)."""
     rows, n = self.shape[0], index.shape[0]
     index = torch.where(index < 0, index + rows, index).long()
     step = max(1, n // SAMPLE)
