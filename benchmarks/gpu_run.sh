@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Everything commrt runs on a GPU machine, in one call:
 #   bash benchmarks/gpu_run.sh [stage ...]   stages: env tests tune bench cli decode fxoverlap scatter overhead
+# (env: TESTS_K=expr selects GPU tests, DECODE_ARGS adds bench_tp_decode.py options)
 # (default: env tests tune bench cli decode)
 # Logs and results go to $OUT (or ./gpu_out) as log.txt plus results.tar.gz.
 # NVLink multicast stays OFF: these three are exported here and never unset.
@@ -41,7 +42,7 @@ for stage in $STAGES; do
     decode)
       say "bench_tp_decode"
       [ -f "$TABLE" ] && export COMMRT_TABLE=$TABLE
-      run torchrun --nproc-per-node "$NGPU" benchmarks/bench_tp_decode.py --out-dir "$RES" ;;
+      run torchrun --nproc-per-node "$NGPU" benchmarks/bench_tp_decode.py --out-dir "$RES" ${DECODE_ARGS:-} ;;
     fxoverlap)
       say "bench_fx_overlap"
       [ -f "$TABLE" ] && export COMMRT_TABLE=$TABLE
