@@ -242,6 +242,8 @@ class Communicator:
 
         One fused kernel where the dispatcher picks one (``x`` and ``residual`` are left
         as they are); otherwise the all-reduce, then the add and the norm as torch ops.
+        ``residual`` and ``weight`` must be the same on every rank, as in tensor
+        parallelism: a row may be normalised on another rank, with that rank's copies.
         ``algorithm`` forces one (bench, tuner); ``"nccl"`` forces the unfused path.
         """
         if torch.compiler.is_compiling():

@@ -321,7 +321,9 @@ def fused_rmsnorm(rank, world):
     for algo in ("one_shot_push", "one_shot", "two_shot_push"):
         x = torch.empty(16, 4096, device=dev, dtype=torch.bfloat16)
         res = torch.empty_like(x)
-        w = torch.randn(4096, device=dev, dtype=torch.bfloat16)
+        # replicated, as in TP (two_shot normalises a row on its owner, with its weight)
+        w = torch.randn(4096, device=dev, generator=torch.Generator(device=dev).manual_seed(5)
+                        ).to(torch.bfloat16)
         s = torch.cuda.Stream()
         s.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(s):

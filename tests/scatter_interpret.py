@@ -11,8 +11,7 @@ TOL = {torch.float32: 1e-6, torch.bfloat16: 1e-2, torch.float16: 2e-3}
 def main() -> None:
     g = torch.Generator().manual_seed(0)
     cases = 0
-    # (rows, row width, indices, k): every index in 0..k; k=0 and 3 take the pre-reducing
-    # branch, 39 the atomic one; width 130 spans two column blocks, width 1 is a vector
+    # (rows, row width, indices, k): every index in 0..k; width 1 is a vector
     for rows, d, n, k in ((11, 5, 300, 0), (11, 5, 300, 3), (40, 3, 777, 39),
                           (9, 130, 200, 8), (7, 1, 100, 6)):
         for dtype in TOL:

@@ -13,8 +13,7 @@ output and sums the copies, so colliding indices stop serialising on one address
 ``p`` is chosen on the GPU from the indices themselves, with no host sync: the distinct
 rows of a strided sample of the indices are counted; few distinct rows means heavy
 contention and ``p = partitions``, many means ``p = 1`` (the plain scatter). On CUDA it
-runs the Triton kernels of ``scatter_kernels`` (which also pre-sum the values of a block
-of indices that hold only a few distinct rows); elsewhere the same scheme in torch ops.
+runs the Triton kernels of ``scatter_kernels``; elsewhere the same scheme in torch ops.
 The pass picks ``partitions`` from the shapes (a power of two, at most
 ``MAX_PARTITIONS``, at most the values per output row) and skips a scatter whose
 copies would exceed a fraction of device memory.

@@ -5,10 +5,8 @@ Three launches, no host sync:
 1. ``_prepare``: fp32 copy 0 of the output := ``self``, copies 1..P-1 := 0; program 0
    also estimates contention from a strided sample of the indices (distinct rows among
    ``SAMPLE``) and stores the partition count to use, ``P`` or 1, on the device.
-2. ``_scatter``: a program takes ``BLOCK_N`` indices. If they hold at most ``LEADERS``
-   distinct rows it sums the values of each row first and adds one row per distinct
-   index (k=0: one atomic row per program instead of ``BLOCK_N``); otherwise every
-   value row is added atomically into copy ``program % p``.
+2. ``_scatter``: every value element is added atomically into copy ``row % p`` of its
+   output row (``row`` = the element's row in ``values``), over the flat values.
 3. ``_sum``: the output := sum of the first ``p`` copies, in the output's dtype; an index
    out of range poisons it with NaN (the plain op would raise a device-side assert).
 """
@@ -17,8 +15,7 @@ import torch
 import triton
 import triton.language as tl
 
-SAMPLE = 512
-LEADERS = 8
+SAMPLE = 256
 
 
 @triton.jit
@@ -53,40 +50,18 @@ def _prepare(self_ptr, copies, idx, p_out, err, n, rows, D, P: tl.constexpr,
 
 
 @triton.jit
-def _scatter(copies, idx, vals, p_ptr, err, n, rows, D, BLOCK_N: tl.constexpr,
-             BLOCK_D: tl.constexpr, LEADERS: tl.constexpr):
-    pid = tl.program_id(0)
-    p = tl.load(p_ptr)
-    base = copies + (pid % p).to(tl.int64) * rows * D
-    r = pid.to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
-    rm = r < n
-    i = tl.load(idx + r, mask=rm, other=0).to(tl.int64)
+def _scatter(copies, idx, vals, p_ptr, err, total, rows, D, BLOCK: tl.constexpr):
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < total
+    r = offs // D  # the value row, and so the index it goes with
+    i = tl.load(idx + r, mask=m, other=0).to(tl.int64)
     i = tl.where(i < 0, i + rows, i)
-    bad = rm & ((i < 0) | (i >= rows))
-    if tl.max(bad.to(tl.int32)) > 0:
-        tl.store(err, 1)
-    rm = rm & (bad == 0)
-    i = tl.where(rm, i, -1)
-    k = tl.arange(0, BLOCK_N)
-    earlier = (i[:, None] == i[None, :]) & (k[None, :] < k[:, None])
-    first = rm & (tl.max(earlier.to(tl.int32), axis=1) == 0)
-    distinct = tl.sum(first.to(tl.int32))
-    for d0 in range(0, D, BLOCK_D):
-        cols = d0 + tl.arange(0, BLOCK_D)
-        cm = cols < D
-        v = tl.load(vals + r[:, None] * D + cols[None, :], mask=rm[:, None] & cm[None, :],
-                    other=0).to(tl.float32)
-        if distinct <= LEADERS:
-            todo = rm
-            for _ in range(distinct):
-                lead = tl.min(tl.where(todo, i, rows))
-                sel = todo & (i == lead)
-                s = tl.sum(tl.where(sel[:, None], v, 0.0), axis=0)
-                tl.atomic_add(base + lead * D + cols, s, mask=cm, sem="relaxed")
-                todo = todo & (sel == 0)
-        else:
-            tl.atomic_add(base + i[:, None] * D + cols[None, :], v,
-                          mask=rm[:, None] & cm[None, :], sem="relaxed")
+    bad = m & ((i < 0) | (i >= rows))
+    tl.store(err + 0 * offs, 1, mask=bad)
+    m = m & (bad == 0)
+    v = tl.load(vals + offs, mask=m, other=0).to(tl.float32)
+    part = r % tl.load(p_ptr)
+    tl.atomic_add(copies + (part * rows + i) * D + offs % D, v, mask=m, sem="relaxed")
 
 
 @triton.jit
@@ -119,10 +94,8 @@ def partitioned_index_add(self: torch.Tensor, index: torch.Tensor, values: torch
     _prepare[(max(1, min(1024, triton.cdiv(partitions * plane, 4096))),)](
         self, copies, index, p, err, n, rows, D, P=partitions, SAMPLE=SAMPLE,
         CONTENDED=contended_rows, BLOCK=4096, TILE=64)
-    if n:
-        block_d = min(triton.next_power_of_2(D), 128)
-        block_n = min(64, max(16, 4096 // block_d))
-        _scatter[(triton.cdiv(n, block_n),)](copies, index, values, p, err, n, rows, D,
-                                             BLOCK_N=block_n, BLOCK_D=block_d, LEADERS=LEADERS)
+    if n * D:
+        _scatter[(triton.cdiv(n * D, 1024),)](copies, index, values, p, err, n * D, rows, D,
+                                              BLOCK=1024)
     _sum[(triton.cdiv(plane, 1024),)](copies, out, p, err, plane, BLOCK=1024)
     return out
