@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Everything commrt runs on a GPU machine, in one call:
-#   bash benchmarks/gpu_run.sh [stage ...]   stages: env tests tune bench cli decode fxoverlap scatter overhead
+#   bash benchmarks/gpu_run.sh [stage ...]   stages: env tests tune tunefused bench cli decode fxoverlap scatter overhead
 # (env: TESTS_K=expr selects GPU tests, DECODE_ARGS adds bench_tp_decode.py options)
 # (default: env tests tune bench cli decode)
 # Logs and results go to $OUT (or ./gpu_out) as log.txt plus results.tar.gz.
@@ -33,6 +33,11 @@ for stage in $STAGES; do
     tune)
       say "commrt tune"
       run commrt tune --out "$TABLE" --raw "$RES/tune_raw.json" --plot "$RES/tune.png" ;;
+    tunefused)  # only the fused section, on top of the table in use (shipped or $TABLE)
+      say "commrt tune --only fused"
+      [ -f "$TABLE" ] && export COMMRT_TABLE=$TABLE
+      run commrt tune --only fused --out "$TABLE.new" --raw "$RES/tune_fused_raw.json" \
+        && mv "$TABLE.new" "$TABLE" ;;
     usetable)  # a table carried in .carry/ (from an earlier call)
       cp .carry/table.json "$TABLE" ;;
     bench)

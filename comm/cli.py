@@ -37,6 +37,9 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--out", default=None, help="table path (default <generation>_ws<N>.json)")
     t.add_argument("--raw", default=None, help="also write every measurement as JSON here")
     t.add_argument("--plot", default=None, help="write a log-log PNG of latency per algorithm")
+    t.add_argument("--only", choices=["fused"], default=None,
+                   help="re-measure only the fused all-reduce + RMSNorm section, keeping the "
+                        "all_reduce section of the table in use (COMMRT_TABLE or shipped)")
     for q in (b, t):
         q.add_argument("--nproc", type=int, default=None, help="processes to spawn")
     return p
@@ -153,19 +156,28 @@ def _tune(comm, args) -> None:
     sizes = bench.sizes_between(_config.parse_bytes(args.min_bytes),
                                 _config.parse_bytes(args.max_bytes))
     fused_rows = [1 << k for k in range(0, 12)]  # 1..2048 rows of hidden 4096
-    show = bench.progress_printer(comm.rank, 2 * len(sizes) + 2 * len(fused_rows))
-    section, raw, excluded = bench.tune(comm, sizes, torch.bfloat16, show)
+    base = _base_table(comm) if args.only == "fused" else None
+    show = bench.progress_printer(comm.rank, (0 if base else 2 * len(sizes))
+                                  + 2 * len(fused_rows))
+    raw, excluded = [], []
+    if base is None:
+        section, raw, excluded = bench.tune(comm, sizes, torch.bfloat16, show)
     fused_section, fused_raw = bench.tune_fused(comm, fused_rows, 4096, torch.bfloat16, show)
     raw += fused_raw
     for line in excluded:
         _say(comm, f"commrt tune: left out (wrong results): {line}")
     m = bench.meta(comm, "commrt " + " ".join(sys.argv[1:]))
-    table = {"schema": _table.SCHEMA, "generation": comm.profile.generation,
-             "world_size": comm.world_size,
-             "provenance": {**m, "measured_by": "commrt tune", "dtype": "bf16",
-                            "excluded": excluded,
-                            "note": "bf16 timings rank algorithms for every dtype by bytes"},
-             "ops": {"all_reduce": section, bench.FUSED_KIND: fused_section}}
+    if base is not None:  # the all_reduce rows and their provenance stay as measured
+        table = dict(base)
+        table["ops"] = {**base["ops"], bench.FUSED_KIND: fused_section}
+        table["provenance"] = {**base["provenance"], "fused_section": {**m, "rows_of": 4096}}
+    else:
+        table = {"schema": _table.SCHEMA, "generation": comm.profile.generation,
+                 "world_size": comm.world_size,
+                 "provenance": {**m, "measured_by": "commrt tune", "dtype": "bf16",
+                                "excluded": excluded,
+                                "note": "bf16 timings rank algorithms for every dtype by bytes"},
+                 "ops": {"all_reduce": section, bench.FUSED_KIND: fused_section}}
     _table.parse(table, "<tuner output>")  # never write a table the loader would refuse
     if comm.rank != 0:
         return
@@ -178,6 +190,23 @@ def _tune(comm, args) -> None:
     if args.plot:
         plot_table(table, args.plot)
     print(f"wrote {out}", flush=True)
+
+
+def _base_table(comm) -> dict:
+    """The JSON of the table this group uses now (``--only`` keeps part of it)."""
+    import importlib.resources
+
+    from commrt.dispatch import table as _table
+
+    t = comm.facts.table
+    if t is None:
+        raise SystemExit("commrt tune --only fused: no table to keep the all_reduce rows of")
+    if t.source.startswith("commrt/tuning_tables/"):
+        res = importlib.resources.files("commrt.tuning_tables").joinpath(
+            _table.shipped_name(t.generation, t.world_size))
+        return json.loads(res.read_text())
+    with open(t.source) as f:
+        return json.load(f)
 
 
 def plot_table(table: dict, path: str) -> None:
