@@ -50,18 +50,25 @@ def _prepare(self_ptr, copies, idx, p_out, err, n, rows, D, P: tl.constexpr,
 
 
 @triton.jit
-def _scatter(copies, idx, vals, p_ptr, err, total, rows, D, BLOCK: tl.constexpr):
-    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+def _scatter(copies, idx, vals, p_ptr, err, total, rows, D: tl.constexpr,
+             BLOCK: tl.constexpr, WIDE: tl.constexpr):
+    # D is a compile-time constant (divisions by it are multiplies); offsets are int32
+    # unless the values hold 2**31 elements or more (WIDE).
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    if WIDE:
+        offs = offs.to(tl.int64)
     m = offs < total
     r = offs // D  # the value row, and so the index it goes with
-    i = tl.load(idx + r, mask=m, other=0).to(tl.int64)
+    i = tl.load(idx + r, mask=m, other=0)
     i = tl.where(i < 0, i + rows, i)
     bad = m & ((i < 0) | (i >= rows))
     tl.store(err + 0 * offs, 1, mask=bad)
     m = m & (bad == 0)
+    if not WIDE:
+        i = i.to(tl.int32)  # in range, so it fits
     v = tl.load(vals + offs, mask=m, other=0).to(tl.float32)
-    part = r % tl.load(p_ptr)
-    tl.atomic_add(copies + (part * rows + i) * D + offs % D, v, mask=m, sem="relaxed")
+    part = r & (tl.load(p_ptr) - 1)  # p is a power of two
+    tl.atomic_add(copies + (part * rows + i) * D + (offs - r * D), v, mask=m, sem="relaxed")
 
 
 @triton.jit
@@ -82,6 +89,8 @@ def partitioned_index_add(self: torch.Tensor, index: torch.Tensor, values: torch
 
     ``self`` and ``values`` contiguous, ``values`` shaped ``[len(index), *self.shape[1:]]``.
     """
+    if partitions < 1 or partitions & (partitions - 1):
+        raise ValueError(f"partitions must be a power of two, got {partitions}")
     rows, n = self.shape[0], index.numel()
     D = self.numel() // max(1, rows)
     out = torch.empty_like(self)
@@ -95,7 +104,8 @@ def partitioned_index_add(self: torch.Tensor, index: torch.Tensor, values: torch
         self, copies, index, p, err, n, rows, D, P=partitions, SAMPLE=SAMPLE,
         CONTENDED=contended_rows, BLOCK=4096, TILE=64)
     if n * D:
-        _scatter[(triton.cdiv(n * D, 1024),)](copies, index, values, p, err, n * D, rows, D,
-                                              BLOCK=1024)
+        wide = max(n * D, partitions * plane) >= 1 << 31
+        _scatter[(triton.cdiv(n * D, 1024),)](copies, index, values, p, err, n * D, rows, D=D,
+                                              BLOCK=1024, WIDE=wide)
     _sum[(triton.cdiv(plane, 1024),)](copies, out, p, err, plane, BLOCK=1024)
     return out
