@@ -88,7 +88,7 @@ def test_dynamic_shapes_and_the_memory_cap_skip():
 
 
 def test_partition_count_is_a_capped_power_of_two():
-    assert partitions_for(501, 1_000_000, 400, 80 << 30) == 32
+    assert partitions_for(501, 1_000_000, 400, 80 << 30) == 128
     assert partitions_for(100, 300, 4, 80 << 30) == 2
     assert partitions_for(100, 150, 4, 80 << 30) == 1
     assert partitions_for(501, 1_000_000, 400, 1 << 20, 0.5) == 2

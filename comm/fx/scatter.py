@@ -11,8 +11,10 @@ After::
 ``partitioned_index_put`` spreads colliding writes over ``p`` fp32 copies of the
 output and sums the copies, so colliding indices stop serialising on one address.
 ``p`` is chosen on the GPU from the indices themselves, with no host sync: the distinct
-rows of a strided sample of the indices are counted; few distinct rows means heavy
-contention and ``p = partitions``, many means ``p = 1`` (the plain scatter). On CUDA it
+rows of a strided sample of the indices are counted, and ``p`` is the power of two (at
+most ``partitions``) that keeps the expected atomic adds per address under
+``PER_ADDRESS``: all-colliding indices get every partition, spread ones ``p = 1``
+(the plain scatter). On CUDA it
 runs the Triton kernels of ``scatter_kernels``; elsewhere the same scheme in torch ops.
 The pass picks ``partitions`` from the shapes (a power of two, at most
 ``MAX_PARTITIONS``, at most the values per output row) and skips a scatter whose
@@ -28,11 +30,12 @@ import torch
 import torch.fx as fx
 
 aten = torch.ops.aten
-MAX_PARTITIONS = 32
-SAMPLE = 1024
-# Distinct rows in the sample at or below which atomics contend enough to partition.
-# From the anchor's H100 table (ISSUE 7): the plain scatter is as fast from k = 63 up.
-CONTENDED_ROWS = 64
+MAX_PARTITIONS = 128  # as Inductor's pass allows for outputs under 1M elements
+SAMPLE = 256  # indices sampled (strided) to estimate contention
+# Atomic adds one address may take before contention costs more than extra copies do:
+# on the anchor's H100 the plain scatter is as fast as any partitioned one down to about
+# 8K adds an address (k=127: 1M indices over 128 rows) and slower from 16K (k=63).
+PER_ADDRESS = 4096
 MEMORY_FRACTION = 0.05
 
 lib = torch.library.Library("commrt", "FRAGMENT")
@@ -46,7 +49,7 @@ def _partitioned_index_put(self: torch.Tensor, index: torch.Tensor, values: torc
         from .scatter_kernels import partitioned_index_add
 
         return partitioned_index_add(self.contiguous(), index.contiguous(),
-                                     values.contiguous(), partitions, CONTENDED_ROWS)
+                                     values.contiguous(), partitions)
     return _partitioned_index_put_torch(self, index, values, partitions)
 
 
@@ -58,7 +61,8 @@ def _partitioned_index_put_torch(self: torch.Tensor, index: torch.Tensor,
     step = max(1, n // SAMPLE)
     sample = index[::step][:SAMPLE].sort().values
     distinct = 1 + (sample[1:] != sample[:-1]).sum()
-    p = torch.where(distinct <= CONTENDED_ROWS, partitions, 1)
+    need = (n + distinct * PER_ADDRESS - 1) // (distinct * PER_ADDRESS)
+    p = (2 ** torch.ceil(torch.log2(need.clamp_min(1).double()))).long().clamp(1, partitions)
     part = torch.arange(n, device=index.device) % p
     acc_dtype = torch.float32 if values.dtype in (torch.bfloat16, torch.float16) else values.dtype
     copies = self.new_zeros((partitions * rows, *self.shape[1:]), dtype=acc_dtype)

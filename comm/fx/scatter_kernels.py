@@ -2,9 +2,10 @@
 
 Three launches, no host sync:
 
-1. ``_prepare``: fp32 copy 0 of the output := ``self``, copies 1..P-1 := 0; program 0
-   also estimates contention from a strided sample of the indices (distinct rows among
-   ``SAMPLE``) and stores the partition count to use, ``P`` or 1, on the device.
+1. ``_prepare``: estimates contention from a strided sample of the indices (distinct
+   rows among ``SAMPLE``) and picks ``p``, the power of two (at most ``P``) that brings
+   the expected adds per address under ``PER_ADDRESS``; stores it on the device and
+   fills the copies used: copy 0 := ``self`` (fp32), copies 1..p-1 := 0.
 2. ``_scatter``: every value element is added atomically into copy ``row % p`` of its
    output row (``row`` = the element's row in ``values``), over the flat values.
 3. ``_sum``: the output := sum of the first ``p`` copies, in the output's dtype; an index
@@ -15,37 +16,45 @@ import torch
 import triton
 import triton.language as tl
 
-SAMPLE = 256
+from .scatter import PER_ADDRESS, SAMPLE
 
 
 @triton.jit
 def _prepare(self_ptr, copies, idx, p_out, err, n, rows, D, P: tl.constexpr,
-             SAMPLE: tl.constexpr, CONTENDED: tl.constexpr, BLOCK: tl.constexpr,
+             SAMPLE: tl.constexpr, PER_ADDRESS: tl.constexpr, BLOCK: tl.constexpr,
              TILE: tl.constexpr):
+    # Every program estimates p (the same way, so alike) and fills its share of the
+    # p copies actually used: copy 0 := self (fp32), the rest := 0.
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
+    step = tl.maximum(n // SAMPLE, 1)
+    distinct = 0
+    for ib in tl.static_range(0, SAMPLE, TILE):
+        ipos = ib + tl.arange(0, TILE)
+        ivalid = ipos * step < n
+        a = tl.load(idx + ipos * step, mask=ivalid, other=0).to(tl.int64)
+        a = tl.where(a < 0, a + rows, a)
+        dup = tl.zeros([TILE], tl.int32)
+        for jb in tl.static_range(0, ib + TILE, TILE):
+            jpos = jb + tl.arange(0, TILE)
+            b = tl.load(idx + jpos * step, mask=jpos * step < n, other=0).to(tl.int64)
+            b = tl.where(b < 0, b + rows, b)
+            eq = (a[:, None] == b[None, :]) & (jpos[None, :] < ipos[:, None])
+            dup = tl.maximum(dup, tl.max(eq.to(tl.int32), axis=1))
+        distinct += tl.sum((ivalid & (dup == 0)).to(tl.int32))
+    # enough copies that each address expects at most PER_ADDRESS atomic adds
+    load = tl.maximum(distinct, 1).to(tl.int64) * PER_ADDRESS
+    need = (n + load - 1) // load
+    p = 1
+    while (p < need) & (p < P):
+        p *= 2
     plane = rows * D
-    for start in range(pid * BLOCK, P * plane, nprog * BLOCK):
+    for start in range(pid * BLOCK, p * plane, nprog * BLOCK):
         offs = start + tl.arange(0, BLOCK)
         v = tl.load(self_ptr + offs, mask=offs < plane, other=0).to(tl.float32)
-        tl.store(copies + offs, v, mask=offs < P * plane)
+        tl.store(copies + offs, v, mask=offs < p * plane)
     if pid == 0:
-        step = tl.maximum(n // SAMPLE, 1)
-        distinct = 0
-        for ib in tl.static_range(0, SAMPLE, TILE):
-            ipos = ib + tl.arange(0, TILE)
-            ivalid = ipos * step < n
-            a = tl.load(idx + ipos * step, mask=ivalid, other=0).to(tl.int64)
-            a = tl.where(a < 0, a + rows, a)
-            dup = tl.zeros([TILE], tl.int32)
-            for jb in tl.static_range(0, ib + TILE, TILE):
-                jpos = jb + tl.arange(0, TILE)
-                b = tl.load(idx + jpos * step, mask=jpos * step < n, other=0).to(tl.int64)
-                b = tl.where(b < 0, b + rows, b)
-                eq = (a[:, None] == b[None, :]) & (jpos[None, :] < ipos[:, None])
-                dup = tl.maximum(dup, tl.max(eq.to(tl.int32), axis=1))
-            distinct += tl.sum((ivalid & (dup == 0)).to(tl.int32))
-        tl.store(p_out, tl.where(distinct <= CONTENDED, P, 1))
+        tl.store(p_out, p)
         tl.store(err, 0)
 
 
@@ -84,7 +93,7 @@ def _sum(copies, out, p_ptr, err, plane, BLOCK: tl.constexpr):
 
 
 def partitioned_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tensor,
-                          partitions: int, contended_rows: int) -> torch.Tensor:
+                          partitions: int, per_address: int = PER_ADDRESS) -> torch.Tensor:
     """``self.index_add(0, index, values)`` (a new tensor) with the scheme above.
 
     ``self`` and ``values`` contiguous, ``values`` shaped ``[len(index), *self.shape[1:]]``.
@@ -100,9 +109,9 @@ def partitioned_index_add(self: torch.Tensor, index: torch.Tensor, values: torch
     copies = torch.empty(partitions * plane, device=self.device, dtype=torch.float32)
     state = torch.empty(2, device=self.device, dtype=torch.int32)  # [p, error]
     p, err = state[0:1], state[1:2]
-    _prepare[(max(1, min(1024, triton.cdiv(partitions * plane, 4096))),)](
+    _prepare[(max(1, min(264, triton.cdiv(partitions * plane, 4096))),)](
         self, copies, index, p, err, n, rows, D, P=partitions, SAMPLE=SAMPLE,
-        CONTENDED=contended_rows, BLOCK=4096, TILE=64)
+        PER_ADDRESS=per_address, BLOCK=4096, TILE=64)
     if n * D:
         wide = max(n * D, partitions * plane) >= 1 << 31
         _scatter[(triton.cdiv(n * D, 1024),)](copies, index, values, p, err, n * D, rows, D=D,
