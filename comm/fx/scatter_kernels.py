@@ -81,13 +81,17 @@ def _scatter(copies, idx, vals, p_ptr, err, total, rows, D: tl.constexpr,
 
 
 @triton.jit
-def _sum(copies, out, p_ptr, err, plane, BLOCK: tl.constexpr):
+def _sum(copies, out, p_ptr, err, plane, BLOCK: tl.constexpr, CP: tl.constexpr):
+    # CP copies a step, so that up to 128 copies are read with enough loads in flight
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     m = offs < plane
     p = tl.load(p_ptr)
-    acc = tl.load(copies + offs, mask=m, other=0)
-    for c in range(1, p):
-        acc += tl.load(copies + c * plane + offs, mask=m, other=0)
+    acc = tl.zeros([BLOCK], tl.float32)
+    for c0 in range(0, p, CP):
+        c = (c0 + tl.arange(0, CP)).to(tl.int64)
+        t = tl.load(copies + c[:, None] * plane + offs[None, :],
+                    mask=(c[:, None] < p) & m[None, :], other=0)
+        acc += tl.sum(t, axis=0)
     acc = tl.where(tl.load(err) != 0, float("nan"), acc)
     tl.store(out + offs, acc.to(out.dtype.element_ty), mask=m)
 
@@ -116,5 +120,5 @@ def partitioned_index_add(self: torch.Tensor, index: torch.Tensor, values: torch
         wide = max(n * D, partitions * plane) >= 1 << 31
         _scatter[(triton.cdiv(n * D, 1024),)](copies, index, values, p, err, n * D, rows, D=D,
                                               BLOCK=1024, WIDE=wide)
-    _sum[(triton.cdiv(plane, 1024),)](copies, out, p, err, plane, BLOCK=1024)
+    _sum[(triton.cdiv(plane, 256),)](copies, out, p, err, plane, BLOCK=256, CP=16)
     return out
