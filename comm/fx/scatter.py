@@ -12,9 +12,9 @@ After::
 output and sums the copies, so colliding indices stop serialising on one address.
 ``p`` is chosen on the GPU from the indices themselves, with no host sync: the distinct
 rows of a strided sample of the indices are counted, and ``p`` is the power of two (at
-most ``partitions``, at least ``MIN_USED``) that keeps the expected atomic adds per
-address under ``PER_ADDRESS``: all-colliding indices get every partition, spread ones
-few. On CUDA it
+most ``partitions``) that keeps the expected atomic adds per address under
+``PER_ADDRESS``: all-colliding indices get every partition, spread ones ``p = 1``
+(the plain scatter). On CUDA it
 runs the Triton kernels of ``scatter_kernels``; elsewhere the same scheme in torch ops.
 The pass picks ``partitions`` from the shapes (a power of two, at most
 ``MAX_PARTITIONS``, at most the values per output row) and skips a scatter whose
@@ -32,12 +32,10 @@ import torch.fx as fx
 aten = torch.ops.aten
 MAX_PARTITIONS = 128  # as Inductor's pass allows for outputs under 1M elements
 SAMPLE = 256  # indices sampled (strided) to estimate contention
-# The partition rule, read from benchmarks/results/scatter_sweep_*.json (the scatter
-# kernel alone at every partition count, H100, anchor shape): each address should expect
-# at most PER_ADDRESS atomic adds, and at least MIN_USED copies are used whenever the
-# pass partitions (16 copies cost nothing measurable even for spread indices).
-PER_ADDRESS = 512
-MIN_USED = 16
+# Atomic adds one address may take before contention costs more than extra copies do:
+# on the anchor's H100 the plain scatter is as fast as any partitioned one down to about
+# 8K adds an address (k=127: 1M indices over 128 rows) and slower from 16K (k=63).
+PER_ADDRESS = 4096
 MEMORY_FRACTION = 0.05
 
 lib = torch.library.Library("commrt", "FRAGMENT")
@@ -64,8 +62,7 @@ def _partitioned_index_put_torch(self: torch.Tensor, index: torch.Tensor,
     sample = index[::step][:SAMPLE].sort().values
     distinct = 1 + (sample[1:] != sample[:-1]).sum()
     need = (n + distinct * PER_ADDRESS - 1) // (distinct * PER_ADDRESS)
-    p = (2 ** torch.ceil(torch.log2(need.clamp_min(1).double()))).long()
-    p = p.clamp(min(MIN_USED, partitions), partitions)
+    p = (2 ** torch.ceil(torch.log2(need.clamp_min(1).double()))).long().clamp(1, partitions)
     part = torch.arange(n, device=index.device) % p
     acc_dtype = torch.float32 if values.dtype in (torch.bfloat16, torch.float16) else values.dtype
     copies = self.new_zeros((partitions * rows, *self.shape[1:]), dtype=acc_dtype)

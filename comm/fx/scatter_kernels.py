@@ -3,10 +3,9 @@
 Three launches, no host sync:
 
 1. ``_prepare``: estimates contention from a strided sample of the indices (distinct
-   values among ``SAMPLE``; a negative index and its wrapped twin count twice, which
-   only errs towards more copies) and picks ``p``, the power of two (``MIN_USED`` to
-   ``P``) that brings the expected adds per address under ``PER_ADDRESS``; stores it on
-   the device and fills the copies used: copy 0 := ``self`` (fp32), copies 1..p-1 := 0.
+   rows among ``SAMPLE``) and picks ``p``, the power of two (at most ``P``) that brings
+   the expected adds per address under ``PER_ADDRESS``; stores it on the device and
+   fills the copies used: copy 0 := ``self`` (fp32), copies 1..p-1 := 0.
 2. ``_scatter``: every value element is added atomically into copy ``row % p`` of its
    output row (``row`` = the element's row in ``values``), over the flat values.
 3. ``_sum``: the output := sum of the first ``p`` copies, in the output's dtype; an index
@@ -17,13 +16,13 @@ import torch
 import triton
 import triton.language as tl
 
-from .scatter import MIN_USED, PER_ADDRESS, SAMPLE
+from .scatter import PER_ADDRESS, SAMPLE
 
 
 @triton.jit
 def _prepare(self_ptr, copies, idx, p_out, err, n, rows, D, P: tl.constexpr,
-             SAMPLE: tl.constexpr, PER_ADDRESS: tl.constexpr, LEAST: tl.constexpr,
-             BLOCK: tl.constexpr, TILE: tl.constexpr):
+             SAMPLE: tl.constexpr, PER_ADDRESS: tl.constexpr, BLOCK: tl.constexpr,
+             TILE: tl.constexpr):
     # Every program estimates p (the same way, so alike) and fills its share of the
     # p copies actually used: copy 0 := self (fp32), the rest := 0.
     pid = tl.program_id(0)
@@ -33,18 +32,20 @@ def _prepare(self_ptr, copies, idx, p_out, err, n, rows, D, P: tl.constexpr,
     for ib in tl.static_range(0, SAMPLE, TILE):
         ipos = ib + tl.arange(0, TILE)
         ivalid = ipos * step < n
-        a = tl.load(idx + ipos * step, mask=ivalid, other=0).to(tl.int32)
+        a = tl.load(idx + ipos * step, mask=ivalid, other=0).to(tl.int64)
+        a = tl.where(a < 0, a + rows, a)
         dup = tl.zeros([TILE], tl.int32)
         for jb in tl.static_range(0, ib + TILE, TILE):
             jpos = jb + tl.arange(0, TILE)
-            b = tl.load(idx + jpos * step, mask=jpos * step < n, other=0).to(tl.int32)
+            b = tl.load(idx + jpos * step, mask=jpos * step < n, other=0).to(tl.int64)
+            b = tl.where(b < 0, b + rows, b)
             eq = (a[:, None] == b[None, :]) & (jpos[None, :] < ipos[:, None])
             dup = tl.maximum(dup, tl.max(eq.to(tl.int32), axis=1))
         distinct += tl.sum((ivalid & (dup == 0)).to(tl.int32))
     # enough copies that each address expects at most PER_ADDRESS atomic adds
     load = tl.maximum(distinct, 1).to(tl.int64) * PER_ADDRESS
     need = (n + load - 1) // load
-    p = LEAST
+    p = 1
     while (p < need) & (p < P):
         p *= 2
     plane = rows * D
@@ -114,7 +115,7 @@ def partitioned_index_add(self: torch.Tensor, index: torch.Tensor, values: torch
     p, err = state[0:1], state[1:2]
     _prepare[(max(1, min(264, triton.cdiv(partitions * plane, 4096))),)](
         self, copies, index, p, err, n, rows, D, P=partitions, SAMPLE=SAMPLE,
-        PER_ADDRESS=per_address, LEAST=min(MIN_USED, partitions), BLOCK=4096, TILE=64)
+        PER_ADDRESS=per_address, BLOCK=4096, TILE=64)
     if n * D:
         wide = max(n * D, partitions * plane) >= 1 << 31
         _scatter[(triton.cdiv(n * D, 1024),)](copies, index, values, p, err, n * D, rows, D=D,
