@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Everything commrt runs on a GPU machine, in one call:
-#   bash benchmarks/gpu_run.sh [stage ...]   stages: env tests tune tunefused bench cli decode fxoverlap scatter overhead
+#   bash benchmarks/gpu_run.sh [stage ...]   stages: env tests tune tunefused bench cli decode fxoverlap scatter scattersweep overhead
 # (env: TESTS_K=expr selects GPU tests, DECODE_ARGS adds bench_tp_decode.py options)
 # (default: env tests tune bench cli decode)
 # Logs and results go to $OUT (or ./gpu_out) as log.txt plus results.tar.gz.
@@ -55,6 +55,9 @@ for stage in $STAGES; do
     scatter)  # single GPU is enough
       say "bench_scatter"
       run python3 benchmarks/bench_scatter.py --out-dir "$RES" ;;
+    scattersweep)  # single GPU is enough
+      say "scatter_sweep"
+      run python3 benchmarks/scatter_sweep.py --out-dir "$RES" ;;
     overhead)
       say "host overhead"
       [ -f "$TABLE" ] && export COMMRT_TABLE=$TABLE
