@@ -32,9 +32,9 @@ import torch.fx as fx
 aten = torch.ops.aten
 MAX_PARTITIONS = 128  # as Inductor's pass allows for outputs under 1M elements
 SAMPLE = 256  # indices sampled (strided) to estimate contention
-# Atomic adds one address may take before contention costs more than extra copies do:
-# on the anchor's H100 the plain scatter is as fast as any partitioned one down to about
-# 8K adds an address (k=127: 1M indices over 128 rows) and slower from 16K (k=63).
+# Atomic adds one address may take before more copies pay: read from the anchor's H100
+# table (plain as fast as partitioned at ~8K adds an address). The kernel-alone sweep
+# (benchmarks/results/scatter.md) says more copies pay far beyond that; see there.
 PER_ADDRESS = 4096
 MEMORY_FRACTION = 0.05
 
