@@ -182,6 +182,7 @@ def overlap_and_bucket(gm: fx.GraphModule | fx.Graph, *, profile=None,
 
         colls, report.buckets = bucket(graph, colls, model, bucket_cap)
         order, report.moved, report.peak_in_flight_bytes = place(graph, colls, budget)
+        # simulated before pinning, which replaces the nodes that ``colls`` names
         report.exposed_us_after, report.comm_us = _simulate(order, colls, model)
         if for_inductor:
             from .bucketing import pin_for_inductor

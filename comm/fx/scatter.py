@@ -14,8 +14,8 @@ output and sums the copies, so colliding indices stop serialising on one address
 rows of a strided sample of the indices are counted, and ``p`` is the power of two (at
 most ``partitions``) that keeps the expected atomic adds per address under
 ``PER_ADDRESS``: all-colliding indices get every partition, spread ones ``p = 1``
-(the plain scatter). On CUDA it
-runs the Triton kernels of ``scatter_kernels``; elsewhere the same scheme in torch ops.
+(the plain scatter). On CUDA it runs the Triton kernels of ``scatter_kernels``;
+elsewhere the same scheme in torch ops.
 The pass picks ``partitions`` from the shapes (a power of two, at most
 ``MAX_PARTITIONS``, at most the values per output row) and skips a scatter whose
 copies would exceed a fraction of device memory.
