@@ -209,3 +209,32 @@ def test_dispatcher_caches_decisions_and_reads_configs():
     assert disp.config_for("two_shot", 1 << 30) == {"blocks": 132}
     assert disp.config_for("multimem", 1 << 30) == {}
     assert disp.predict_us(1 << 30, torch.bfloat16) is not None
+
+
+def test_shipped_h200_table_has_a_measured_fused_section():
+    t = tbl.find("sm90-h200", 2)
+    fused = t.ops["all_reduce_residual_rmsnorm"]
+    assert set(fused) == {"graph", "eager"}
+    assert t.provenance["fused_section"]["command"].startswith("commrt tune --only fused")
+    assert all(row.ranking and row.ranking[0].us > 0 for rows in fused.values() for row in rows)
+
+
+def test_tune_only_fused_keeps_the_table_in_use(tmp_path):
+    """``commrt tune --only fused`` starts from the JSON of the table the group uses:
+    the shipped one, or the COMMRT_TABLE file."""
+    import types
+
+    from commrt.cli import _base_table
+
+    shipped = tbl.find("sm90-h200", 2)
+    comm = types.SimpleNamespace(facts=types.SimpleNamespace(table=shipped))
+    base = _base_table(comm)
+    assert tbl.parse(base, "again").digest == shipped.digest
+    path = tmp_path / "t.json"
+    base["provenance"]["note"] = "a copy"
+    path.write_text(json.dumps(base))
+    comm.facts.table = tbl.load_file(str(path))
+    assert _base_table(comm)["provenance"]["note"] == "a copy"
+    comm.facts.table = None
+    with pytest.raises(SystemExit, match="no table"):
+        _base_table(comm)
