@@ -216,7 +216,7 @@ class Communicator:
             return (out if out is not None else tensor).copy_(res)
         self._validate(tensor, out)
         opn = op_name(op)
-        if self.config.check:
+        if self._checking(tensor):
             self.check_same(tensor, opn)
         target = tensor if out is None else out
         numel = target.numel()
@@ -257,8 +257,9 @@ class Communicator:
                 f"all_reduce_residual_rmsnorm needs residual shaped like x and weight of "
                 f"[hidden]: got x {tuple(x.shape)} {x.dtype}, residual {tuple(residual.shape)} "
                 f"{residual.dtype}, weight {tuple(weight.shape)}")
-        if self.config.check:
+        if self._checking(x):
             self.check_same(x, f"sum+rmsnorm(eps={eps})")
+            self.check_replicated(residual=residual, weight=weight)
         nbytes = x.numel() * x.element_size()
         mode = self._mode(x)
         if algorithm is None:
@@ -348,7 +349,27 @@ class Communicator:
             raise MismatchError(f"commrt.all_reduce called with different arguments across "
                                 f"the ranks of group {self.group_name}: {lines}")
 
+    def check_replicated(self, **tensors: torch.Tensor) -> None:
+        """Compare fingerprints of tensors that must be equal on every rank (the fused
+        op's residual and weight); raise on every rank, naming them, if they differ."""
+        def fingerprint(t: torch.Tensor) -> tuple[float, float]:
+            flat = t.detach().reshape(-1).double()
+            ramp = torch.arange(1, flat.numel() + 1, device=flat.device, dtype=torch.float64)
+            return float(flat.sum()), float((flat * ramp).sum())
+        mine = {name: fingerprint(t) for name, t in tensors.items()}
+        gathered: list = [None] * self.world_size
+        dist.all_gather_object(gathered, mine, group=self.group)
+        differ = [name for name in mine if any(g[name] != mine[name] for g in gathered)]
+        if differ:
+            raise MismatchError(f"{' and '.join(differ)} must be the same on every rank of group "
+                                f"{self.group_name} (tensor parallelism replicates them), but "
+                                f"they differ across ranks")
+
     # ----- internals ------------------------------------------------------------------
+    def _checking(self, t: torch.Tensor) -> bool:
+        """COMMRT_CHECK, except inside CUDA-graph capture (the comparison synchronises)."""
+        return self.config.check and self._mode(t) == "eager"
+
     def _mode(self, t: torch.Tensor) -> str:
         if t.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
             return "graph"

@@ -127,7 +127,8 @@ VARIABLES: tuple[Variable, ...] = (
              "size of the symmetric workspace; larger messages are reduced in pieces"),
     Variable("COMMRT_LOG", "log", "0", _bool, "log each new decision (rank 0)"),
     Variable("COMMRT_CHECK", "check", "0", _bool,
-             "compare shape, dtype and op across ranks before each all-reduce"),
+             "compare shape, dtype and op (fused op: also residual and weight) across ranks "
+             "before each eager call"),
     Variable("COMMRT_SPIN_TIMEOUT", "spin_timeout", "30", _seconds,
              "seconds a kernel waits for a peer before it gives up with an error"),
     Variable("COMMRT_PARTITIONED_SCATTER", "partitioned_scatter", "0", _bool,

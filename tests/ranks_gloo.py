@@ -126,9 +126,18 @@ def check_mode(rank, world):
         second = str(exc)
     else:
         second = ""
+    x, res = torch.ones(2, 8), torch.ones(2, 8)
+    try:  # the fused op needs the residual and weight replicated, as TP has them
+        comm.all_reduce_residual_rmsnorm(x, res, torch.full((8,), 1.0 + rank), 1e-5)
+    except commrt.MismatchError as exc:
+        third = str(exc)
+    else:
+        third = ""
+    normed, new_res = comm.all_reduce_residual_rmsnorm(x, res, torch.ones(8), 1e-5)
     ok = torch.ones(3)
     comm.all_reduce(ok)  # matching calls still work afterwards
-    return {"first": first, "second": second, "ok": ok.tolist()}
+    return {"first": first, "second": second, "third": third, "ok": ok.tolist(),
+            "fused_ok": new_res.tolist() == [[3.0] * 8] * 2}
 
 
 def bad_input(rank, world):

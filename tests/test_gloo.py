@@ -25,6 +25,7 @@ def test_check_mode_raises_on_every_rank():
         assert "rank 0: shape (4, 8)" in r["first"] and "rank 1: shape (4, 9)" in r["first"]
         assert "float64" in r["second"]
         assert r["ok"] == [2.0, 2.0, 2.0]
+        assert "weight must be the same on every rank" in r["third"] and r["fused_ok"]
 
 
 def test_bad_input_gets_a_clear_error():
