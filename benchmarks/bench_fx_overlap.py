@@ -64,7 +64,7 @@ def make_step(layers: int, heads: int, world: int, lr: float = 1e-3):
     def step(p: dict, x: torch.Tensor):
         grads, loss = grad_and_value(p, x, layers, heads)
         new = {}
-        for k in p:  # reverse-layer order is how gradients become ready
+        for k in p:  # forward order; backward makes the last layer's gradients first
             g = fc.all_reduce(grads[k], "sum", dist.group.WORLD) / world
             new[k] = p[k] - lr * g
         return new, loss
