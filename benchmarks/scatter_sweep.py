@@ -3,41 +3,73 @@
     python benchmarks/scatter_sweep.py [--out-dir benchmarks/results]
 
 For the anchor's shape (values [1,000,000 x 100] fp32, output [501 x 100]) and indices
-drawn from 0..k: the scatter kernel alone at every forced partition count and launch
-config, the prepare and sum kernels alone, the whole op, and one compiled index_add
-with and without Inductor's partitioned scatter, all as median ms of
-``triton.testing.do_bench``. This is what the partition rule and launch config of
-``commrt.fx.scatter_kernels`` are read from.
+drawn from 0..k: the scatter kernel alone at every forced partition count, rows per
+program and warps, adding every row ("plain"), summing rows that share an index first
+("combined"), or that where at most LEADERS are distinct ("shipped"); the prepare
+and sum kernels alone; the whole op as shipped, with the partition count it picked and
+its kernels' times from the profiler. Median ms of ``triton.testing.do_bench``. The
+constants of ``commrt.fx.scatter`` are read from this.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import itertools
 import json
 import os
 import sys
 
 import torch
 import triton
+import triton.language as tl
 
+from commrt.fx import scatter as sc
 from commrt.fx import scatter_kernels as sk
 
-KS = (0, 3, 31, 63, 127, 500)
-PS = (1, 2, 4, 8, 16, 32, 64, 128)
-CONFIGS = ((512, 4), (1024, 4), (2048, 4), (1024, 8), (2048, 8), (4096, 8))
+KS = (0, 3, 15, 31, 63, 127, 500)
+PS = (1, 4, 16, 32, 64, 128)
+RS = (16, 32)
+WARPS = (2, 4, 8)
+
+
+@triton.jit
+def _read_rows(vals, out, n, D: tl.constexpr, R: tl.constexpr, BD: tl.constexpr):
+    # the scatter's loads with no atomics: what reading the values costs
+    r = tl.program_id(0) * R + tl.arange(0, R)
+    c = tl.arange(0, BD)
+    v = tl.load(vals + r[:, None] * D + c[None, :], mask=(r[:, None] < n) & (c[None, :] < D),
+                other=0)
+    tl.store(out + tl.program_id(0) + tl.arange(0, 1), tl.sum(tl.sum(v, axis=1), axis=0)[None])
 
 
 def bench(fn) -> float:
-    return triton.testing.do_bench(fn, warmup=10, rep=40, return_mode="median")
+    return triton.testing.do_bench(fn, warmup=5, rep=25, return_mode="median")
+
+
+def profile(fn) -> dict[str, float]:
+    """Mean GPU ms per call of every kernel ``fn`` launches."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as prof
+
+    fn()
+    torch.cuda.synchronize()
+    reps = 20
+    with prof(activities=[ProfilerActivity.CUDA]) as p:
+        for _ in range(reps):
+            fn()
+        torch.cuda.synchronize()
+    out: dict[str, float] = {}
+    for e in p.key_averages():
+        if e.device_type.name == "CUDA" and e.count:
+            out[e.key[:40]] = e.device_time_total / 1e3 / reps
+    return out
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out-dir", default="benchmarks/results")
     args = ap.parse_args()
-    import torch._inductor.config as ic
-
     dev = torch.device("cuda")
     n, d, rows, big_p = 1_000_000, 100, 501, 128
     g = torch.Generator(device=dev).manual_seed(0)
@@ -46,47 +78,67 @@ def main() -> None:
     plane = rows * d
     copies = torch.zeros(big_p * plane, device=dev)
     state = torch.zeros(2, device=dev, dtype=torch.int32)
-
-    def index_add(o, i, v):
-        return o.index_add(0, i, v)
-    compiled = {}
-    for name, part in (("compiled", False), ("inductor partitioned", True)):
-        torch._dynamo.reset()
-        with ic.patch({"fx_graph_cache": False, "partitioned_scatter_enabled": part}):
-            fn = torch.compile(index_add)
-            fn(base, torch.zeros(n, device=dev, dtype=torch.long), vals)
-        compiled[name] = fn
+    scratch = torch.empty_like(base)  # what the timed sum kernels write
+    sink = torch.empty(n, device=dev)  # what the read-floor kernel writes
     out = {}
     for k in KS:
         idx = torch.randint(0, k + 1, (n,), device=dev, generator=g)
-        row = {"scatter": {}, "op": bench(lambda idx=idx: sk.partitioned_index_add(
-            base, idx, vals, big_p))}
-        for name, fn in compiled.items():
-            row[name] = bench(lambda fn=fn, idx=idx: fn(base, idx, vals))
-        for p in PS:
-            state[0], state[1] = p, 0
-            for block, warps in CONFIGS:
-                row["scatter"][f"p{p} b{block} w{warps}"] = bench(
-                    lambda block=block, warps=warps, idx=idx: sk._scatter[
-                        (triton.cdiv(n * d, block),)](copies, idx, vals, state[0:1], state[1:2],
-                                                      n * d, rows, D=d, BLOCK=block,
-                                                      WIDE=False, num_warps=warps))
-        for p in (4, 128):
+        ref = base.double().index_add(0, idx, vals.double())
+        got = sk.partitioned_index_add(base, idx, vals, big_p)
+        err = float((got.double() - ref).norm() / ref.norm())
+        assert err < 1e-5, (k, err)
+        row = {"op": bench(lambda idx=idx: sk.partitioned_index_add(base, idx, vals, big_p)),
+               "op kernels": profile(lambda idx=idx: sk.partitioned_index_add(
+                   base, idx, vals, big_p)), "op max rel err": err, "scatter": {}}
+        for r, warps in itertools.product(RS, WARPS):
+            for mode, leaders in (("plain", -1), ("combined", r), ("shipped", sc.LEADERS)):
+                cfg = dict(sk.scatter_config(d, vals.dtype), R=r, LEADERS=leaders)
+                name = f"r{r} w{warps}"
+
+                def run(cfg=cfg, warps=warps, idx=idx):
+                    sk._scatter[(triton.cdiv(n, cfg["R"]),)](
+                        copies, idx, vals, state[0:1], state[1:2], n, rows, WIDE=False,
+                        num_warps=warps, **cfg)
+                copies.zero_()
+                state[0], state[1] = 16, 0
+                run()
+                e = float((copies.view(big_p, rows, d)[:16].sum(0).double()
+                           - ref).norm() / ref.norm())
+                if e > 1e-5:  # recorded, not timed
+                    row.setdefault("wrong", {})[f"{mode} {name}"] = e
+                    print(f"k={k} {mode} {name}: WRONG, rel err {e:.2e}", flush=True)
+                    continue
+                for p in PS:
+                    state[0], state[1] = p, 0
+                    row["scatter"][f"{mode} p{p} {name}"] = bench(run)
+        for p in (16, 128):
             state[0] = p
-            row[f"sum p{p}"] = bench(lambda: sk._sum[(triton.cdiv(plane, 256),)](
-                copies, base, state[0:1], state[1:2], plane, BLOCK=256, CP=16))
+            for block in (64, 128, 256):
+                row[f"sum p{p} b{block}"] = bench(lambda block=block: sk._sum[
+                    (triton.cdiv(plane, block),)](copies, scratch, state[0:1], state[1:2], plane,
+                                                  BLOCK=block, CP=16))
+        if k == 0:  # reading the values, with no atomics: the floor
+            row["read floor"] = {f"r{r} w{w}": bench(lambda r=r, w=w: _read_rows[
+                (triton.cdiv(n, r),)](vals, sink, n, D=d, R=r, BD=128, num_warps=w))
+                for r in (16, 32, 64) for w in (2, 4, 8)}
+            row["read floor"]["torch sum"] = bench(lambda: vals.sum(0))
+            print("   read floor " + " ".join(f"{c} {v:.3f}" for c, v in
+                                             row["read floor"].items()), flush=True)
         row["prepare"] = bench(lambda idx=idx: sk._prepare[(264,)](
-            base, copies, idx, state[0:1], state[1:2], n, rows, d, P=big_p, SAMPLE=sk.SAMPLE,
-            PER_ADDRESS=sk.PER_ADDRESS, BLOCK=4096, TILE=64))
+            base, copies, idx, state[0:1], state[1:2], n, rows, d, P=big_p, SAMPLE=sc.SAMPLE,
+            PER_ADDRESS=sc.PER_ADDRESS, MIN_COPIES=sc.MIN_COPIES, R=sc.BLOCK_ROWS,
+            LEADERS=sc.LEADERS, BLOCK=4096))
         row["chosen_p"] = int(state[0])
         best = min(row["scatter"], key=row["scatter"].get)
-        by_p = {p: min(v for c, v in row["scatter"].items() if c.startswith(f"p{p} "))
-                for p in PS}
-        print(f"k={k:>3} op {row['op']:.3f} (p={row['chosen_p']})  compiled "
-              f"{row['compiled']:.3f}  inductor part {row['inductor partitioned']:.3f}  "
-              f"prepare {row['prepare']:.3f}  sum4 {row['sum p4']:.3f} sum128 "
-              f"{row['sum p128']:.3f}  best scatter {best} {row['scatter'][best]:.3f}  by p "
-              + " ".join(f"{p}:{v:.3f}" for p, v in by_p.items()), flush=True)
+        by_mode_p = {f"{m[0]}{p}": min(v for c, v in row["scatter"].items()
+                                       if c.startswith(f"{m} p{p} "))
+                     for m in ("plain", "combined", "shipped") for p in PS}
+        print(f"k={k:>3} op {row['op']:.3f} (p={row['chosen_p']})  prepare "
+              f"{row['prepare']:.3f}  best scatter {best} {row['scatter'][best]:.3f}  "
+              + " ".join(f"{c}:{v:.3f}" for c, v in by_mode_p.items()), flush=True)
+        print("   op kernels " + "  ".join(f"{c} {v:.3f}" for c, v in row["op kernels"].items())
+              + "  sums " + " ".join(f"{c} {v:.3f}" for c, v in row.items()
+                                     if c.startswith("sum")), flush=True)
         out[k] = row
     os.makedirs(args.out_dir, exist_ok=True)
     name = torch.cuda.get_device_name().replace(" ", "_")

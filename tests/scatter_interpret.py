@@ -21,11 +21,12 @@ def main() -> None:
                 idx[::7] -= rows  # negative indices count from the end
                 vals = torch.randn(n, d, generator=g).to(dtype)
                 ref = base.double().index_add(0, idx % rows, vals.double())
-                for parts, per_address in ((1, 4096), (4, 4096), (4, 1)):
-                    got = partitioned_index_add(base, idx.to(itype), vals, parts, per_address)
+                # (copies, adds an address, fewest copies, most distinct indices to combine)
+                for rule in ((1, 512, 1, -1), (4, 512, 1, 4), (4, 1, 1, 32), (8, 512, 16, 0)):
+                    got = partitioned_index_add(base, idx.to(itype), vals, *rule)
                     err = float((got.double() - ref).norm() / ref.norm())
                     assert got.dtype == dtype and err < TOL[dtype], (rows, d, n, k, dtype,
-                                                                    itype, parts, err)
+                                                                    itype, rule, err)
                     cases += 1
     out = partitioned_index_add(torch.zeros(4, 2), torch.tensor([0, 1, 99]), torch.ones(3, 2),
                                 2)

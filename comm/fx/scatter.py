@@ -11,11 +11,12 @@ After::
 ``partitioned_index_put`` spreads colliding writes over ``p`` fp32 copies of the
 output and sums the copies, so colliding indices stop serialising on one address.
 ``p`` is chosen on the GPU from the indices themselves, with no host sync: the distinct
-rows of a strided sample of the indices are counted, and ``p`` is the power of two (at
-most ``partitions``) that keeps the expected atomic adds per address under
-``PER_ADDRESS``: all-colliding indices get every partition, spread ones ``p = 1``
-(the plain scatter). On CUDA it runs the Triton kernels of ``scatter_kernels``;
-elsewhere the same scheme in torch ops.
+rows of a strided sample of the indices are counted, and ``p`` is the power of two
+(``MIN_COPIES`` to ``partitions``) that keeps the expected atomic adds per address under
+``PER_ADDRESS``: all-colliding indices get every partition, spread ones few. On CUDA
+(floating values) it runs the Triton kernels of ``scatter_kernels``, which also sum the
+rows of a block that share an index before adding them (fewer atomics where indices
+collide); elsewhere, and for integer values, the partitions in torch ops.
 The pass picks ``partitions`` from the shapes (a power of two, at most
 ``MAX_PARTITIONS``, at most the values per output row) and skips a scatter whose
 copies would exceed a fraction of device memory.
@@ -31,11 +32,17 @@ import torch.fx as fx
 
 aten = torch.ops.aten
 MAX_PARTITIONS = 128  # as Inductor's pass allows for outputs under 1M elements
-SAMPLE = 256  # indices sampled (strided) to estimate contention
-# Atomic adds one address may take before more copies pay: read from the anchor's H100
-# table (plain as fast as partitioned at ~8K adds an address). The kernel-alone sweep
-# (benchmarks/results/scatter.md) says more copies pay far beyond that; see there.
-PER_ADDRESS = 4096
+SAMPLE = 128  # indices sampled (strided) to estimate contention
+# The rule's constants, read from the kernel sweeps (benchmarks/results/scatter.md,
+# benchmarks/scatter_sweep.py): atomic adds one address may take before another copy
+# pays, the fewest copies, rows a scatter program takes, and the most distinct indices
+# among them for which it sums rows before adding (combining was faster wherever indices
+# collide, and as fast as adding every row on H100 but 10% slower on H200 where
+# nearly all 16 are distinct).
+PER_ADDRESS = 512
+MIN_COPIES = 16
+BLOCK_ROWS = 16
+LEADERS = 14
 MEMORY_FRACTION = 0.05
 
 lib = torch.library.Library("commrt", "FRAGMENT")
@@ -45,7 +52,7 @@ lib.define("partitioned_index_put(Tensor self, Tensor index, Tensor values, int 
 
 def _partitioned_index_put(self: torch.Tensor, index: torch.Tensor, values: torch.Tensor,
                            partitions: int) -> torch.Tensor:
-    if self.device.type == "cuda":
+    if self.device.type == "cuda" and values.dtype.is_floating_point and values.itemsize <= 4:
         from .scatter_kernels import partitioned_index_add
 
         return partitioned_index_add(self.contiguous(), index.contiguous(),
@@ -62,7 +69,8 @@ def _partitioned_index_put_torch(self: torch.Tensor, index: torch.Tensor,
     sample = index[::step][:SAMPLE].sort().values
     distinct = 1 + (sample[1:] != sample[:-1]).sum()
     need = (n + distinct * PER_ADDRESS - 1) // (distinct * PER_ADDRESS)
-    p = (2 ** torch.ceil(torch.log2(need.clamp_min(1).double()))).long().clamp(1, partitions)
+    p = (2 ** torch.ceil(torch.log2(need.clamp_min(1).double()))).long()
+    p = p.clamp(min(MIN_COPIES, partitions), partitions)
     part = torch.arange(n, device=index.device) % p
     acc_dtype = torch.float32 if values.dtype in (torch.bfloat16, torch.float16) else values.dtype
     copies = self.new_zeros((partitions * rows, *self.shape[1:]), dtype=acc_dtype)

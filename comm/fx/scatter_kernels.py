@@ -3,11 +3,15 @@
 Three launches, no host sync:
 
 1. ``_prepare``: estimates contention from a strided sample of the indices (distinct
-   rows among ``SAMPLE``) and picks ``p``, the power of two (at most ``P``) that brings
-   the expected adds per address under ``PER_ADDRESS``; stores it on the device and
-   fills the copies used: copy 0 := ``self`` (fp32), copies 1..p-1 := 0.
-2. ``_scatter``: every value element is added atomically into copy ``row % p`` of its
-   output row (``row`` = the element's row in ``values``), over the flat values.
+   rows among ``SAMPLE``) and picks ``p``, the power of two (``MIN_COPIES`` to ``P``) that
+   brings the expected atomic adds per address (after combining, below) under
+   ``PER_ADDRESS``; stores it on the device and fills the copies used: copy 0 := ``self``
+   (fp32), copies 1..p-1 := 0.
+2. ``_scatter``: a program takes ``R`` value rows. When at most ``LEADERS`` distinct
+   indices occur among them it first sums the rows that share an index (a 0/1 matrix
+   times the rows, on tensor cores, exact: fp32 values are split into three tf32 parts)
+   and adds one row per distinct index; otherwise it adds every row. Row ``j`` of
+   program ``b`` goes to copy ``(b + j) % p``.
 3. ``_sum``: the output := sum of the first ``p`` copies, in the output's dtype; an index
    out of range poisons it with NaN (the plain op would raise a device-side assert).
 """
@@ -16,37 +20,37 @@ import torch
 import triton
 import triton.language as tl
 
-from .scatter import PER_ADDRESS, SAMPLE
+from .scatter import BLOCK_ROWS, LEADERS, MIN_COPIES, PER_ADDRESS, SAMPLE
 
 
 @triton.jit
 def _prepare(self_ptr, copies, idx, p_out, err, n, rows, D, P: tl.constexpr,
-             SAMPLE: tl.constexpr, PER_ADDRESS: tl.constexpr, BLOCK: tl.constexpr,
-             TILE: tl.constexpr):
+             SAMPLE: tl.constexpr, PER_ADDRESS: tl.constexpr, MIN_COPIES: tl.constexpr,
+             R: tl.constexpr, LEADERS: tl.constexpr, BLOCK: tl.constexpr):
     # Every program estimates p (the same way, so alike) and fills its share of the
     # p copies actually used: copy 0 := self (fp32), the rest := 0.
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
+    # distinct rows among SAMPLE strided indices (as int32: a wrong guess for an index out
+    # of range only changes p)
     step = tl.maximum(n // SAMPLE, 1)
-    distinct = 0
-    for ib in tl.static_range(0, SAMPLE, TILE):
-        ipos = ib + tl.arange(0, TILE)
-        ivalid = ipos * step < n
-        a = tl.load(idx + ipos * step, mask=ivalid, other=0).to(tl.int64)
-        a = tl.where(a < 0, a + rows, a)
-        dup = tl.zeros([TILE], tl.int32)
-        for jb in tl.static_range(0, ib + TILE, TILE):
-            jpos = jb + tl.arange(0, TILE)
-            b = tl.load(idx + jpos * step, mask=jpos * step < n, other=0).to(tl.int64)
-            b = tl.where(b < 0, b + rows, b)
-            eq = (a[:, None] == b[None, :]) & (jpos[None, :] < ipos[:, None])
-            dup = tl.maximum(dup, tl.max(eq.to(tl.int32), axis=1))
-        distinct += tl.sum((ivalid & (dup == 0)).to(tl.int32))
-    # enough copies that each address expects at most PER_ADDRESS atomic adds
-    load = tl.maximum(distinct, 1).to(tl.int64) * PER_ADDRESS
-    need = (n + load - 1) // load
-    p = 1
-    while (p < need) & (p < P):
+    pos = tl.arange(0, SAMPLE)
+    valid = pos * step < n
+    a = tl.load(idx + pos * step, mask=valid, other=0)
+    a = tl.where(a < 0, a + rows, a).to(tl.int32)
+    seen = (a[:, None] == a[None, :]) & (pos[None, :] < pos[:, None]) & valid[None, :]
+    distinct = tl.sum((valid & (tl.max(seen.to(tl.int32), axis=1) == 0)).to(tl.int32))
+    # Atomic adds an address expects: n / d adding every row; combining, one per program
+    # of R rows that holds the index, (n / R) * (1 - (1 - 1/d)**R), where a program
+    # expects at most LEADERS distinct indices (indices drawn uniformly).
+    d = tl.maximum(distinct, 1).to(tl.float32)
+    adds = n / d
+    if LEADERS >= 0:
+        hit = 1.0 - tl.exp(R * tl.log(tl.maximum(1.0 - 1.0 / d, 1e-30)))
+        if d * hit <= LEADERS:
+            adds = (n / R) * hit
+    p = MIN_COPIES
+    while (p * PER_ADDRESS < adds) & (p < P):
         p *= 2
     plane = rows * D
     for start in range(pid * BLOCK, p * plane, nprog * BLOCK):
@@ -59,25 +63,65 @@ def _prepare(self_ptr, copies, idx, p_out, err, n, rows, D, P: tl.constexpr,
 
 
 @triton.jit
-def _scatter(copies, idx, vals, p_ptr, err, total, rows, D: tl.constexpr,
-             BLOCK: tl.constexpr, WIDE: tl.constexpr):
-    # D is a compile-time constant (divisions by it are multiplies); offsets are int32
-    # unless the values hold 2**31 elements or more (WIDE).
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+def _tf32(x):
+    # x with its mantissa cut to tf32's 10 bits: exact on tensor cores
+    return (x.to(tl.uint32, bitcast=True) & 0xFFFFE000).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _add_exact(acc, onehot, v, PARTS: tl.constexpr):
+    # acc + onehot @ v with every product exact: v = v1 + v2 + v3, each a tf32 value
+    # (10 + 1 mantissa bits each; fp16 and bf16 values need fewer parts)
+    v1 = _tf32(v)
+    acc = tl.dot(onehot, v1, acc, input_precision="tf32")
+    if PARTS > 1:
+        r = v - v1
+        v2 = _tf32(r)
+        acc = tl.dot(onehot, v2, acc, input_precision="tf32")
+        if PARTS > 2:
+            acc = tl.dot(onehot, r - v2, acc, input_precision="tf32")
+    return acc
+
+
+@triton.jit
+def _scatter(copies, idx, vals, p_ptr, err, n, rows, D: tl.constexpr, R: tl.constexpr,
+             BD: tl.constexpr, LEADERS: tl.constexpr, PARTS: tl.constexpr,
+             WIDE: tl.constexpr):
+    # D is a compile-time constant; offsets are int32 unless an operand holds 2**31
+    # elements or more (WIDE). LEADERS < 0: never combine.
+    pid = tl.program_id(0)
+    j = tl.arange(0, R)
+    r = pid * R + j
     if WIDE:
-        offs = offs.to(tl.int64)
-    m = offs < total
-    r = offs // D  # the value row, and so the index it goes with
-    i = tl.load(idx + r, mask=m, other=0)
+        r = r.to(tl.int64)
+    rm = r < n
+    i = tl.load(idx + r, mask=rm, other=0)
     i = tl.where(i < 0, i + rows, i)
-    bad = m & ((i < 0) | (i >= rows))
-    tl.store(err + 0 * offs, 1, mask=bad)
-    m = m & (bad == 0)
+    bad = rm & ((i < 0) | (i >= rows))
+    tl.store(err + 0 * r, 1, mask=bad)
+    ok = rm & (bad == 0)
     if not WIDE:
         i = i.to(tl.int32)  # in range, so it fits
-    v = tl.load(vals + offs, mask=m, other=0).to(tl.float32)
-    part = r & (tl.load(p_ptr) - 1)  # p is a power of two
-    tl.atomic_add(copies + (part * rows + i) * D + (offs - r * D), v, mask=m, sem="relaxed")
+    part = (pid + j) & (tl.load(p_ptr) - 1)  # p is a power of two
+    dst = (part * rows + i) * D
+    # same[a, b]: rows a and b add to one output row; first: the first row of each
+    same = (i[:, None] == i[None, :]) & ok[:, None] & ok[None, :]
+    first = ok & (tl.max((same & (j[None, :] < j[:, None])).to(tl.int32), axis=1) == 0)
+    combine = False  # unused code is dropped when LEADERS < 0
+    if LEADERS >= 0:
+        combine = tl.sum(first.to(tl.int32)) <= LEADERS
+    for c0 in range(0, D, BD):
+        c = c0 + tl.arange(0, BD)
+        cm = c < D
+        v = tl.load(vals + r[:, None] * D + c[None, :], mask=ok[:, None] & cm[None, :],
+                    other=0).to(tl.float32)
+        if combine:
+            s = _add_exact(tl.zeros([R, BD], tl.float32), tl.where(same, 1.0, 0.0), v, PARTS)
+            tl.atomic_add(copies + dst[:, None] + c[None, :], s,
+                          mask=first[:, None] & cm[None, :], sem="relaxed")
+        else:
+            tl.atomic_add(copies + dst[:, None] + c[None, :], v,
+                          mask=ok[:, None] & cm[None, :], sem="relaxed")
 
 
 @triton.jit
@@ -96,14 +140,27 @@ def _sum(copies, out, p_ptr, err, plane, BLOCK: tl.constexpr, CP: tl.constexpr):
     tl.store(out + offs, acc.to(out.dtype.element_ty), mask=m)
 
 
+PARTS = {torch.float32: 3, torch.float16: 1, torch.bfloat16: 1}  # tf32 pieces of a value
+
+
+def scatter_config(D: int, dtype: torch.dtype) -> dict:
+    """Constexpr arguments of ``_scatter`` for rows of ``D`` values of ``dtype``."""
+    return dict(D=D, R=BLOCK_ROWS, BD=max(16, min(128, triton.next_power_of_2(D))),
+                LEADERS=LEADERS, PARTS=PARTS[dtype])
+
+
 def partitioned_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tensor,
-                          partitions: int, per_address: int = PER_ADDRESS) -> torch.Tensor:
+                          partitions: int, per_address: int = PER_ADDRESS,
+                          min_copies: int = MIN_COPIES, leaders: int = LEADERS) -> torch.Tensor:
     """``self.index_add(0, index, values)`` (a new tensor) with the scheme above.
 
-    ``self`` and ``values`` contiguous, ``values`` shaped ``[len(index), *self.shape[1:]]``.
+    ``self`` and ``values`` contiguous floating tensors, ``values`` shaped
+    ``[len(index), *self.shape[1:]]``.
     """
     if partitions < 1 or partitions & (partitions - 1):
         raise ValueError(f"partitions must be a power of two, got {partitions}")
+    if values.dtype not in PARTS:
+        raise TypeError(f"partitioned_index_add takes {list(PARTS)} values, got {values.dtype}")
     rows, n = self.shape[0], index.numel()
     D = self.numel() // max(1, rows)
     out = torch.empty_like(self)
@@ -113,12 +170,14 @@ def partitioned_index_add(self: torch.Tensor, index: torch.Tensor, values: torch
     copies = torch.empty(partitions * plane, device=self.device, dtype=torch.float32)
     state = torch.empty(2, device=self.device, dtype=torch.int32)  # [p, error]
     p, err = state[0:1], state[1:2]
+    cfg = dict(scatter_config(D, values.dtype), LEADERS=leaders)
     _prepare[(max(1, min(264, triton.cdiv(partitions * plane, 4096))),)](
         self, copies, index, p, err, n, rows, D, P=partitions, SAMPLE=SAMPLE,
-        PER_ADDRESS=per_address, BLOCK=4096, TILE=64)
+        PER_ADDRESS=per_address, MIN_COPIES=min(min_copies, partitions), R=cfg["R"],
+        LEADERS=leaders, BLOCK=4096)
     if n * D:
         wide = max(n * D, partitions * plane) >= 1 << 31
-        _scatter[(triton.cdiv(n * D, 1024),)](copies, index, values, p, err, n * D, rows, D=D,
-                                              BLOCK=1024, WIDE=wide)
+        _scatter[(triton.cdiv(n, cfg["R"]),)](copies, index, values, p, err, n, rows, WIDE=wide,
+                                             num_warps=4, **cfg)
     _sum[(triton.cdiv(plane, 256),)](copies, out, p, err, plane, BLOCK=256, CP=16)
     return out
