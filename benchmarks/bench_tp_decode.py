@@ -115,11 +115,12 @@ def main() -> None:
     p.add_argument("--shape", default="8b", choices=list(SHAPES))
     p.add_argument("--batches", default="1,8,32,128")
     p.add_argument("--ctx", type=int, default=1024)
-    p.add_argument("--prefill", type=int, default=2048)
+    p.add_argument("--prefill", type=int, default=2048, help="prefill tokens (0: no prefill)")
     p.add_argument("--compiled-batches", default="1,8",
                    help="decode batches that also run torch.compile(model) without and with "
                         "commrt.fx installed (compiling costs minutes)")
     p.add_argument("--out-dir", default="benchmarks/results")
+    p.add_argument("--tag", default="", help="suffix for the result file names")
     args = p.parse_args()
     from commrt import bench
 
@@ -134,7 +135,8 @@ def main() -> None:
                 "commrt fused": (None, lambda a, r, w: comm.all_reduce_residual_rmsnorm(
                     a, r, w, 1e-5))}
     rows = []
-    cases = [("decode", int(b)) for b in args.batches.split(",")] + [("prefill", 1)]
+    cases = [("decode", int(b)) for b in args.batches.split(",")]
+    cases += [("prefill", 1)] if args.prefill else []
     for phase, batch in cases:
         g = torch.Generator(device=dev).manual_seed(batch)
         seq = 1 if phase == "decode" else args.prefill
@@ -169,7 +171,9 @@ def main() -> None:
                "speedup": ms["dist.all_reduce"] / ms["commrt.all_reduce"],
                "speedup_fused": ms["dist.all_reduce"] / ms["commrt fused"],
                "speedup_compiled_fx": ms["dist.all_reduce"] / ms["compiled + commrt.fx"]
-               if "compiled + commrt.fx" in ms else None, "logits_rel_err_vs_fp32": errs,
+               if "compiled + commrt.fx" in ms else None,
+               "speedup_compiled_fx_over_compiled": ms["compiled"] / ms["compiled + commrt.fx"]
+               if "compiled" in ms else None, "logits_rel_err_vs_fp32": errs,
                "allreduce_bytes": tokens * shape["hidden"] * 2,
                "commrt_algorithm": comm.dispatcher.decide(tokens * shape["hidden"] * 2,
                                                           torch.bfloat16, "sum", "graph").algorithm}
@@ -179,7 +183,9 @@ def main() -> None:
                   f"{ms['commrt.all_reduce']:.3f} ms ({row['commrt_algorithm']}), speedup "
                   f"{row['speedup']:.3f}x, fused {ms['commrt fused']:.3f} ms "
                   f"({row['speedup_fused']:.3f}x), logits rel err vs fp32 "
-                  + ", ".join(f"{k} {v:.1e}" for k, v in errs.items()), flush=True)
+                  + ", ".join(f"{k} {v:.1e}" for k, v in errs.items())
+                  + "".join(f", {k} {ms[k]:.3f} ms" for k in ("compiled", "compiled + commrt.fx")
+                            if k in ms), flush=True)
         base = errs["dist.all_reduce"]
         assert err <= 1.5 * base + 1e-2, f"logits less accurate than dist.all_reduce's: {errs}"
     if comm.rank == 0:
@@ -188,7 +194,8 @@ def main() -> None:
         m = bench.meta(comm, cmd)
         m.update(shape=args.shape, ctx=args.ctx, **shape)
         path = os.path.join(args.out_dir,
-                            f"tp_decode_{args.shape}_{comm.profile.generation}_ws{world}.json")
+                            f"tp_decode_{args.shape}_{comm.profile.generation}_ws{world}"
+                            f"{args.tag}.json")
         with open(path, "w") as f:
             json.dump({"meta": m, "results": rows}, f, indent=1)
         with open(path[:-5] + ".md", "w") as f:
@@ -205,6 +212,17 @@ def main() -> None:
                         f"{r['speedup_fused']:.3f} | "
                         f"{r['tokens_per_s']['commrt fused']:.0f} | "
                         f"{max(r['logits_rel_err_vs_fp32'].values()):.1e} |\n")
+            compiled = [r for r in rows if "compiled" in r["ms"]]
+            if compiled:
+                f.write("\n`torch.compile` of the unmodified model (dist.all_reduce + separate "
+                        "add and norm), without and with `commrt.fx` installed:\n\n"
+                        "| batch | compiled ms | compiled + commrt.fx ms | over compiled | "
+                        "over eager dist |\n|---:|---:|---:|---:|---:|\n")
+                for r in compiled:
+                    f.write(f"| {r['batch']} | {r['ms']['compiled']:.3f} | "
+                            f"{r['ms']['compiled + commrt.fx']:.3f} | "
+                            f"{r['speedup_compiled_fx_over_compiled']:.3f} | "
+                            f"{r['speedup_compiled_fx']:.3f} |\n")
         print(f"wrote {path}", flush=True)
     dist.barrier()
     dist.destroy_process_group()
