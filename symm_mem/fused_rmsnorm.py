@@ -28,14 +28,14 @@ MAX_HIDDEN = 16384  # one row lives in registers
 
 
 @triton.jit
-def _epilogue(acc, residual, weight, normed, new_res, row, H, eps, cols, cm):
-    """Residual add and RMSNorm of one fp32 row sum; stores and returns (normed, new_res)."""
-    r = tl.load(residual + row * H + cols, mask=cm, other=0).to(tl.float32)
-    z = (acc + r).to(new_res.dtype.element_ty)
+def _epilogue(acc, r, w, normed, new_res, row, H, eps, cols, cm):
+    """Residual add and RMSNorm of one fp32 row sum, given the row's residual ``r`` and the
+    weight ``w`` (loaded before the wait for peers, off the critical path); stores and
+    returns (normed, new_res)."""
+    z = (acc + r.to(tl.float32)).to(new_res.dtype.element_ty)
     tl.store(new_res + row * H + cols, z, mask=cm)
     zf = z.to(tl.float32)
     var = tl.sum(zf * zf, axis=0) / H
-    w = tl.load(weight + cols, mask=cm, other=0).to(tl.float32)
     y = (zf * tl.rsqrt(var + eps) * w).to(normed.dtype.element_ty)
     tl.store(normed + row * H + cols, y, mask=cm)
     return y, z
@@ -58,13 +58,15 @@ def _push_rms_kernel(x, residual, weight, normed, new_res, push_tab, mine, meta,
             dst = tl.load(tab + p).to(tl.pointer_type(ity)) + (buf * WS + rank) * slot
             tl.store(dst + row * H + cols, bits, mask=cm)
     own = mine.to(tl.pointer_type(ity))
+    w = tl.load(weight + cols, mask=cm, other=0).to(tl.float32)
     for row in range(pid, rows, nprog):
+        r = tl.load(residual + row * H + cols, mask=cm, other=0)
         acc = tl.zeros([BLOCK_H], tl.float32)
         for p in tl.static_range(WS):
             v = poll_slot(own + (buf * WS + p) * slot + row * H + cols, cm, err_ptr, p, timeout,
                           BITS, TIMER)
             acc += v.to(x.dtype.element_ty, bitcast=True).to(tl.float32)
-        _epilogue(acc, residual, weight, normed, new_res, row, H, eps, cols, cm)
+        _epilogue(acc, r, w, normed, new_res, row, H, eps, cols, cm)
     finish_call(meta, mine, buf, rows * H * (BITS // 16), WS, BLOCK_H, slot * (BITS // 16))
 
 
@@ -79,12 +81,14 @@ def _one_shot_rms_kernel(x, residual, weight, normed, new_res, mine, bufs, pad_t
     if COPY_IN:
         for row in range(pid, rows, nprog):
             tl.store(mine + row * H + cols, tl.load(x + row * H + cols, mask=cm), mask=cm)
+    w = tl.load(weight + cols, mask=cm, other=0).to(tl.float32)
     block_barrier(pad_tab, rank, err_ptr, timeout, WS, TIMER)
     for row in range(pid, rows, nprog):
+        r = tl.load(residual + row * H + cols, mask=cm, other=0)
         acc = tl.zeros([BLOCK_H], tl.float32)
         for p in tl.static_range(WS):
             acc += tl.load(bufs[p] + row * H + cols, mask=cm, cache_modifier=".cv").to(tl.float32)
-        _epilogue(acc, residual, weight, normed, new_res, row, H, eps, cols, cm)
+        _epilogue(acc, r, w, normed, new_res, row, H, eps, cols, cm)
     block_barrier(pad_tab, rank, err_ptr, timeout, WS, TIMER)
 
 
@@ -105,10 +109,12 @@ def _two_shot_rms_kernel(x, residual, weight, normed, new_res, contrib, result, 
                 m = cm & (row < rows)
                 v = tl.load(x + row * H + cols, mask=m)
                 tl.store(contribs[p] + (rank * per + j) * H + cols, v, mask=m)
+    w = tl.load(weight + cols, mask=cm, other=0).to(tl.float32)
     block_barrier(pad_tab, rank, err_ptr, timeout, WS, TIMER)
     for j in range(pid, per, nprog):
         row = rank * per + j
         if row < rows:
+            r = tl.load(residual + row * H + cols, mask=cm, other=0)
             acc = tl.zeros([BLOCK_H], tl.float32)
             for s in tl.static_range(WS):
                 if s == rank:
@@ -117,7 +123,7 @@ def _two_shot_rms_kernel(x, residual, weight, normed, new_res, contrib, result, 
                     v = tl.load(contrib + (s * per + j) * H + cols, mask=cm,
                                 cache_modifier=".cv")
                 acc += v.to(tl.float32)
-            y, z = _epilogue(acc, residual, weight, normed, new_res, row, H, eps, cols, cm)
+            y, z = _epilogue(acc, r, w, normed, new_res, row, H, eps, cols, cm)
             for p in tl.static_range(WS):
                 if p != rank:
                     tl.store(results[p] + row * H + cols, y, mask=cm)
