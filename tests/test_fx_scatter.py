@@ -131,7 +131,7 @@ def test_cuda_kernels_under_the_triton_interpreter():
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("d", [100, 7, 256])  # 4-wide vector adds apply when d % 4 == 0
+@pytest.mark.parametrize("d", [100, 7, 256])  # one column tile (masked), odd, two tiles
 def test_cuda_kernels_against_float64(dtype, d):
     """The op on the GPU, eager and in a CUDA graph: every contention level, both index
     dtypes, rows combined before adding or not, against float64 index_add."""
