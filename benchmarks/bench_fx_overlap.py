@@ -1,15 +1,20 @@
-"""Training step with gradient all-reduces: eager DDP vs torch.compile with and without
-overlap passes (Inductor's own, commrt's).
+"""Training step with collectives in the compiled graph: eager vs torch.compile with and
+without overlap passes (Inductor's own, commrt's).
 
-    torchrun --nproc-per-node 2 benchmarks/bench_fx_overlap.py [--layers 16]
+    torchrun --nproc-per-node 2 benchmarks/bench_fx_overlap.py [--layers 16] [--tp]
 
-A Llama-style stack (random weights; RMSNorm, attention, SwiGLU MLP) trained data
-parallel. The compiled variants run one function that computes the gradients with
+A Llama-style stack (random weights; RMSNorm, attention, SwiGLU MLP). By default it is
+trained data parallel: one function computes the gradients with
 ``torch.func.grad_and_value``, all-reduces every gradient with functional collectives
-and applies SGD, so the collectives sit in the compiled graph. Reports the median step
-time and the hidden fraction of collective time measured from a ``torch.profiler`` GPU
-trace: collective-kernel time that overlaps compute kernels, over all collective-kernel
-time.
+and applies SGD, so the gradient all-reduces sit in the compiled graph; the eager
+baseline is DDP with its default buckets. With ``--tp`` the ranks form one
+tensor-parallel group instead (Megatron layout: column-parallel qkv and gate/up,
+row-parallel o and down): the all-reduces are the forward's after every row-parallel
+linear and the backward's of every column-parallel input gradient; the eager baseline
+is the same step uncompiled. (A run with both kinds needs 4 GPUs.) Reports the median
+step time and the hidden fraction of collective time measured from a ``torch.profiler``
+GPU trace: collective-kernel time that overlaps compute kernels, over all
+collective-kernel time.
 """
 
 from __future__ import annotations
@@ -27,7 +32,9 @@ import torch.distributed._functional_collectives as fc
 import torch.nn.functional as F
 
 
-def init_params(layers: int, hidden: int, inter: int, device, seed: int = 0) -> dict:
+def init_params(layers: int, hidden: int, inter: int, device, seed: int = 0,
+                tp: int = 1) -> dict:
+    """This rank's parameters: its 1/tp shard of qkv, gate/up (rows) and o, down (columns)."""
     g = torch.Generator(device=device).manual_seed(seed)
 
     def w(*shape):
@@ -37,35 +44,70 @@ def init_params(layers: int, hidden: int, inter: int, device, seed: int = 0) -> 
     for i in range(layers):
         p[f"{i}.ln1"] = torch.ones(hidden, device=device, dtype=torch.bfloat16)
         p[f"{i}.ln2"] = torch.ones(hidden, device=device, dtype=torch.bfloat16)
-        p[f"{i}.qkv"] = w(3 * hidden, hidden)
-        p[f"{i}.o"] = w(hidden, hidden)
-        p[f"{i}.gate_up"] = w(2 * inter, hidden)
-        p[f"{i}.down"] = w(hidden, inter)
+        p[f"{i}.qkv"] = w(3 * hidden // tp, hidden)
+        p[f"{i}.o"] = w(hidden, hidden // tp)
+        p[f"{i}.gate_up"] = w(2 * inter // tp, hidden)
+        p[f"{i}.down"] = w(hidden, inter // tp)
     return p
 
 
-def loss_fn(p: dict, x: torch.Tensor, layers: int, heads: int) -> torch.Tensor:
+class _ToTP(torch.autograd.Function):
+    """Into a column-parallel linear: identity forward, all-reduce of the gradient."""
+
+    @staticmethod
+    def forward(x):
+        return x.view_as(x)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        pass
+
+    @staticmethod
+    def backward(ctx, g):
+        with torch.no_grad():  # no double backward; keeps the op's own autograd out of grad()
+            return fc.all_reduce(g, "sum", dist.group.WORLD)
+
+
+class _FromTP(torch.autograd.Function):
+    """Out of a row-parallel linear: all-reduce forward, identity gradient."""
+
+    @staticmethod
+    def forward(x):
+        return fc.all_reduce(x, "sum", dist.group.WORLD)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        pass
+
+    @staticmethod
+    def backward(ctx, g):
+        return g
+
+
+def loss_fn(p: dict, x: torch.Tensor, layers: int, heads: int, tp: int = 1) -> torch.Tensor:
     b, s, h = x.shape
+    hd, local = h // heads, heads // tp
+    into, out = (_ToTP.apply, _FromTP.apply) if tp > 1 else (lambda t: t, lambda t: t)
     for i in range(layers):
         y = F.rms_norm(x, (h,), p[f"{i}.ln1"], 1e-5)
-        q, k, v = F.linear(y, p[f"{i}.qkv"]).view(b, s, 3, heads, h // heads).unbind(2)
+        q, k, v = F.linear(into(y), p[f"{i}.qkv"]).view(b, s, 3, local, hd).unbind(2)
         a = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2),
                                            v.transpose(1, 2), is_causal=True)
-        x = x + F.linear(a.transpose(1, 2).reshape(b, s, h), p[f"{i}.o"])
+        x = x + out(F.linear(a.transpose(1, 2).reshape(b, s, local * hd), p[f"{i}.o"]))
         y = F.rms_norm(x, (h,), p[f"{i}.ln2"], 1e-5)
-        gate, up = F.linear(y, p[f"{i}.gate_up"]).chunk(2, -1)
-        x = x + F.linear(F.silu(gate) * up, p[f"{i}.down"])
+        gate, up = F.linear(into(y), p[f"{i}.gate_up"]).chunk(2, -1)
+        x = x + out(F.linear(F.silu(gate) * up, p[f"{i}.down"]))
     return x.float().pow(2).mean()
 
 
-def make_step(layers: int, heads: int, world: int, lr: float = 1e-3):
+def make_step(layers: int, heads: int, world: int, tp: bool = False, lr: float = 1e-3):
     grad_and_value = torch.func.grad_and_value(loss_fn)
 
     def step(p: dict, x: torch.Tensor):
-        grads, loss = grad_and_value(p, x, layers, heads)
+        grads, loss = grad_and_value(p, x, layers, heads, world if tp else 1)
         new = {}
         for k in p:  # forward order; backward makes the last layer's gradients first
-            g = fc.all_reduce(grads[k], "sum", dist.group.WORLD) / world
+            g = grads[k] if tp else fc.all_reduce(grads[k], "sum", dist.group.WORLD) / world
             new[k] = p[k] - lr * g
         return new, loss
     return step
@@ -151,6 +193,8 @@ def main() -> None:
     ap.add_argument("--heads", type=int, default=16)
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--seq", type=int, default=1024)
+    ap.add_argument("--tp", action="store_true",
+                    help="the ranks form one tensor-parallel group (default: data parallel)")
     ap.add_argument("--out-dir", default="benchmarks/results")
     args = ap.parse_args()
     import torch._inductor.config as ic
@@ -160,23 +204,30 @@ def main() -> None:
 
     comm, dev = bench.init_torchrun()
     world, local = dist.get_world_size(), dev.index
-    params = init_params(args.layers, args.hidden, args.inter, dev)
+    tp = world if args.tp else 1
+    # TP: a shard of the weights per rank, the same tokens; DP: the same weights, a batch each
+    params = init_params(args.layers, args.hidden, args.inter, dev,
+                         seed=comm.rank if args.tp else 0, tp=tp)
     x = torch.randn(args.batch, args.seq, args.hidden, device=dev,
-                    generator=torch.Generator(device=dev).manual_seed(1 + comm.rank)
-                    ).to(torch.bfloat16)
+                    generator=torch.Generator(device=dev).manual_seed(
+                        1 if args.tp else 1 + comm.rank)).to(torch.bfloat16)
     rows = {}
+    step = make_step(args.layers, args.heads, world, tp=args.tp)
+    if args.tp:
+        eager_loss = float(step(params, x)[1])
+        rows["eager"] = timed(lambda: step(params, x))
+    else:
+        model = torch.nn.Sequential(*[Block(params, i, args.heads)
+                                      for i in range(args.layers)])
+        ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[local])
+        opt = torch.optim.SGD(ddp.parameters(), lr=1e-3)
 
-    model = torch.nn.Sequential(*[Block(params, i, args.heads) for i in range(args.layers)])
-    ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[local])
-    opt = torch.optim.SGD(ddp.parameters(), lr=1e-3)
+        def ddp_step():
+            opt.zero_grad(set_to_none=True)
+            ddp(x).float().pow(2).mean().backward()
+            opt.step()
+        rows["eager DDP"] = timed(ddp_step)
 
-    def ddp_step():
-        opt.zero_grad(set_to_none=True)
-        ddp(x).float().pow(2).mean().backward()
-        opt.step()
-    rows["eager DDP"] = timed(ddp_step)
-
-    step = make_step(args.layers, args.heads, world)
     variants = {"compiled": {}, "compiled + Inductor overlap": {"inductor": True},
                 "compiled + commrt.fx": {"commrt": True}}
     reports = {}
@@ -189,6 +240,9 @@ def main() -> None:
         with ic.patch(patches), (commrt.fx.installed() if opts.get("commrt") else
                                  contextlib.nullcontext()):
             fn = torch.compile(step, fullgraph=True)
+            if args.tp:  # the same step as eager's
+                loss = float(fn(params, x)[1])
+                assert abs(loss - eager_loss) <= 2e-2 * abs(eager_loss), (name, loss, eager_loss)
             rows[name] = timed(lambda fn=fn: fn(params, x))
         reports[name] = [(n, r.__dict__) for n, r in commrt.fx.last_reports]
     best_other = min(v[0] for k, v in rows.items() if k != "compiled + commrt.fx")
@@ -200,7 +254,8 @@ def main() -> None:
         os.makedirs(args.out_dir, exist_ok=True)
         m = bench.meta(comm, f"torchrun --nproc-per-node {world} " + " ".join(sys.argv))
         m.update(vars(args))
-        path = os.path.join(args.out_dir, f"fx_overlap_{comm.profile.generation}_ws{world}.json")
+        path = os.path.join(args.out_dir, f"fx_overlap_{comm.profile.generation}_ws{world}"
+                                          f"{'_tp' if args.tp else ''}.json")
         with open(path, "w") as f:
             json.dump({"meta": m, "results": {k: {"ms": v[0], "hidden_fraction": v[1]}
                                               for k, v in rows.items()},

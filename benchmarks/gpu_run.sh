@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Everything commrt runs on a GPU machine, in one call:
-#   bash benchmarks/gpu_run.sh [stage ...]   stages: env tests tune tunefused bench cli decode fxoverlap scatter scattersweep overhead
+#   bash benchmarks/gpu_run.sh [stage ...]   stages: env tests tune tunefused bench cli decode fxoverlap fxoverlaptp scatter scattersweep overhead
 # (env: TESTS_K=expr selects GPU tests, DECODE_ARGS adds bench_tp_decode.py options)
 # (default: env tests tune bench cli decode)
 # Logs and results go to $OUT (or ./gpu_out) as log.txt plus results.tar.gz.
@@ -52,6 +52,10 @@ for stage in $STAGES; do
       say "bench_fx_overlap"
       [ -f "$TABLE" ] && export COMMRT_TABLE=$TABLE
       run torchrun --nproc-per-node "$NGPU" benchmarks/bench_fx_overlap.py --out-dir "$RES" ;;
+    fxoverlaptp)  # the same step tensor parallel
+      say "bench_fx_overlap --tp"
+      [ -f "$TABLE" ] && export COMMRT_TABLE=$TABLE
+      run torchrun --nproc-per-node "$NGPU" benchmarks/bench_fx_overlap.py --tp --out-dir "$RES" ;;
     scatter)  # single GPU is enough
       say "bench_scatter"
       run python3 benchmarks/bench_scatter.py --out-dir "$RES" ;;
