@@ -246,6 +246,58 @@ def fx_overlap_numerics(rank, world):
                                                                   for r in reps)}
 
 
+def tp_training_step(rank, world):
+    """``bench_fx_overlap.py --tp``'s step: its TP gradients against the unsharded model's,
+    and the step compiled with commrt's passes against eager."""
+    import os
+    import sys
+
+    import torch._inductor.config as ic
+
+    import commrt.fx
+
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
+    import bench_fx_overlap as b
+
+    layers, h, inter, heads, hd = 2, 32, 64, 4, 8
+    p = {k: v.float() for k, v in b.init_params(layers, h, inter, "cpu", seed=rank,
+                                                 tp=world).items()}
+    x = make(80, 0, (2, 8, h), torch.float32)  # the same tokens on every rank
+    shards = [None] * world
+    dist.all_gather_object(shards, p)
+    full = {}
+    for i in range(layers):  # the unsharded weights, in the layout loss_fn(tp=1) reads
+        full[f"{i}.ln1"], full[f"{i}.ln2"] = p[f"{i}.ln1"], p[f"{i}.ln2"]
+        full[f"{i}.qkv"] = torch.cat([s[f"{i}.qkv"].view(3, heads // world, hd, h)
+                                      for s in shards], 1).reshape(3 * h, h)
+        full[f"{i}.o"] = torch.cat([s[f"{i}.o"] for s in shards], 1)
+        halves = [s[f"{i}.gate_up"].chunk(2) for s in shards]
+        full[f"{i}.gate_up"] = torch.cat([g for g, _ in halves] + [u for _, u in halves])
+        full[f"{i}.down"] = torch.cat([s[f"{i}.down"] for s in shards], 1)
+    grads = torch.func.grad(b.loss_fn)(p, x, layers, heads, world)
+    ref = torch.func.grad(b.loss_fn)(full, x, layers, heads)
+    mine = {}
+    for i in range(layers):
+        mine[f"{i}.ln1"], mine[f"{i}.ln2"] = ref[f"{i}.ln1"], ref[f"{i}.ln2"]
+        mine[f"{i}.qkv"] = ref[f"{i}.qkv"].view(3, heads, hd, h).chunk(world, 1)[rank]
+        mine[f"{i}.o"] = ref[f"{i}.o"].chunk(world, 1)[rank]
+        gate, up = ref[f"{i}.gate_up"].chunk(2)
+        mine[f"{i}.gate_up"] = torch.cat([gate.chunk(world)[rank], up.chunk(world)[rank]])
+        mine[f"{i}.down"] = ref[f"{i}.down"].chunk(world, 1)[rank]
+    step = b.make_step(layers, heads, world, tp=True)
+    eager = step(p, x)
+    commrt.fx.last_reports.clear()
+    torch._dynamo.reset()
+    with commrt.fx.installed(), ic.patch(fx_graph_cache=False):
+        compiled = torch.compile(step, fullgraph=True)(p, x)
+    reps = [r for n, r in commrt.fx.last_reports if n == "overlap"]
+    return {"grads": all(torch.allclose(grads[k], mine[k].reshape(grads[k].shape), rtol=1e-4,
+                                        atol=1e-6) for k in p),
+            "compiled": all(torch.allclose(compiled[0][k], eager[0][k], rtol=1e-5, atol=1e-6)
+                            for k in p) and torch.allclose(compiled[1], eager[1]),
+            "collectives": sum(r.collectives_before for r in reps)}
+
+
 def fx_bucket_gather_scatter(rank, world):
     """Bucketed all-gathers and reduce-scatters give exactly the unbucketed results."""
     import torch.distributed._functional_collectives as fc

@@ -56,6 +56,12 @@ def test_fx_overlap_pass_keeps_numerics_with_two_ranks():
         assert r["bitwise"] and r["close"] and r["before"] == 4, r
 
 
+def test_tensor_parallel_bench_step_is_the_unsharded_models_and_compiles():
+    res = spawn.run(ranks_gloo.tp_training_step, 2)
+    for r in res:  # 2 layers x (2 forward + 2 backward all-reduces)
+        assert r["grads"] and r["compiled"] and r["collectives"] == 8, r
+
+
 def test_fx_bucketed_all_gather_and_reduce_scatter_are_exact():
     res = spawn.run(ranks_gloo.fx_bucket_gather_scatter, 2)
     assert all(r["buckets"] == 2 and r["equal"] for r in res), res
