@@ -52,17 +52,19 @@ lib.define("partitioned_index_put(Tensor self, Tensor index, Tensor values, int 
 
 def _partitioned_index_put(self: torch.Tensor, index: torch.Tensor, values: torch.Tensor,
                            partitions: int) -> torch.Tensor:
-    if self.device.type == "cuda" and values.dtype.is_floating_point and values.itemsize <= 4:
-        from .scatter_kernels import partitioned_index_add
+    if self.device.type == "cuda":
+        from .scatter_kernels import PARTS, partitioned_index_add
 
-        return partitioned_index_add(self.contiguous(), index.contiguous(),
-                                     values.contiguous(), partitions)
+        if values.dtype in PARTS:  # the value dtypes the kernels take
+            return partitioned_index_add(self.contiguous(), index.contiguous(),
+                                         values.contiguous(), partitions)
     return _partitioned_index_put_torch(self, index, values, partitions)
 
 
 def _partitioned_index_put_torch(self: torch.Tensor, index: torch.Tensor,
                                  values: torch.Tensor, partitions: int) -> torch.Tensor:
-    """The same scheme in torch ops (CPU, and the reference for the Triton kernels)."""
+    """The copies in torch ops, with the kernels' copy rule but no combining of rows (CPU,
+    and value dtypes the kernels do not take: integers stay bitwise exact)."""
     rows, n = self.shape[0], index.shape[0]
     index = torch.where(index < 0, index + rows, index).long()
     step = max(1, n // SAMPLE)
@@ -72,7 +74,8 @@ def _partitioned_index_put_torch(self: torch.Tensor, index: torch.Tensor,
     p = (2 ** torch.ceil(torch.log2(need.clamp_min(1).double()))).long()
     p = p.clamp(min(MIN_COPIES, partitions), partitions)
     part = torch.arange(n, device=index.device) % p
-    acc_dtype = torch.float32 if values.dtype in (torch.bfloat16, torch.float16) else values.dtype
+    acc_dtype = (torch.float32 if values.is_floating_point() and values.itemsize < 4
+                 else values.dtype)
     copies = self.new_zeros((partitions * rows, *self.shape[1:]), dtype=acc_dtype)
     copies.index_put_([part * rows + index], values.to(acc_dtype), accumulate=True)
     summed = copies.view(partitions, rows, *self.shape[1:]).sum(0)
