@@ -6,7 +6,8 @@ Random bf16 weights, the Llama-3-8B shape (hidden 4096, intermediate 14336, 32 h
 8 KV heads, 32 layers) or a 70B-shaped variant (hidden 8192, intermediate 28672, 64
 heads, 8 KV heads, fewer layers). Attention and MLP are split over the group, so each
 layer ends its attention and its MLP with an all-reduce. A decode step (one token per
-sequence against a KV cache of ``--ctx`` tokens) runs in a CUDA graph at each batch; a
+sequence against a KV cache of ``--ctx`` tokens, its own k and v written into the cache in
+place, query heads folded per KV head) runs in a CUDA graph at each batch; a
 prefill of ``--prefill`` tokens runs in a CUDA graph too. Both all-reduces must give
 logits as accurate as dist.all_reduce's against a float32 copy of the model (same
 weights) before anything is timed: a fused kernel rounds once where the unfused ops
@@ -65,10 +66,17 @@ class TPDecoder:
         qkv = F.linear(x, layer["qkv"]).view(b, s, self.heads + 2 * self.kv, HEAD_DIM)
         q, k, v = qkv.split([self.heads, self.kv, self.kv], dim=2)
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))
-        if cache is not None:  # decode: attend to the cache (fixed length) plus this token
-            k = torch.cat([cache[0], k], dim=2)
-            v = torch.cat([cache[1], v], dim=2)
-        o = F.scaled_dot_product_attention(q, k, v, is_causal=cache is None, enable_gqa=True)
+        if cache is None:  # prefill: causal over the prompt
+            o = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        else:  # decode, as serving engines do it: this token's k and v written into the
+            # cache's last slot in place; the query heads that share a KV head are folded
+            # into the query length, so no backend needs to repeat K and V
+            cache[0][:, :, -1:].copy_(k)
+            cache[1][:, :, -1:].copy_(v)
+            g = self.heads // self.kv
+            o = F.scaled_dot_product_attention(q.reshape(b, self.kv, g * s, HEAD_DIM),
+                                               cache[0], cache[1])
+            o = o.reshape(b, self.heads, s, HEAD_DIM)
         return F.linear(o.transpose(1, 2).reshape(b, s, -1), layer["o"])
 
     def forward(self, x, caches=None):
@@ -143,7 +151,7 @@ def main() -> None:
         x = torch.randn(batch, seq, shape["hidden"], generator=g, device=dev).to(torch.bfloat16)
         caches = None
         if phase == "decode":
-            caches = [tuple(torch.randn(batch, model.kv, args.ctx, HEAD_DIM, generator=g,
+            caches = [tuple(torch.randn(batch, model.kv, args.ctx + 1, HEAD_DIM, generator=g,
                                         device=dev).to(torch.bfloat16) for _ in range(2))
                       for _ in model.layers]
         logits, ms = {}, {}

@@ -34,10 +34,24 @@ CONFIG_GRID = {
                  for g in (32, 132, 264)],
     "two_shot": [dict(block=b, warps=w, blocks=g) for b, w in ((2048, 8), (4096, 16))
                  for g in (66, 132, 264, 528)],
-    "two_shot_push": [dict(block=b, warps=w, blocks=g)
-                      for b, w in ((2048, 8), (4096, 16), (8192, 16))
-                      for g in (132, 264, 528, 1056)],
+    "two_shot_push": [dict(block=b, warps=w, blocks=g, round_tiles=r)
+                      for b, w in ((2048, 8), (4096, 16))
+                      for g in (132, 264, 528, 1056) for r in (0, 1, 2)],
 }
+
+
+def _same_as_one_round(comm: Communicator, name: str, cfg: dict | None, nbytes: int,
+                       dtype) -> bool:
+    """A two_shot_push config whose rounds hold all of a program's tiles at this size: it
+    runs exactly as its one-round twin, so the tuner skips it."""
+    if name != "two_shot_push" or not cfg or not cfg.get("round_tiles"):
+        return False
+    from commrt.symm_mem.two_shot_push import piece_elems, program_tiles
+
+    elt = torch.empty((), dtype=dtype).element_size()
+    ws = comm.workspace
+    n = min(nbytes // elt, piece_elems(ws.data_bytes // elt, ws.world))
+    return cfg["round_tiles"] >= program_tiles(n, ws.world, **cfg)
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
@@ -261,6 +275,8 @@ def tune(comm: Communicator, sizes: list[int], dtype, progress=None) -> tuple[di
                     [best_cfg.get((name, nbytes))]
                 best = None
                 for cfg in grid:
+                    if _same_as_one_round(comm, name, cfg, nbytes, dtype):
+                        continue
                     v.config = cfg if cfg is not None else ({} if name in OURS else None)
                     us, wrong = measure(comm, v, nbytes, dtype, mode)
                     raw.append({"mode": mode, "bytes": nbytes, "algorithm": name, "config": cfg,
@@ -292,7 +308,8 @@ def _row(nbytes: int, ranking: list, progress, label: str) -> dict:
 
 
 FUSED_KIND = "all_reduce_residual_rmsnorm"
-FUSED_CONFIGS = {"one_shot_push": [dict(warps=w, blocks=g) for w in (4, 8) for g in (32, 132)],
+FUSED_CONFIGS = {"one_shot_push": [dict(warps=w, blocks=g, split=s) for w in (4, 8)
+                                   for g in (32, 132) for s in (1, 4, 8)],
                  "one_shot": [dict(warps=w, blocks=g) for w in (8, 16) for g in (32, 132)],
                  "two_shot_push": [dict(warps=w, blocks=g) for w in (8, 16) for g in (32, 132)]}
 

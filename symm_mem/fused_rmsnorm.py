@@ -28,45 +28,57 @@ MAX_HIDDEN = 16384  # one row lives in registers
 
 
 @triton.jit
-def _epilogue(acc, r, w, normed, new_res, row, H, eps, cols, cm):
+def _epilogue(acc, r, w, normed, new_res, row, H, eps, cols, cm, sm):
     """Residual add and RMSNorm of one fp32 row sum, given the row's residual ``r`` and the
-    weight ``w`` (loaded before the wait for peers, off the critical path); stores and
-    returns (normed, new_res)."""
+    weight ``w`` (loaded before the wait for peers, off the critical path); stores the
+    columns in ``sm`` and returns (normed, new_res)."""
     z = (acc + r.to(tl.float32)).to(new_res.dtype.element_ty)
-    tl.store(new_res + row * H + cols, z, mask=cm)
+    tl.store(new_res + row * H + cols, z, mask=sm)
     zf = z.to(tl.float32)
     var = tl.sum(zf * zf, axis=0) / H
     y = (zf * tl.rsqrt(var + eps) * w).to(normed.dtype.element_ty)
-    tl.store(normed + row * H + cols, y, mask=cm)
+    tl.store(normed + row * H + cols, y, mask=sm)
     return y, z
 
 
 @triton.jit(do_not_specialize=["rank", "timeout", "eps"])
 def _push_rms_kernel(x, residual, weight, normed, new_res, push_tab, mine, meta, err_ptr, rank,
                      rows, H, slot, eps, timeout, WS: tl.constexpr, BLOCK_H: tl.constexpr,
-                     BITS: tl.constexpr, TIMER: tl.constexpr):
+                     SPLIT: tl.constexpr, BITS: tl.constexpr, TIMER: tl.constexpr):
+    # Work item i is part i % SPLIT of row i // SPLIT: its program pushes that part, then
+    # waits for the whole row (a cheap local read) and stores that part of the outputs.
+    # With SPLIT > 1 a program waits for parts other programs push: the grid must be
+    # resident at once (the launch configs keep it within the SM count).
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     ity = tl.int16 if BITS == 16 else tl.int32
     buf = tl.load(meta, volatile=True)
     tab = push_tab.to(tl.pointer_type(tl.uint64))
-    cols = tl.arange(0, BLOCK_H)
-    cm = cols < H
-    for row in range(pid, rows, nprog):
-        bits = to_bits(tl.load(x + row * H + cols, mask=cm), BITS)
+    CHUNK: tl.constexpr = BLOCK_H // SPLIT
+    part_cols = tl.arange(0, CHUNK)
+    for item in range(pid, rows * SPLIT, nprog):
+        row = item // SPLIT
+        c = (item % SPLIT) * CHUNK + part_cols
+        pm = c < H
+        bits = to_bits(tl.load(x + row * H + c, mask=pm), BITS)
         for p in tl.static_range(WS):
             dst = tl.load(tab + p).to(tl.pointer_type(ity)) + (buf * WS + rank) * slot
-            tl.store(dst + row * H + cols, bits, mask=cm)
+            tl.store(dst + row * H + c, bits, mask=pm)
     own = mine.to(tl.pointer_type(ity))
+    cols = tl.arange(0, BLOCK_H)
+    cm = cols < H
     w = tl.load(weight + cols, mask=cm, other=0).to(tl.float32)
-    for row in range(pid, rows, nprog):
+    for item in range(pid, rows * SPLIT, nprog):
+        row = item // SPLIT
+        lo = (item % SPLIT) * CHUNK
         r = tl.load(residual + row * H + cols, mask=cm, other=0)
         acc = tl.zeros([BLOCK_H], tl.float32)
         for p in tl.static_range(WS):
             v = poll_slot(own + (buf * WS + p) * slot + row * H + cols, cm, err_ptr, p, timeout,
                           BITS, TIMER)
             acc += v.to(x.dtype.element_ty, bitcast=True).to(tl.float32)
-        _epilogue(acc, r, w, normed, new_res, row, H, eps, cols, cm)
+        _epilogue(acc, r, w, normed, new_res, row, H, eps, cols, cm,
+                  cm & (cols >= lo) & (cols < lo + CHUNK))
     finish_call(meta, mine, buf, rows * H * (BITS // 16), WS, BLOCK_H, slot * (BITS // 16))
 
 
@@ -88,7 +100,7 @@ def _one_shot_rms_kernel(x, residual, weight, normed, new_res, mine, bufs, pad_t
         acc = tl.zeros([BLOCK_H], tl.float32)
         for p in tl.static_range(WS):
             acc += tl.load(bufs[p] + row * H + cols, mask=cm, cache_modifier=".cv").to(tl.float32)
-        _epilogue(acc, r, w, normed, new_res, row, H, eps, cols, cm)
+        _epilogue(acc, r, w, normed, new_res, row, H, eps, cols, cm, cm)
     block_barrier(pad_tab, rank, err_ptr, timeout, WS, TIMER)
 
 
@@ -123,7 +135,7 @@ def _two_shot_rms_kernel(x, residual, weight, normed, new_res, contrib, result, 
                     v = tl.load(contrib + (s * per + j) * H + cols, mask=cm,
                                 cache_modifier=".cv")
                 acc += v.to(tl.float32)
-            y, z = _epilogue(acc, r, w, normed, new_res, row, H, eps, cols, cm)
+            y, z = _epilogue(acc, r, w, normed, new_res, row, H, eps, cols, cm, cm)
             for p in tl.static_range(WS):
                 if p != rank:
                     tl.store(results[p] + row * H + cols, y, mask=cm)
@@ -157,13 +169,15 @@ def block_h(hidden: int) -> int:
 def one_shot_push_rmsnorm(*, x, residual, weight, normed, new_res, eps: float, push_tab: int,
                           mine: int, slot_bytes: int, meta, err, rank: int, world: int,
                           timeout: int, timer: bool, warps: int = 4, blocks: int = 132,
-                          **_unused) -> None:
-    """Fused Lamport push; ``x.nbytes <= slot_bytes``."""
+                          split: int = 1, **_unused) -> None:
+    """Fused Lamport push; ``x.nbytes <= slot_bytes``. ``split`` programs share a row's
+    push (each then reads the whole row back to normalise it)."""
     rows, H = x.shape
-    grid = max(1, min(rows, blocks, MAX_BLOCKS))
+    split = 1 << (max(1, min(split, block_h(H) // 16)).bit_length() - 1)  # a power of 2
+    grid = max(1, min(rows * split, blocks, MAX_BLOCKS))
     slot = slot_bytes // x.element_size()
-    consts = (("WS", world), ("BLOCK_H", block_h(H)), ("BITS", x.element_size() * 8),
-              ("TIMER", timer))
+    consts = (("WS", world), ("BLOCK_H", block_h(H)), ("SPLIT", split),
+              ("BITS", x.element_size() * 8), ("TIMER", timer))
     key = (_shape_key(x, H, rows, x, residual, weight, normed, new_res), consts, warps,
            push_tab, mine, rank, int_spec(slot), int_spec(timeout))
     _push(key, grid, (x, residual, weight, normed, new_res, push_tab, mine, meta, err, rank,

@@ -71,6 +71,30 @@ def correctness(rank, world):
                 ran.append((algo, str(dtype), n))
                 if err > TOL[dtype] or (algo != "nccl" and not same):
                     failures.append(f"{algo} {dtype} n={n}: rel err {err:.2e}, same={same}")
+    # two_shot_push in rounds (launch configs the tuner may pick), then back to back with
+    # no sync between calls: a round read before its peer wrote it would show here
+    rounds = ({"block": 4096, "warps": 16, "blocks": 528, "round_tiles": 1},
+              {"block": 2048, "warps": 8, "blocks": 1056, "round_tiles": 2})
+    for cfg in rounds:
+        for dtype in DTYPES:
+            elt = torch.empty((), dtype=dtype).element_size()
+            for n in (7, 4097, MIB + 3, 16 * MIB + 5, 64 * MIB // elt):
+                seed += 1
+                xs = inputs(seed, world, n, dtype, dev)
+                x = xs[rank].clone()
+                comm.run_algorithm("two_shot_push", x, cfg)
+                err, same = rel_err(x, sum(t.double() for t in xs)), same_on_all_ranks(x)
+                ran.append(("two_shot_push", str(dtype), n))
+                if err > TOL[dtype] or not same:
+                    failures.append(f"two_shot_push {cfg} {dtype} n={n}: rel err {err:.2e}, "
+                                    f"same={same}")
+        batch = [inputs(seed + 1000 + i, world, MIB + 3, torch.bfloat16, dev) for i in range(20)]
+        outs = [xs[rank].clone() for xs in batch]
+        for x in outs:
+            comm.run_algorithm("two_shot_push", x, cfg)
+        for xs, x in zip(batch, outs):
+            if rel_err(x, sum(t.double() for t in xs)) > TOL[torch.bfloat16]:
+                failures.append(f"two_shot_push {cfg} back to back: wrong sum")
     comm.check_health()
     return {"failures": failures, "ran": len(ran),
             "algos": sorted({a for a, _, _ in ran})}
@@ -317,6 +341,30 @@ def fused_rmsnorm(rank, world):
                     if max(ey, ez) > 2 * TOL[dtype] or (algo != "nccl" and not same):
                         failures.append(f"{algo} {dtype} {batch}x{hidden}: {ey:.1e} {ez:.1e} "
                                         f"same={same}")
+    # one_shot_push with a row's push shared by several programs (launch configs the
+    # tuner may pick), odd hidden sizes included
+    from commrt import custom
+
+    for split in (2, 8):
+        for dtype in DTYPES:
+            for hidden in (4096, 5120 + 24, 1000 + 3):
+                for batch in (1, 7, 32):
+                    g = torch.Generator(device=dev).manual_seed(batch * 11 + hidden + split)
+                    xs = [torch.randn(batch, hidden, generator=g, device=dev).to(dtype)
+                          for _ in range(world)]
+                    res = torch.randn(batch, hidden, generator=g, device=dev).to(dtype)
+                    w = torch.randn(hidden, generator=g, device=dev).to(dtype)
+                    y, z = torch.empty_like(res), torch.empty_like(res)
+                    custom.run_fused("one_shot_push", comm.workspace, xs[rank], res, w, y, z,
+                                     1e-5, {"warps": 4, "blocks": 132, "split": split},
+                                     comm.config.spin_timeout)
+                    ry, rz = reference(sum(x.double() for x in xs), res, w, 1e-5)
+                    ey, ez = rel_err(y, ry), rel_err(z, rz.double())
+                    same = same_on_all_ranks(y) and same_on_all_ranks(z)
+                    ran += 1
+                    if max(ey, ez) > 2 * TOL[dtype] or not same:
+                        failures.append(f"one_shot_push split {split} {dtype} {batch}x{hidden}:"
+                                        f" {ey:.1e} {ez:.1e} same={same}")
     # inside a CUDA graph, replayed with fresh data
     for algo in ("one_shot_push", "one_shot", "two_shot_push"):
         x = torch.empty(16, 4096, device=dev, dtype=torch.bfloat16)

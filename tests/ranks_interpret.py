@@ -52,15 +52,20 @@ def _rank_main(rank, world, names, cases, barrier, queue, skip):
             if (rank, call) in skip:
                 outs.append(None)
                 continue
-            if isinstance(n, tuple):  # fused: n = (rows, hidden)
+            if isinstance(n, tuple):  # fused: n = (rows, hidden), inplace: the split
                 x, res, w = fused_inputs(rank, call, n, dtype)
                 normed, new_res = torch.empty_like(x), torch.empty_like(x)
-                custom.run_fused(algo, ws, x, res, w, normed, new_res, EPS, dict(FUSED_CFG), 1.0)
+                # the interpreter runs a rank's programs one after another, and a split row
+                # waits for parts that other programs push: one program does them all here
+                split = int(inplace) or 1
+                cfg = dict(FUSED_CFG, split=split, **({"blocks": 1} if split > 1 else {}))
+                custom.run_fused(algo, ws, x, res, w, normed, new_res, EPS, cfg, 1.0)
                 outs.append(torch.cat([normed, new_res]))
                 continue
             x = make_input(0, rank, call, n, dtype)
             out = x if inplace else torch.full_like(x, float("nan"))
-            custom.run(algo, ws, x, out, dict(SMALL), timeout=1.0)
+            name, extra = algo if isinstance(algo, tuple) else (algo, {})
+            custom.run(name, ws, x, out, dict(SMALL, **extra), timeout=1.0)
             outs.append(out.clone())
         blob = io.BytesIO()
         torch.save(outs, blob)  # bytes, not shared tensors: this process exits next

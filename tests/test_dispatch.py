@@ -238,3 +238,27 @@ def test_tune_only_fused_keeps_the_table_in_use(tmp_path):
     comm.facts.table = None
     with pytest.raises(SystemExit, match="no table"):
         _base_table(comm)
+
+
+def test_program_tiles_and_the_tuners_one_round_twins():
+    from types import SimpleNamespace
+
+    from commrt.bench import _same_as_one_round
+    from commrt.symm_mem.two_shot_push import program_tiles
+
+    # 64 MiB of bf16 over 2 ranks: 16 Mi elements a shard, 4096 tiles of 4096
+    assert program_tiles(1 << 25, 2, block=4096, blocks=528) == 8
+    assert program_tiles(1 << 25, 2, block=4096, blocks=1056) == 4
+    assert program_tiles(7, 2, block=4096, blocks=528) == 1
+    comm = SimpleNamespace(workspace=SimpleNamespace(data_bytes=64 << 20, world=2))
+    cfg = dict(block=4096, warps=16, blocks=528)
+    assert not _same_as_one_round(comm, "two_shot_push", dict(cfg, round_tiles=2), 64 << 20,
+                                  torch.bfloat16)
+    assert _same_as_one_round(comm, "two_shot_push", dict(cfg, round_tiles=8), 64 << 20,
+                              torch.bfloat16)
+    assert _same_as_one_round(comm, "two_shot_push", dict(cfg, round_tiles=1), 1 << 20,
+                              torch.bfloat16)
+    assert not _same_as_one_round(comm, "two_shot_push", dict(cfg, round_tiles=0), 1 << 20,
+                                  torch.bfloat16)
+    assert not _same_as_one_round(comm, "two_shot", dict(cfg, round_tiles=1), 1 << 20,
+                                  torch.bfloat16)

@@ -113,6 +113,20 @@ def test_pull_kernels_match_float64(algo):
     check(2, cases, results)
 
 
+@pytest.mark.parametrize("world", [2, 3])
+def test_two_shot_push_in_rounds(world):
+    # 4 programs of 64-element tiles: 4097 elements give each program 8-9 tiles (5-6 at
+    # world 3), taken in rounds of 1, 3 (a short last round) and 16 (one round); the
+    # barriers of every round pair up across ranks, and the result area is read only
+    # after the peer wrote it
+    cases = [(("two_shot_push", {"round_tiles": r}), dt, n, inplace)
+             for r in (1, 3, 16) for dt, n, inplace in
+             ((torch.float32, 4097, False), (torch.bfloat16, 700, True), (torch.float16, 5, False))]
+    results = run_ranks(world, cases)
+    assert all(err == 0 for _, err in results)
+    check(world, cases, results)
+
+
 def test_pull_kernels_world_size_three_and_chunking():
     # 20000 fp32 = 80 KB > the 64 KiB data region: reduced in two pieces. Mixed algorithms
     # back to back: no algorithm may trample another's workspace data between calls.
@@ -160,6 +174,11 @@ def test_fused_residual_rmsnorm_kernels(world):
              for dt, shape in ((torch.bfloat16, (1, 64)), (torch.float16, (5, 96)),
                                (torch.float32, (200, 96)))
              if not (a == "one_shot_push" and shape == (200, 96))]
+    # one_shot_push with rows shared by 2 and 4 programs (a 96-wide row: parts of 32, the
+    # last part half empty), more items than programs
+    cases += [("one_shot_push", dt, shape, split) for dt, shape, split in
+              ((torch.bfloat16, (1, 64), 4), (torch.float32, (5, 96), 4),
+               (torch.float16, (3, 1000), 2))]
     results = run_ranks(world, cases)
     assert all(err == 0 for _, err in results)
     check(world, cases, results)
