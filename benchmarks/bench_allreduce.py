@@ -4,7 +4,8 @@
 
 Per size (4 KB to 256 MB by default): NCCL, PyTorch's symm-mem ops in place on their
 symmetric buffer, each of commrt's kernels on an ordinary tensor and on a ``comm.empty``
-tensor, and ``auto``; CUDA-graph mode (20 ops a graph, 10 replays) and eager mode.
+tensor, and ``auto``; CUDA-graph mode (20 ops a graph, 10 replays) and eager mode (100
+calls), all variants of a size timed in ``--rounds`` interleaved rounds, median over rounds.
 Writes ``allreduce_<device>_ws<N>.json`` and ``.md`` with device, versions, date and
 command.
 """
@@ -26,6 +27,8 @@ def main() -> None:
     p.add_argument("--modes", default="graph,eager")
     p.add_argument("--out-dir", default="benchmarks/results")
     p.add_argument("--tag", default="", help="suffix for the result file names")
+    p.add_argument("--rounds", type=int, default=3,
+                   help="interleaved timing rounds per size (each variant's median)")
     args = p.parse_args()
 
     from commrt import bench
@@ -36,7 +39,7 @@ def main() -> None:
     modes = args.modes.split(",")
     show = bench.progress_printer(comm.rank, len(sizes) * len(modes))
     rows = bench.run_bench(comm, sizes, bench.DTYPES[args.dtype], modes,
-                           bench.standard_variants(comm), show)
+                           bench.standard_variants(comm), show, rounds=args.rounds)
     if comm.rank == 0:
         print(bench.format_table(rows, comm.world_size), flush=True)
         device = comm.profile.generation.replace("/", "-")

@@ -13,6 +13,7 @@ import dataclasses
 import datetime
 import json
 import platform
+import statistics
 import sys
 from collections.abc import Callable, Iterable
 
@@ -52,6 +53,7 @@ def _same_as_one_round(comm: Communicator, name: str, cfg: dict | None, nbytes: 
     ws = comm.workspace
     n = min(nbytes // elt, piece_elems(ws.data_bytes // elt, ws.world))
     return cfg["round_tiles"] >= program_tiles(n, ws.world, **cfg)
+EAGER_REPEATS = 3  # eager timings are host-bound and jittery: the tuner takes a median of 3
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
@@ -129,35 +131,46 @@ def _wrong(comm: Communicator, v: Variant, numel: int, dtype, seed: int) -> int:
     return int(n.item())
 
 
+def _time(comm: Communicator, fn: Callable[[], object], mode: str) -> float:
+    """Median µs of ``fn`` in ``mode``, the slower rank's."""
+    dist.barrier(comm.group)
+    us = time_graph(fn, comm.device, group=comm.group) if mode == "graph" else \
+        time_eager(fn, comm.device)
+    return agree_median(us, comm.group, comm.device)
+
+
 def measure(comm: Communicator, v: Variant, nbytes: int, dtype, mode: str,
-            seed: int = 0) -> tuple[float, int]:
-    """(median µs agreed across ranks, wrong elements) for one variant at one size."""
+            seed: int = 0, repeats: int = 1) -> tuple[float, int]:
+    """(median µs agreed across ranks, wrong elements) for one variant at one size;
+    with ``repeats`` the median of that many timings."""
     numel = nbytes // torch.empty((), dtype=dtype).element_size()
     wrong = _wrong(comm, v, numel, dtype, seed)
-    x = _input(comm, v, numel, dtype, seed)
-    fn = _make_call(comm, v, x)
-    dist.barrier(comm.group)
-    if mode == "graph":
-        us = time_graph(fn, comm.device, group=comm.group)
-    else:
-        us = time_eager(fn, comm.device)
-    return agree_median(us, comm.group, comm.device), wrong
+    fn = _make_call(comm, v, _input(comm, v, numel, dtype, seed))
+    return statistics.median(_time(comm, fn, mode) for _ in range(repeats)), wrong
 
 
 def run_bench(comm: Communicator, sizes: Iterable[int], dtype, modes: Iterable[str],
-              variants: list[Variant], progress: Callable[[str], None] | None = None) -> list:
+              variants: list[Variant], progress: Callable[[str], None] | None = None,
+              rounds: int = 3) -> list:
+    """Every eligible variant per size and mode, checked, then timed in ``rounds``
+    interleaved rounds (all variants once a round); each variant's median over rounds."""
     rows = []
     for mode in modes:
         for nbytes in sizes:
-            row = {"bytes": nbytes, "count": nbytes // torch.empty((), dtype=dtype).element_size(),
-                   "dtype": str(dtype).replace("torch.", ""), "mode": mode, "us": {},
-                   "wrong": {}}
+            numel = nbytes // torch.empty((), dtype=dtype).element_size()
+            row = {"bytes": nbytes, "count": numel, "dtype": str(dtype).replace("torch.", ""),
+                   "mode": mode, "us": {}, "wrong": {}, "rounds": rounds}
+            calls = {}
             for v in variants:
                 if not _eligible(comm, v, nbytes, dtype, mode):
                     continue
-                us, wrong = measure(comm, v, nbytes, dtype, mode)
-                row["us"][v.label] = round(us, 3)
-                row["wrong"][v.label] = wrong
+                row["wrong"][v.label] = _wrong(comm, v, numel, dtype, 0)
+                calls[v.label] = _make_call(comm, v, _input(comm, v, numel, dtype, 0))
+            samples: dict[str, list[float]] = {label: [] for label in calls}
+            for _ in range(rounds):
+                for label, fn in calls.items():
+                    samples[label].append(_time(comm, fn, mode))
+            row["us"] = {label: round(statistics.median(t), 3) for label, t in samples.items()}
             row["auto_algorithm"] = comm.dispatcher.decide(nbytes, dtype, "sum", mode,
                                                            comm.device.type).algorithm
             rows.append(row)
@@ -278,7 +291,8 @@ def tune(comm: Communicator, sizes: list[int], dtype, progress=None) -> tuple[di
                     if _same_as_one_round(comm, name, cfg, nbytes, dtype):
                         continue
                     v.config = cfg if cfg is not None else ({} if name in OURS else None)
-                    us, wrong = measure(comm, v, nbytes, dtype, mode)
+                    us, wrong = measure(comm, v, nbytes, dtype, mode,
+                                        repeats=EAGER_REPEATS if mode == "eager" else 1)
                     raw.append({"mode": mode, "bytes": nbytes, "algorithm": name, "config": cfg,
                                 "us": us, "wrong": wrong})
                     if wrong:

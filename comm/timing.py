@@ -21,7 +21,7 @@ def busbw_factor(world: int) -> float:
     return 2 * (world - 1) / world
 
 
-def time_eager(fn: Callable[[], None], device: torch.device, iters: int = 30,
+def time_eager(fn: Callable[[], None], device: torch.device, iters: int = 100,
                warmup: int = 5) -> float:
     """Median µs of one call, host included."""
     for _ in range(warmup):
