@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Everything commrt runs on a GPU machine, in one call:
 #   bash benchmarks/gpu_run.sh [stage ...]   stages: env tests tune tunefused bench cli decode fxoverlap fxoverlaptp scatter scattersweep overhead
-# (env: TESTS_K=expr selects GPU tests, DECODE_ARGS adds bench_tp_decode.py options)
+# (env: TESTS_K=expr selects GPU tests, DECODE_ARGS / BENCH_ARGS add bench_tp_decode.py /
+#  bench_allreduce.py options)
 # (default: env tests tune bench cli decode)
 # Logs and results go to $OUT (or ./gpu_out) as log.txt plus results.tar.gz.
 # NVLink multicast stays OFF: these three are exported here and never unset.
@@ -43,7 +44,7 @@ for stage in $STAGES; do
     bench)
       say "bench_allreduce"
       [ -f "$TABLE" ] && export COMMRT_TABLE=$TABLE
-      run torchrun --nproc-per-node "$NGPU" benchmarks/bench_allreduce.py --out-dir "$RES" ;;
+      run torchrun --nproc-per-node "$NGPU" benchmarks/bench_allreduce.py --out-dir "$RES" ${BENCH_ARGS:-} ;;
     decode)
       say "bench_tp_decode"
       [ -f "$TABLE" ] && export COMMRT_TABLE=$TABLE

@@ -379,13 +379,16 @@ class Communicator:
         if not isinstance(tensor, torch.Tensor):
             raise TypeError(f"commrt.all_reduce expects a torch.Tensor, got {type(tensor)}")
         kinds = self._device_kinds
-        if tensor.device.type not in kinds:
-            raise CommrtError(
-                f"tensor is on {tensor.device} but group {self.group_name} uses the "
-                f"{self.backend} backend, which reduces {' or '.join(sorted(kinds))} tensors")
-        if self.device.type == "cuda" and tensor.device != self.device:
-            raise CommrtError(f"tensor is on {tensor.device} but this rank's device is "
-                              f"{self.device}; move it or set torch.cuda.set_device()")
+        dev = tensor.device
+        if dev != self.device:  # the common case skips both checks below
+            if dev.type not in kinds:
+                raise CommrtError(
+                    f"tensor is on {dev} but group {self.group_name} uses the "
+                    f"{self.backend} backend, which reduces {' or '.join(sorted(kinds))} "
+                    "tensors")
+            if self.device.type == "cuda":
+                raise CommrtError(f"tensor is on {dev} but this rank's device is "
+                                  f"{self.device}; move it or set torch.cuda.set_device()")
         if out is not None and (out.shape != tensor.shape or out.dtype != tensor.dtype
                                 or out.device != tensor.device):
             raise CommrtError(
@@ -405,11 +408,15 @@ class Communicator:
     def _run_custom(self, d: Decision, src: torch.Tensor, dst: torch.Tensor) -> None:
         if self._broken:
             raise PeerTimeoutError(self._broken)
-        flat_in = src.view(-1) if src.is_contiguous() else src.contiguous().view(-1)
+        if src.dim() == 1 and src.is_contiguous():  # no view to make: a host microsecond
+            flat_in = src
+        else:
+            flat_in = src.view(-1) if src.is_contiguous() else src.contiguous().view(-1)
         if self._awkward_in_workspace(flat_in):
             flat_in = flat_in.clone()
         direct = dst.is_contiguous() and not self._awkward_in_workspace(dst)
-        flat_out = dst.view(-1) if direct else torch.empty_like(flat_in)
+        flat_out = (dst if dst.dim() == 1 else dst.view(-1)) if direct else \
+            torch.empty_like(flat_in)
         self._custom(d, flat_in, flat_out)
         if not direct:
             dst.copy_(flat_out.view(dst.shape))

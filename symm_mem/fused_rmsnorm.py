@@ -20,7 +20,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .launch import Launcher, int_spec
+from .launch import Launcher, int_spec, next_pow2
 from .one_shot_push import finish_call, poll_slot, to_bits
 from .signals import MAX_BLOCKS, block_barrier
 
@@ -163,7 +163,7 @@ def _shape_key(x, H, rows, *tensors):
 
 
 def block_h(hidden: int) -> int:
-    return triton.next_power_of_2(hidden)
+    return next_pow2(hidden)
 
 
 def one_shot_push_rmsnorm(*, x, residual, weight, normed, new_res, eps: float, push_tab: int,

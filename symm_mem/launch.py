@@ -18,6 +18,16 @@ _CHECKED = ("3.4", "3.5", "3.6")
 FAST = ".".join(triton.__version__.split(".")[:2]) in _CHECKED
 
 
+def cdiv(a: int, b: int) -> int:
+    """Host-side ceil division (``triton.cdiv`` is a constexpr function: microseconds a call)."""
+    return -(-a // b)
+
+
+def next_pow2(n: int) -> int:
+    """Host-side ``triton.next_power_of_2``, without its per-call cost."""
+    return 1 << max(0, n - 1).bit_length()
+
+
 def int_spec(v: int) -> tuple[bool, bool, bool]:
     """What Triton specialises an int argument on: == 1, % 16 == 0, fits in int32."""
     return v == 1, v % 16 == 0, -(1 << 31) <= v < (1 << 31)

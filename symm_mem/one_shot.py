@@ -10,7 +10,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .launch import Launcher, int_spec
+from .launch import Launcher, cdiv, int_spec
 from .signals import MAX_BLOCKS, block_barrier
 
 
@@ -48,7 +48,7 @@ def one_shot(*, inp: torch.Tensor, out: torch.Tensor, mine: torch.Tensor,
     ``mine`` is this rank's workspace view (``bufs[rank]``); ``inp`` may be it (no copy).
     """
     n = inp.numel()
-    grid = max(1, min(triton.cdiv(n, block), blocks, MAX_BLOCKS))
+    grid = max(1, min(cdiv(n, block), blocks, MAX_BLOCKS))
     copy_in = inp.data_ptr() != mine.data_ptr()
     consts = (("WS", len(bufs)), ("BLOCK", block), ("COPY_IN", copy_in), ("TIMER", timer))
     key = (inp.dtype, consts, warps, inp.data_ptr() % 16, out.data_ptr() % 16, int_spec(n),

@@ -19,7 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .launch import Launcher, int_spec
+from .launch import Launcher, cdiv, int_spec
 from .signals import MAX_BLOCKS, now
 
 SENTINEL16 = -32768  # 0x8000 as int16
@@ -128,7 +128,7 @@ def one_shot_push(*, inp: torch.Tensor, out: torch.Tensor, push_tab: int, mine: 
     rank's receive-region address; ``out`` may be ``inp``.
     """
     n = inp.numel()
-    grid = max(1, min(triton.cdiv(n, block), blocks, MAX_BLOCKS))
+    grid = max(1, min(cdiv(n, block), blocks, MAX_BLOCKS))
     slot = slot_bytes // inp.element_size()
     consts = (("WS", world), ("BLOCK", block), ("BITS", inp.element_size() * 8),
               ("TIMER", timer))

@@ -21,7 +21,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .launch import Launcher, int_spec
+from .launch import Launcher, cdiv, int_spec
 from .signals import MAX_BLOCKS, block_barrier
 
 
@@ -74,7 +74,7 @@ def two_shot(*, inp: torch.Tensor, out: torch.Tensor, mine: torch.Tensor,
     """Sum the flat ``inp`` over all ranks into ``out``; either may be ``mine``."""
     n = inp.numel()
     shard = shard_elems(n, len(bufs))
-    grid = max(1, min(triton.cdiv(shard, block), blocks, MAX_BLOCKS))
+    grid = max(1, min(cdiv(shard, block), blocks, MAX_BLOCKS))
     consts = (("WS", len(bufs)), ("BLOCK", block),
               ("COPY_IN", inp.data_ptr() != mine.data_ptr()),
               ("COPY_OUT", out.data_ptr() != mine.data_ptr()), ("TIMER", timer))

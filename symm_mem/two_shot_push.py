@@ -28,7 +28,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .launch import Launcher, int_spec
+from .launch import Launcher, cdiv, int_spec
 from .signals import MAX_BLOCKS, block_barrier
 
 
@@ -119,8 +119,8 @@ def program_tiles(n: int, world: int, block: int = 4096, blocks: int = 264, **_u
     many tiles or more are one round)."""
     from .two_shot import shard_elems
 
-    tiles = triton.cdiv(shard_elems(n, world), block)
-    return triton.cdiv(tiles, max(1, min(tiles, blocks, MAX_BLOCKS)))
+    tiles = cdiv(shard_elems(n, world), block)
+    return cdiv(tiles, max(1, min(tiles, blocks, MAX_BLOCKS)))
 
 
 def two_shot_push(*, inp: torch.Tensor, out: torch.Tensor, contribs: tuple[torch.Tensor, ...],
@@ -138,7 +138,7 @@ def two_shot_push(*, inp: torch.Tensor, out: torch.Tensor, contribs: tuple[torch
     n = inp.numel()
     world = len(contribs)
     shard = shard_elems(n, world)
-    grid = max(1, min(triton.cdiv(shard, block), blocks, MAX_BLOCKS))
+    grid = max(1, min(cdiv(shard, block), blocks, MAX_BLOCKS))
     consts = (("WS", world), ("BLOCK", block), ("ROUND", round_tiles), ("TIMER", timer))
     key = (inp.dtype, consts, warps, inp.data_ptr() % 16, out.data_ptr() % 16, int_spec(n),
            int_spec(shard), rank, pad_tab, int_spec(timeout))

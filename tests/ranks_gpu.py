@@ -92,7 +92,7 @@ def correctness(rank, world):
         outs = [xs[rank].clone() for xs in batch]
         for x in outs:
             comm.run_algorithm("two_shot_push", x, cfg)
-        for xs, x in zip(batch, outs):
+        for xs, x in zip(batch, outs, strict=True):
             if rel_err(x, sum(t.double() for t in xs)) > TOL[torch.bfloat16]:
                 failures.append(f"two_shot_push {cfg} back to back: wrong sum")
     comm.check_health()

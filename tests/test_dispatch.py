@@ -215,7 +215,9 @@ def test_shipped_h200_table_has_a_measured_fused_section():
     t = tbl.find("sm90-h200", 2)
     fused = t.ops["all_reduce_residual_rmsnorm"]
     assert set(fused) == {"graph", "eager"}
-    assert t.provenance["fused_section"]["command"].startswith("commrt tune --only fused")
+    # measured by the tuner: with the whole table, or later with --only fused
+    made_by = t.provenance.get("fused_section", t.provenance)
+    assert made_by["command"].startswith("commrt tune")
     assert all(row.ranking and row.ranking[0].us > 0 for rows in fused.values() for row in rows)
 
 
