@@ -135,7 +135,7 @@ def _time(comm: Communicator, fn: Callable[[], object], mode: str) -> float:
     """Median µs of ``fn`` in ``mode``, the slower rank's."""
     dist.barrier(comm.group)
     us = time_graph(fn, comm.device, group=comm.group) if mode == "graph" else \
-        time_eager(fn, comm.device)
+        time_eager(fn, comm.device, group=comm.group)
     return agree_median(us, comm.group, comm.device)
 
 
@@ -384,7 +384,7 @@ def tune_fused(comm: Communicator, rows_list: list[int], hidden: int, dtype,
                     bad = wrong()
                     dist.barrier(comm.group)
                     us = time_graph(call, comm.device, group=comm.group) if mode == "graph" \
-                        else time_eager(call, comm.device)
+                        else time_eager(call, comm.device, group=comm.group)
                     us = agree_median(us, comm.group, comm.device)
                     raw.append({"mode": mode, "rows": rows, "hidden": hidden, "algorithm": name,
                                 "config": cfg, "us": us, "wrong": bad})

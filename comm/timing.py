@@ -2,8 +2,9 @@
 
 Graph mode: ``ops`` calls captured in one CUDA graph, replayed ``replays`` times,
 CUDA events around each replay, median per op. Eager mode: one call between an event
-pair, synchronised before each, median of ``iters`` (host cost included, as a user
-pays it). On the CPU (gloo) wall-clock time of each call, median.
+pair, synchronised (and, given a group, the ranks aligned by a barrier) before each,
+median of ``iters`` (host cost included, as a user pays it). On the CPU (gloo)
+wall-clock time of each call, median.
 """
 
 from __future__ import annotations
@@ -22,8 +23,10 @@ def busbw_factor(world: int) -> float:
 
 
 def time_eager(fn: Callable[[], None], device: torch.device, iters: int = 100,
-               warmup: int = 5) -> float:
-    """Median µs of one call, host included."""
+               warmup: int = 5, group: dist.ProcessGroup | None = None) -> float:
+    """Median µs of one call, host included. With ``group`` the ranks meet at a barrier
+    before each timed call, so that a call that waits for its peers (every custom kernel,
+    NCCL) is timed from a common start, not with the peers' host lag in it."""
     for _ in range(warmup):
         fn()
     samples = []
@@ -31,6 +34,9 @@ def time_eager(fn: Callable[[], None], device: torch.device, iters: int = 100,
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         for _ in range(iters):
             torch.cuda.synchronize(device)
+            if group is not None:
+                dist.barrier(group)
+                torch.cuda.synchronize(device)
             start.record()
             fn()
             end.record()
@@ -38,6 +44,8 @@ def time_eager(fn: Callable[[], None], device: torch.device, iters: int = 100,
             samples.append(start.elapsed_time(end) * 1e3)
     else:
         for _ in range(iters):
+            if group is not None:
+                dist.barrier(group)
             t0 = time.perf_counter()
             fn()
             samples.append((time.perf_counter() - t0) * 1e6)
