@@ -53,6 +53,8 @@ def _same_as_one_round(comm: Communicator, name: str, cfg: dict | None, nbytes: 
     ws = comm.workspace
     n = min(nbytes // elt, piece_elems(ws.data_bytes // elt, ws.world))
     return cfg["round_tiles"] >= program_tiles(n, ws.world, **cfg)
+
+
 EAGER_REPEATS = 3  # eager timings are host-bound and jittery: the tuner takes a median of 3
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
@@ -382,10 +384,7 @@ def tune_fused(comm: Communicator, rows_list: list[int], hidden: int, dtype,
                 for cfg in FUSED_CONFIGS.get(name, [None]):
                     call, wrong = fused_call(comm, name, rows, hidden, dtype, cfg)
                     bad = wrong()
-                    dist.barrier(comm.group)
-                    us = time_graph(call, comm.device, group=comm.group) if mode == "graph" \
-                        else time_eager(call, comm.device, group=comm.group)
-                    us = agree_median(us, comm.group, comm.device)
+                    us = _time(comm, call, mode)
                     raw.append({"mode": mode, "rows": rows, "hidden": hidden, "algorithm": name,
                                 "config": cfg, "us": us, "wrong": bad})
                     if not bad and (best is None or us < best[0]):
