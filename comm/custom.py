@@ -99,7 +99,7 @@ def run_fused(algorithm: str, ws: Workspace, x: torch.Tensor, residual: torch.Te
         fused.one_shot_push_rmsnorm(x=x, residual=residual, normed=normed, new_res=new_res,
                                     push_tab=ws.push_addr, mine=ws.push_mine,
                                     slot_bytes=ws.slot_bytes, meta=ws.meta, world=ws.world,
-                                    **common)
+                                    resident=ws.sm_count, **common)
         return
     if algorithm == "one_shot":
         bufs = ws.views(x.dtype)

@@ -48,7 +48,7 @@ def _push_rms_kernel(x, residual, weight, normed, new_res, push_tab, mine, meta,
     # Work item i is part i % SPLIT of row i // SPLIT: its program pushes that part, then
     # waits for the whole row (a cheap local read) and stores that part of the outputs.
     # With SPLIT > 1 a program waits for parts other programs push: the grid must be
-    # resident at once (the launch configs keep it within the SM count).
+    # resident at once (the launcher keeps it within the SM count).
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     ity = tl.int16 if BITS == 16 else tl.int32
@@ -169,12 +169,16 @@ def block_h(hidden: int) -> int:
 def one_shot_push_rmsnorm(*, x, residual, weight, normed, new_res, eps: float, push_tab: int,
                           mine: int, slot_bytes: int, meta, err, rank: int, world: int,
                           timeout: int, timer: bool, warps: int = 4, blocks: int = 132,
-                          split: int = 1, **_unused) -> None:
+                          split: int = 1, resident: int | None = None,
+                          **_unused) -> None:
     """Fused Lamport push; ``x.nbytes <= slot_bytes``. ``split`` programs share a row's
-    push (each then reads the whole row back to normalise it)."""
+    push (each then reads the whole row back to normalise it); programs then wait for
+    each other, so the grid stays within ``resident`` (programs surely running at once)."""
     rows, H = x.shape
     split = 1 << (max(1, min(split, block_h(H) // 16)).bit_length() - 1)  # a power of 2
     grid = max(1, min(rows * split, blocks, MAX_BLOCKS))
+    if split > 1 and resident:
+        grid = min(grid, resident)
     slot = slot_bytes // x.element_size()
     consts = (("WS", world), ("BLOCK_H", block_h(H)), ("SPLIT", split),
               ("BITS", x.element_size() * 8), ("TIMER", timer))

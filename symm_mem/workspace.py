@@ -61,6 +61,9 @@ class Workspace:
         self.push_mine = ptrs[rank] + self.push_off
         self.meta = torch.zeros(META_INTS, dtype=torch.int32, device=self.device)
         self.err = torch.zeros(1, dtype=torch.int32, device=self.device)
+        # programs that are surely resident at once: one per SM (None: the interpreter)
+        self.sm_count = torch.cuda.get_device_properties(self.device).multi_processor_count \
+            if self.device.type == "cuda" else None
         self._views: dict[torch.dtype, tuple[torch.Tensor, ...]] = {}
         self._scratch: dict[torch.dtype, tuple] = {}
 
