@@ -20,6 +20,8 @@ import torch
 import triton
 import triton.language as tl
 
+from commrt.symm_mem.launch import cdiv, next_pow2
+
 from .scatter import BLOCK_ROWS, LEADERS, MIN_COPIES, PER_ADDRESS, SAMPLE
 
 
@@ -145,7 +147,7 @@ PARTS = {torch.float32: 3, torch.float16: 1, torch.bfloat16: 1}  # tf32 pieces o
 
 def scatter_config(D: int, dtype: torch.dtype) -> dict:
     """Constexpr arguments of ``_scatter`` for rows of ``D`` values of ``dtype``."""
-    return dict(D=D, R=BLOCK_ROWS, BD=max(16, min(128, triton.next_power_of_2(D))),
+    return dict(D=D, R=BLOCK_ROWS, BD=max(16, min(128, next_pow2(D))),
                 LEADERS=LEADERS, PARTS=PARTS[dtype])
 
 
@@ -171,13 +173,13 @@ def partitioned_index_add(self: torch.Tensor, index: torch.Tensor, values: torch
     state = torch.empty(2, device=self.device, dtype=torch.int32)  # [p, error]
     p, err = state[0:1], state[1:2]
     cfg = dict(scatter_config(D, values.dtype), LEADERS=leaders)
-    _prepare[(max(1, min(264, triton.cdiv(partitions * plane, 4096))),)](
+    _prepare[(max(1, min(264, cdiv(partitions * plane, 4096))),)](
         self, copies, index, p, err, n, rows, D, P=partitions, SAMPLE=SAMPLE,
         PER_ADDRESS=per_address, MIN_COPIES=min(min_copies, partitions), R=cfg["R"],
         LEADERS=leaders, BLOCK=4096)
     if n * D:
         wide = max(n * D, partitions * plane) >= 1 << 31
-        _scatter[(triton.cdiv(n, cfg["R"]),)](copies, index, values, p, err, n, rows, WIDE=wide,
+        _scatter[(cdiv(n, cfg["R"]),)](copies, index, values, p, err, n, rows, WIDE=wide,
                                              num_warps=4, **cfg)
-    _sum[(triton.cdiv(plane, 256),)](copies, out, p, err, plane, BLOCK=256, CP=16)
+    _sum[(cdiv(plane, 256),)](copies, out, p, err, plane, BLOCK=256, CP=16)
     return out
