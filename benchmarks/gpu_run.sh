@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Everything commrt runs on a GPU machine, in one call:
-#   bash benchmarks/gpu_run.sh [stage ...]   stages: env tests tune tunefused bench cli decode fxoverlap fxoverlaptp scatter scattersweep overhead
+#   bash benchmarks/gpu_run.sh [stage ...]   stages: env tests tune tunear tunefused bench cli decode fxoverlap fxoverlaptp scatter scattersweep overhead
 # (env: TESTS_K=expr selects GPU tests, DECODE_ARGS / BENCH_ARGS add bench_tp_decode.py /
 #  bench_allreduce.py options)
 # (default: env tests tune bench cli decode)
@@ -34,6 +34,11 @@ for stage in $STAGES; do
     tune)
       say "commrt tune"
       run commrt tune --out "$TABLE" --raw "$RES/tune_raw.json" --plot "$RES/tune.png" ;;
+    tunear)  # only the all_reduce section (then tunefused adds the fused one): a table
+             # survives a call that runs out of time in the fused section
+      say "commrt tune --only all_reduce"
+      run commrt tune --only all_reduce --out "$TABLE" --raw "$RES/tune_raw.json" \
+        --plot "$RES/tune.png" ;;
     tunefused)  # only the fused section, on top of the table in use (shipped or $TABLE)
       say "commrt tune --only fused"
       [ -f "$TABLE" ] && export COMMRT_TABLE=$TABLE

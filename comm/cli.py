@@ -37,9 +37,11 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--out", default=None, help="table path (default <generation>_ws<N>.json)")
     t.add_argument("--raw", default=None, help="also write every measurement as JSON here")
     t.add_argument("--plot", default=None, help="write a log-log PNG of latency per algorithm")
-    t.add_argument("--only", choices=["fused"], default=None,
-                   help="re-measure only the fused all-reduce + RMSNorm section, keeping the "
-                        "all_reduce section of the table in use (COMMRT_TABLE or shipped)")
+    t.add_argument("--only", choices=["all_reduce", "fused"], default=None,
+                   help="all_reduce: measure only that section (the table then has no fused "
+                        "section); fused: re-measure only the fused all-reduce + RMSNorm "
+                        "section, keeping the all_reduce section of the table in use "
+                        "(COMMRT_TABLE or shipped)")
     for q in (b, t):
         q.add_argument("--nproc", type=int, default=None, help="processes to spawn")
     return p
@@ -157,13 +159,18 @@ def _tune(comm, args) -> None:
                                 _config.parse_bytes(args.max_bytes))
     fused_rows = [1 << k for k in range(0, 12)]  # 1..2048 rows of hidden 4096
     base = _base_table(comm) if args.only == "fused" else None
+    if args.only == "all_reduce":
+        fused_rows = []
     show = bench.progress_printer(comm.rank, (0 if base else 2 * len(sizes))
                                   + 2 * len(fused_rows))
     raw, excluded = [], []
     if base is None:
         section, raw, excluded = bench.tune(comm, sizes, torch.bfloat16, show)
-    fused_section, fused_raw = bench.tune_fused(comm, fused_rows, 4096, torch.bfloat16, show)
-    raw += fused_raw
+    fused_section = None
+    if fused_rows:
+        fused_section, fused_raw = bench.tune_fused(comm, fused_rows, 4096, torch.bfloat16,
+                                                    show)
+        raw += fused_raw
     for line in excluded:
         _say(comm, f"commrt tune: left out (wrong results): {line}")
     m = bench.meta(comm, "commrt " + " ".join(sys.argv[1:]))
@@ -177,7 +184,9 @@ def _tune(comm, args) -> None:
                  "provenance": {**m, "measured_by": "commrt tune", "dtype": "bf16",
                                 "excluded": excluded,
                                 "note": "bf16 timings rank algorithms for every dtype by bytes"},
-                 "ops": {"all_reduce": section, bench.FUSED_KIND: fused_section}}
+                 "ops": {"all_reduce": section}}
+        if fused_section is not None:
+            table["ops"][bench.FUSED_KIND] = fused_section
     _table.parse(table, "<tuner output>")  # never write a table the loader would refuse
     if comm.rank != 0:
         return

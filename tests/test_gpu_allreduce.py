@@ -1,19 +1,26 @@
 """Multi-GPU checks (device machine): every algorithm against a float64 reference."""
 
+import os
+
 import pytest
 import ranks_gpu
 import spawn
+from conftest import cuda_count
 
 pytestmark = pytest.mark.multigpu
 
+# every GPU of the machine, as a tensor-parallel group would use them (COMMRT_TEST_WORLD
+# picks fewer)
+WORLD = int(os.environ.get("COMMRT_TEST_WORLD", 0)) or max(2, min(cuda_count(), 8))
+
 
 def _run(body, env=None):
-    return spawn.run(body, 2, backend="nccl", env=env, timeout=900)
+    return spawn.run(body, WORLD, backend="nccl", env=env, timeout=900)
 
 
 def test_every_algorithm_dtype_and_size_matches_float64_and_ranks_agree():
     res = _run(ranks_gpu.correctness)
-    assert [r["failures"] for r in res] == [[], []]
+    assert [r["failures"] for r in res] == [[]] * WORLD
     assert {"one_shot_push", "one_shot", "two_shot", "two_shot_push", "nccl"} \
         <= set(res[0]["algos"])
 
@@ -35,7 +42,7 @@ def test_torch_compile_fullgraph():
 
 def test_ten_thousand_back_to_back_calls_with_nccl_interleaved():
     res = _run(ranks_gpu.soak)
-    assert [r["wrong"] for r in res] == [0, 0]
+    assert [r["wrong"] for r in res] == [0] * WORLD
 
 
 def test_spin_timeout_names_the_peer_that_skipped_a_call():
