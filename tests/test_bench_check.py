@@ -1,0 +1,27 @@
+"""The tuner's correctness gate: rounding of any summation order passes, a lost rank fails."""
+
+import pytest
+import torch
+
+from commrt.bench import sum_bound
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("world", [2, 4, 8])
+def test_ring_and_single_rounding_pass_a_dropped_rank_fails(dtype, world):
+    g = torch.Generator().manual_seed(world)
+    xs = [torch.randn(100_003, generator=g).to(dtype) for _ in range(world)]
+    exact = sum(x.double() for x in xs)
+    mag = sum(x.double().abs() for x in xs)
+    ring = xs[0]
+    for x in xs[1:]:  # every partial sum rounded to dtype, as NCCL's ring does
+        ring = (ring.float() + x.float()).to(dtype)
+    once = sum(x.float() for x in xs).to(dtype)  # fp32 accumulation, one rounding
+    bound = sum_bound(mag, dtype, world)
+    assert bool(((ring.double() - exact).abs() <= bound).all())
+    assert bool(((once.double() - exact).abs() <= bound).all())
+    dropped = sum(x.float() for x in xs[1:]).to(dtype)
+    assert ((dropped.double() - exact).abs() > bound).double().mean() > 0.5
+    stale = once.clone()
+    stale[::7] = float("nan")
+    assert int((~((stale.double() - exact).abs() <= bound)).sum()) == len(range(0, 100_003, 7))
