@@ -101,6 +101,8 @@ def test_shipped_tables_parse_and_carry_provenance():
         assert t.provenance["measured_by"] == "commrt tune"
         assert f.name == tbl.shipped_name(t.generation, t.world_size)
     assert tbl.find("sm90-unknown", 2) is None
+    for ws in (2, 4):  # measured on the lent 2- and 4-GPU H200 machines
+        assert tbl.find("sm90-h200", ws).world_size == ws
 
 
 def test_prediction_interpolates_measured_points():
