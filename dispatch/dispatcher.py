@@ -188,8 +188,8 @@ def _decide(q: Query, f: Facts) -> Decision:
 def _from_table(q: Query, f: Facts, table: Table) -> Decision:
     key = f"{table.generation}/ws{table.world_size}"
     row = table.row_for(q.kind, q.mode, q.nbytes)
-    if row is None:
-        return _untuned(q, f)
+    if row is None:  # e.g. a table measured with `commrt tune --only all_reduce`
+        return _untuned(q, f, f"its table has no {q.kind} {q.mode} rows")
     skipped = []
     for choice in row.ranking:
         why = why_not(choice.algorithm, q, f)
@@ -204,16 +204,16 @@ def _from_table(q: Query, f: Facts, table: Table) -> Decision:
     return Decision("nccl", f"nothing in the {key} row is eligible ({'; '.join(skipped)})")
 
 
-def _untuned(q: Query, f: Facts) -> Decision:
-    gen = f"{f.profile.generation}/ws{f.world_size}"
+def _untuned(q: Query, f: Facts, gap: str | None = None) -> Decision:
+    gen = f"untuned {f.profile.generation}/ws{f.world_size}" + (f" ({gap})" if gap else "")
     why = why_not("one_shot", q, f)
     if why is None and q.nbytes <= UNTUNED_CUSTOM_WINDOW:
-        return Decision("one_shot", f"untuned {gen}: within the {_fmt(UNTUNED_CUSTOM_WINDOW)} "
+        return Decision("one_shot", f"{gen}: within the {_fmt(UNTUNED_CUSTOM_WINDOW)} "
                         "custom window")
     if why is None:
-        return Decision("nccl", f"untuned {gen}: beyond the {_fmt(UNTUNED_CUSTOM_WINDOW)} "
+        return Decision("nccl", f"{gen}: beyond the {_fmt(UNTUNED_CUSTOM_WINDOW)} "
                         "custom window")
-    return Decision("nccl", f"untuned {gen}: {why}")
+    return Decision("nccl", f"{gen}: {why}")
 
 
 class Dispatcher:

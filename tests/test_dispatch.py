@@ -150,6 +150,12 @@ def test_non_sum_ops_and_cpu_tensors_go_to_the_process_group():
     assert decide(q(4096, dtype=torch.int32), facts()).algorithm == "nccl"
 
 
+def test_a_kind_the_table_lacks_takes_the_untuned_rule_and_says_so():
+    d = decide(q(4096, kind="all_reduce_residual_rmsnorm", row=2048), facts())
+    assert d.algorithm == "one_shot"
+    assert "sm90-h200/ws2 (its table has no all_reduce_residual_rmsnorm graph rows)" in d.reason
+
+
 def test_blocked_custom_kernels_say_why():
     d = decide(q(4096), facts(custom_blocked="not every pair has peer access"))
     assert d.algorithm == "nccl" and "peer access" in d.reason
