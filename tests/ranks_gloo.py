@@ -321,3 +321,21 @@ def fx_bucket_gather_scatter(rank, world):
     got = gm(*args)
     return {"buckets": rep.buckets,
             "equal": all(torch.equal(a, b) for a, b in zip(got, ref, strict=True))}
+
+
+def tuner_gate(rank, world):
+    """The tuner's correctness gate on gloo: the process group's bf16 sums pass, a variant
+    that leaves the input as it was is counted wrong, on every rank alike."""
+    import commrt
+    from commrt import bench
+
+    comm = commrt.init()
+    nccl = bench.Variant("nccl", "nccl")
+    out = {"pg": [bench._wrong(comm, nccl, n, torch.bfloat16, 5) for n in (7, 4097, 65536)]}
+    real = bench._make_call
+    bench._make_call = lambda comm_, v, x: (lambda: None)  # a kernel that never sums
+    try:
+        out["noop"] = bench._wrong(comm, nccl, 4097, torch.bfloat16, 6)
+    finally:
+        bench._make_call = real
+    return out

@@ -65,3 +65,10 @@ def test_tensor_parallel_bench_step_is_the_unsharded_models_and_compiles():
 def test_fx_bucketed_all_gather_and_reduce_scatter_are_exact():
     res = spawn.run(ranks_gloo.fx_bucket_gather_scatter, 2)
     assert all(r["buckets"] == 2 and r["equal"] for r in res), res
+
+
+def test_tuner_gate_passes_the_process_group_and_catches_a_kernel_that_never_sums():
+    res = spawn.run(ranks_gloo.tuner_gate, 3)
+    for r in res:
+        assert r["pg"] == [0, 0, 0]
+        assert r["noop"] > 4097 * 3 // 2  # summed over ranks: most elements of each rank
