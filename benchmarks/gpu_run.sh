@@ -16,7 +16,7 @@ LOG=$OUT/log.txt
 NGPU=$(python3 -c 'import torch; print(torch.cuda.device_count())')
 STAGES=${*:-env tests tune bench cli decode}
 # The table outlives one call (a warm machine keeps /tmp), so tune and bench may be split.
-TABLE=${COMMRT_GPU_TABLE:-/tmp/commrt_gpu/table.json}
+TABLE=${GPU_RUN_TABLE:-/tmp/commrt_gpu/table.json}
 mkdir -p "$(dirname "$TABLE")"
 say() { echo "=== $* ($(date -u +%H:%M:%S))" | tee -a "$LOG"; }
 run() { "$@" 2>&1 | tee -a "$LOG"; echo "exit ${PIPESTATUS[0]}: $*" | tee -a "$LOG"; }

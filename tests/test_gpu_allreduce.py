@@ -9,9 +9,9 @@ from conftest import cuda_count
 
 pytestmark = pytest.mark.multigpu
 
-# every GPU of the machine, as a tensor-parallel group would use them (COMMRT_TEST_WORLD
+# every GPU of the machine, as a tensor-parallel group would use them (GPU_TEST_WORLD
 # picks fewer)
-WORLD = int(os.environ.get("COMMRT_TEST_WORLD", 0)) or max(2, min(cuda_count(), 8))
+WORLD = int(os.environ.get("GPU_TEST_WORLD", 0)) or max(2, min(cuda_count(), 8))
 
 
 def _run(body, env=None):
