@@ -157,10 +157,9 @@ def _tune(comm, args) -> None:
         raise SystemExit("commrt tune: needs CUDA GPUs (there is nothing to tune on gloo)")
     sizes = bench.sizes_between(_config.parse_bytes(args.min_bytes),
                                 _config.parse_bytes(args.max_bytes))
-    fused_rows = [1 << k for k in range(0, 12)]  # 1..2048 rows of hidden 4096
+    # 1..2048 rows of hidden 4096
+    fused_rows = [] if args.only == "all_reduce" else [1 << k for k in range(0, 12)]
     base = _base_table(comm) if args.only == "fused" else None
-    if args.only == "all_reduce":
-        fused_rows = []
     show = bench.progress_printer(comm.rank, (0 if base else 2 * len(sizes))
                                   + 2 * len(fused_rows))
     raw, excluded = [], []
