@@ -13,6 +13,7 @@ import triton.language as tl
 MAX_BLOCKS = 2048  # signal slots per peer; launchers never start more programs than this
 MAX_WORLD = 8
 PAD_BYTES = MAX_BLOCKS * MAX_WORLD * 4
+_LANES = tl.constexpr(MAX_WORLD)  # one lane per peer in the barrier
 
 
 @triton.jit
@@ -50,10 +51,36 @@ def spin_cas(ptr, cmp, val, err_ptr, peer, timeout, SEM: tl.constexpr, TIMER: tl
 
 
 @triton.jit
+def _spin_cas_peers(ptrs, peers, rank, cmp, val, err_ptr, timeout, WS: tl.constexpr,
+                    SEM: tl.constexpr, TIMER: tl.constexpr):
+    """``spin_cas`` on one slot per peer at once (lane ``p`` of ``ptrs`` is peer ``p``'s;
+    this rank's lane and the padding lanes do nothing): each lane retries only its own
+    swap, so the peers' round trips overlap instead of following each other. After
+    ``timeout`` it stores the lowest peer still missing, plus one, to ``err_ptr``."""
+    done = (peers == rank) | (peers >= WS)
+    vals = tl.zeros_like(peers) + val
+    t0 = now(TIMER)
+    # a lane that is done compares with -1, which a slot never holds: its swap fails
+    old = tl.atomic_cas(ptrs, tl.where(done, -1, cmp), vals, sem=SEM, scope="sys")
+    done = done | (old == cmp)
+    waited = tl.zeros([], tl.int64)
+    while (tl.min(done.to(tl.int32), axis=0) == 0) & (waited < timeout):
+        old = tl.atomic_cas(ptrs, tl.where(done, -1, cmp), vals, sem=SEM, scope="sys")
+        done = done | (old == cmp)
+        if TIMER:
+            waited = now(TIMER) - t0
+        else:
+            waited += 1
+    missing = tl.min(tl.where(done, WS, peers), axis=0)
+    if missing < WS:
+        tl.store(err_ptr, missing + 1)
+
+
+@triton.jit
 def block_barrier(pad_tab, rank, err_ptr, timeout, WS: tl.constexpr, TIMER: tl.constexpr):
     """Meet the programs with this program id on every rank.
 
-    Contract (pseudocode, per program ``b``)::
+    Contract (pseudocode, per program ``b``; the peers' swaps run in parallel lanes)::
 
         sync block; for p != rank: cas(pad[p][b][rank], 0 -> 1, release)   # "I am here"
         for p != rank: cas(pad[rank][b][p], 1 -> 0, acquire); sync block   # "p was here"
@@ -65,13 +92,15 @@ def block_barrier(pad_tab, rank, err_ptr, timeout, WS: tl.constexpr, TIMER: tl.c
     """
     pid = tl.program_id(0)
     tl.debug_barrier()
+    peers = tl.arange(0, _LANES)
     tab = pad_tab.to(tl.pointer_type(tl.uint64))
+    bases = tl.load(tab + peers, mask=peers < WS, other=0)
     local = tl.load(tab + rank).to(tl.pointer_type(tl.int32))
-    for p in tl.static_range(WS):
-        if p != rank:
-            remote = tl.load(tab + p).to(tl.pointer_type(tl.int32))
-            spin_cas(remote + pid * WS + rank, 0, 1, err_ptr, p, timeout, "release", TIMER)
-    for p in tl.static_range(WS):
-        if p != rank:
-            spin_cas(local + pid * WS + p, 1, 0, err_ptr, p, timeout, "acquire", TIMER)
+    # lanes that do nothing point at this rank's own slot of this program, never swapped
+    idle = (peers == rank) | (peers >= WS)
+    remote = tl.where(idle, tl.load(tab + rank), bases).to(tl.pointer_type(tl.int32))
+    _spin_cas_peers(remote + pid * WS + rank, peers, rank, 0, 1, err_ptr, timeout, WS,
+                    "release", TIMER)
+    _spin_cas_peers(local + pid * WS + tl.where(idle, rank, peers), peers, rank, 1, 0,
+                    err_ptr, timeout, WS, "acquire", TIMER)
     tl.debug_barrier()
