@@ -80,7 +80,8 @@ def _spin_cas_peers(ptrs, peers, rank, cmp, val, err_ptr, timeout, WS: tl.conste
 def block_barrier(pad_tab, rank, err_ptr, timeout, WS: tl.constexpr, TIMER: tl.constexpr):
     """Meet the programs with this program id on every rank.
 
-    Contract (pseudocode, per program ``b``; the peers' swaps run in parallel lanes)::
+    Contract (pseudocode, per program ``b``; beyond one peer the swaps run in parallel
+    lanes, one per peer)::
 
         sync block; for p != rank: cas(pad[p][b][rank], 0 -> 1, release)   # "I am here"
         for p != rank: cas(pad[rank][b][p], 1 -> 0, acquire); sync block   # "p was here"
@@ -92,15 +93,21 @@ def block_barrier(pad_tab, rank, err_ptr, timeout, WS: tl.constexpr, TIMER: tl.c
     """
     pid = tl.program_id(0)
     tl.debug_barrier()
-    peers = tl.arange(0, _LANES)
     tab = pad_tab.to(tl.pointer_type(tl.uint64))
-    bases = tl.load(tab + peers, mask=peers < WS, other=0)
     local = tl.load(tab + rank).to(tl.pointer_type(tl.int32))
-    # lanes that do nothing point at this rank's own slot of this program, never swapped
-    idle = (peers == rank) | (peers >= WS)
-    remote = tl.where(idle, tl.load(tab + rank), bases).to(tl.pointer_type(tl.int32))
-    _spin_cas_peers(remote + pid * WS + rank, peers, rank, 0, 1, err_ptr, timeout, WS,
-                    "release", TIMER)
-    _spin_cas_peers(local + pid * WS + tl.where(idle, rank, peers), peers, rank, 1, 0,
-                    err_ptr, timeout, WS, "acquire", TIMER)
+    if WS == 2:  # one peer: a plain swap, no idle lanes
+        peer = 1 - rank
+        remote = tl.load(tab + peer).to(tl.pointer_type(tl.int32))
+        spin_cas(remote + pid * WS + rank, 0, 1, err_ptr, peer, timeout, "release", TIMER)
+        spin_cas(local + pid * WS + peer, 1, 0, err_ptr, peer, timeout, "acquire", TIMER)
+    else:
+        peers = tl.arange(0, _LANES)
+        bases = tl.load(tab + peers, mask=peers < WS, other=0)
+        # lanes that do nothing point at this rank's own slot of this program, never swapped
+        idle = (peers == rank) | (peers >= WS)
+        remote = tl.where(idle, tl.load(tab + rank), bases).to(tl.pointer_type(tl.int32))
+        _spin_cas_peers(remote + pid * WS + rank, peers, rank, 0, 1, err_ptr, timeout, WS,
+                        "release", TIMER)
+        _spin_cas_peers(local + pid * WS + tl.where(idle, rank, peers), peers, rank, 1, 0,
+                        err_ptr, timeout, WS, "acquire", TIMER)
     tl.debug_barrier()
