@@ -81,7 +81,8 @@ def standard_variants(comm: Communicator, include_ws: bool = True) -> list[Varia
     out += [Variant(a, a) for a in OURS]
     out += [Variant(a, a) for a in ("symm_one_shot", "symm_two_shot")]
     if include_ws:
-        out += [Variant(f"{a}@ws", a, on_workspace=True) for a in ("one_shot", "two_shot")]
+        out += [Variant(f"{a}@ws", a, on_workspace=True)
+                for a in ("one_shot", "two_shot", "two_shot_push")]
         out += [Variant("torch_one_shot@ws", "symm_one_shot", True, "one_shot_all_reduce"),
                 Variant("torch_two_shot@ws", "symm_two_shot", True, "two_shot_all_reduce_")]
     out.append(Variant("auto", "auto"))

@@ -200,7 +200,8 @@ class Communicator:
     def empty(self, shape, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
         """A tensor that lives in the workspace: an all-reduce of it skips the copy in.
 
-        Valid until an all-reduce of another tensor reuses the workspace.
+        Valid until an all-reduce of another tensor reuses the workspace; reduced in place
+        it holds the sum, reduced out of place (``out=``) its contents are unspecified after.
         """
         if self.workspace is None:
             raise WorkspaceError(f"no symmetric workspace for this group: "

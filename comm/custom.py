@@ -53,15 +53,27 @@ def _pull(kernel, ws: Workspace, inp: torch.Tensor, out: torch.Tensor, config, t
 
 def _scatter_gather(ws: Workspace, inp: torch.Tensor, out: torch.Tensor, config,
                     timeout: float) -> None:
+    """two_shot_push: contributions land in the scratch region, reduced shards in every
+    rank's data region. A ``comm.empty`` tensor reduced in place is therefore done after
+    the second stage: its final copy is skipped. (An input in the data region is still read
+    correctly: peers write a tile there only after this rank has sent it.)"""
     timer = inp.device.type == "cuda"
-    contribs, results = ws.scratch(inp.dtype)
+    contribs, _ = ws.scratch(inp.dtype)
+    results = ws.views(inp.dtype)
     piece = piece_elems(ws.data_bytes // inp.element_size(), ws.world)
     n = inp.numel()
+    if ws.holds(out) and (n > piece or not ws.is_data_start(out)):
+        tmp = torch.empty_like(inp)  # the pieces' results would trample ``out``
+        _scatter_gather(ws, inp, tmp, config, timeout)
+        out.copy_(tmp)
+        return
     for off in range(0, n, piece):
         m = min(piece, n - off)
-        two_shot_push(inp=inp[off:off + m], out=out[off:off + m], contribs=contribs,
-                      results=results, pad_tab=ws.pad_addr, err=ws.err, rank=ws.rank,
-                      timeout=_timeout(timeout, timer), timer=timer, **config)
+        o = out[off:off + m]
+        two_shot_push(inp=inp[off:off + m], out=o, contribs=contribs, results=results,
+                      pad_tab=ws.pad_addr, err=ws.err, rank=ws.rank,
+                      timeout=_timeout(timeout, timer), timer=timer,
+                      gather=o.data_ptr() != results[ws.rank].data_ptr(), **config)
 
 
 def run(algorithm: str, ws: Workspace, inp: torch.Tensor, out: torch.Tensor,

@@ -21,7 +21,7 @@ import triton
 import triton.language as tl
 
 from .launch import Launcher, int_spec, next_pow2
-from .one_shot_push import finish_call, poll_slot, to_bits
+from .one_shot_push import clear_old, move_on, poll_slot, to_bits
 from .signals import MAX_BLOCKS, block_barrier
 
 MAX_HIDDEN = 16384  # one row lives in registers
@@ -64,6 +64,7 @@ def _push_rms_kernel(x, residual, weight, normed, new_res, push_tab, mine, meta,
         for p in tl.static_range(WS):
             dst = tl.load(tab + p).to(tl.pointer_type(ity)) + (buf * WS + rank) * slot
             tl.store(dst + row * H + c, bits, mask=pm)
+    clear_old(meta, mine, buf, WS, BLOCK_H, slot * (BITS // 16))  # while the pushes fly
     own = mine.to(tl.pointer_type(ity))
     cols = tl.arange(0, BLOCK_H)
     cm = cols < H
@@ -79,7 +80,7 @@ def _push_rms_kernel(x, residual, weight, normed, new_res, push_tab, mine, meta,
             acc += v.to(x.dtype.element_ty, bitcast=True).to(tl.float32)
         _epilogue(acc, r, w, normed, new_res, row, H, eps, cols, cm,
                   cm & (cols >= lo) & (cols < lo + CHUNK))
-    finish_call(meta, mine, buf, rows * H * (BITS // 16), WS, BLOCK_H, slot * (BITS // 16))
+    move_on(meta, buf, rows * H * (BITS // 16))
 
 
 @triton.jit(do_not_specialize=["rank", "timeout", "eps"])

@@ -62,9 +62,9 @@ def poll_slot(src, m, err_ptr, peer, timeout, BITS: tl.constexpr, TIMER: tl.cons
 
 
 @triton.jit
-def finish_call(meta, mine, buf, filled, WS: tl.constexpr, BLOCK: tl.constexpr, slot16):
-    """Clear buffer (buf + 2) % 3 as far as its last use filled it; the last program out
-    records this call's fill (``filled`` 16-bit halves per slot) and moves on a buffer."""
+def clear_old(meta, mine, buf, WS: tl.constexpr, BLOCK: tl.constexpr, slot16):
+    """Clear buffer (buf + 2) % 3 as far as its last use filled it. Peers write it again
+    only two calls on, so this runs while the peers' data of this call is on its way."""
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     old = (buf + 2) % 3
@@ -76,8 +76,14 @@ def finish_call(meta, mine, buf, filled, WS: tl.constexpr, BLOCK: tl.constexpr, 
         for p in tl.static_range(WS):
             tl.store(own16 + (old * WS + p) * slot16 + offs, tl.full([BLOCK], -32768, tl.int16),
                      mask=m)
+
+
+@triton.jit
+def move_on(meta, buf, filled):
+    """The last program out records this call's fill (``filled`` 16-bit halves per slot)
+    and moves on a buffer."""
     arrived = tl.atomic_add(meta + 1, 1, sem="acq_rel", scope="gpu")
-    if arrived == nprog - 1:
+    if arrived == tl.num_programs(0) - 1:
         tl.store(meta + 2 + buf, filled)
         tl.store(meta + 1, 0)
         tl.store(meta, (buf + 1) % 3)
@@ -100,7 +106,9 @@ def _push_kernel(inp, out, push_tab, mine, meta, err_ptr, rank, n, slot, timeout
         for p in tl.static_range(WS):
             dst = tl.load(tab + p).to(tl.pointer_type(ity)) + (buf * WS + rank) * slot
             tl.store(dst + offs, bits, mask=m)
-    # 2. poll my slots of buffer `buf` until no sentinel is left, then sum in rank order.
+    # 2. clear the buffer of two calls ago while the peers' pushes are in flight.
+    clear_old(meta, mine, buf, WS, BLOCK, slot * (BITS // 16))
+    # 3. poll my slots of buffer `buf` until no sentinel is left, then sum in rank order.
     own = mine.to(tl.pointer_type(ity))
     for start in range(pid * BLOCK, n, step):
         offs = start + tl.arange(0, BLOCK)
@@ -111,8 +119,8 @@ def _push_kernel(inp, out, push_tab, mine, meta, err_ptr, rank, n, slot, timeout
                           TIMER)
             acc += v.to(out.dtype.element_ty, bitcast=True).to(tl.float32)
         tl.store(out + offs, acc.to(out.dtype.element_ty), mask=m)
-    # 3. clear the buffer of two calls ago; the last program out moves on a buffer.
-    finish_call(meta, mine, buf, n * (BITS // 16), WS, BLOCK, slot * (BITS // 16))
+    # 4. the last program out moves on a buffer.
+    move_on(meta, buf, n * (BITS // 16))
 
 
 _launch = Launcher(_push_kernel)

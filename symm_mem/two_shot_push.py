@@ -8,7 +8,8 @@ Its tiles go in rounds of ``ROUND`` tiles (0: one round), three stages in flight
                          slot [rank]
     stage 2 (round j-1): r = sum in rank order (my own shard read straight from my
                          input); r -> out, and r -> every peer's result area, shard [rank]
-    stage 3 (round j-2): for every peer p: out[shard p] = my result area, shard p (local)
+    stage 3 (round j-2): for every peer p: out[shard p] = my result area, shard p (local;
+                         skipped when out is the result area, a comm.empty tensor in place)
     barrier
 
 Stage 2 of round j-1 needs the peers' stage 1 of round j-1, stage 3 of round j-2 their
@@ -18,8 +19,9 @@ local copies of stage 3 overlap the remote writes of the next rounds.
 
 Remote traffic is writes only (no read round trips), the input is read where it lies
 (ordinary tensors need no copy in), and every shard is summed once by its owner, so
-all ranks hold bitwise the same result. The contribution and result areas are a
-scratch region no other algorithm uses. No end barrier: a peer writes into this
+all ranks hold bitwise the same result. The contribution areas are a scratch region no
+other algorithm uses; commrt passes every rank's data region as its result area (other
+algorithms finish with it before their call ends). No end barrier: a peer writes into this
 rank's areas only before a barrier of a call whose previous call it finished, and this
 rank's reads of a call end before it meets the peer at the next call's first barrier.
 """
@@ -82,7 +84,7 @@ def _gather(out, result, rank, n, shard, first, last, step, WS: tl.constexpr,
 @triton.jit(do_not_specialize=["rank", "timeout"])
 def _two_shot_push_kernel(inp, out, contrib, result, contribs, results, pad_tab, err_ptr, rank,
                           n, shard, timeout, WS: tl.constexpr, BLOCK: tl.constexpr,
-                          ROUND: tl.constexpr, TIMER: tl.constexpr):
+                          ROUND: tl.constexpr, GATHER: tl.constexpr, TIMER: tl.constexpr):
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     step = nprog * BLOCK
@@ -99,7 +101,7 @@ def _two_shot_push_kernel(inp, out, contrib, result, contribs, results, pad_tab,
         if (j > 0) & (j <= rounds):
             _reduce(inp, out, contrib, results, rank, n, shard, base + (j - 1) * span,
                     tl.minimum(base + j * span, end), step, WS, BLOCK)
-        if j > 1:
+        if GATHER and j > 1:
             _gather(out, result, rank, n, shard, base + (j - 2) * span,
                     tl.minimum(base + (j - 1) * span, end), step, WS, BLOCK)
         if j <= rounds:
@@ -125,13 +127,14 @@ def program_tiles(n: int, world: int, block: int = 4096, blocks: int = 264, **_u
 
 def two_shot_push(*, inp: torch.Tensor, out: torch.Tensor, contribs: tuple[torch.Tensor, ...],
                   results: tuple[torch.Tensor, ...], pad_tab: int, err: torch.Tensor, rank: int,
-                  timeout: int, timer: bool, block: int = 4096, warps: int = 16,
-                  blocks: int = 264, round_tiles: int = 0) -> None:
+                  timeout: int, timer: bool, gather: bool = True, block: int = 4096,
+                  warps: int = 16, blocks: int = 264, round_tiles: int = 0) -> None:
     """Sum the flat ``inp`` over all ranks into ``out`` (``out`` may be ``inp``).
 
     ``contribs[p]`` / ``results[p]`` are rank ``p``'s scratch areas, each holding at least
     ``world * shard`` elements (see ``piece_elems``). Each program takes its tiles in
-    rounds of ``round_tiles`` (0: all in one round).
+    rounds of ``round_tiles`` (0: all in one round). ``gather=False`` when ``out`` is this
+    rank's result area itself: the peers' shards are already in place, stage 3 is skipped.
     """
     from .two_shot import shard_elems
 
@@ -139,7 +142,8 @@ def two_shot_push(*, inp: torch.Tensor, out: torch.Tensor, contribs: tuple[torch
     world = len(contribs)
     shard = shard_elems(n, world)
     grid = max(1, min(cdiv(shard, block), blocks, MAX_BLOCKS))
-    consts = (("WS", world), ("BLOCK", block), ("ROUND", round_tiles), ("TIMER", timer))
+    consts = (("WS", world), ("BLOCK", block), ("ROUND", round_tiles), ("GATHER", gather),
+              ("TIMER", timer))
     key = (inp.dtype, consts, warps, inp.data_ptr() % 16, out.data_ptr() % 16, int_spec(n),
            int_spec(shard), rank, pad_tab, int_spec(timeout))
     _launch(key, grid, (inp, out, contribs[rank], results[rank], contribs, results, pad_tab, err,

@@ -117,6 +117,18 @@ def workspace_and_out(rank, world):
             comm.run_algorithm(algo, w)
             if rel_err(w, ref) > 1e-2 or not same_on_all_ranks(w):
                 failures.append(f"{algo} on comm.empty n={n}: {rel_err(w, ref):.2e}")
+    # two_shot_push in place on comm.empty (no final copy: the peers' shards land in place)
+    # back to back with ordinary calls, fresh data each time, one and more rounds
+    for i in range(16):
+        n, cfg = (8 * 2**20 + 3, {}) if i % 4 < 2 else (3 * 2**20 + 5, {"round_tiles": 2})
+        xs = inputs(500 + i, world, n, torch.bfloat16, dev)
+        ref = sum(x.double() for x in xs)
+        t = comm.empty(n, torch.bfloat16) if i % 2 == 0 else torch.empty_like(xs[rank])
+        t.copy_(xs[rank])
+        comm.run_algorithm("two_shot_push", t, cfg)
+        if rel_err(t, ref) > 1e-2 or not same_on_all_ranks(t):
+            failures.append(f"two_shot_push back to back, call {i} (comm.empty: {i % 2 == 0}): "
+                            f"{rel_err(t, ref):.2e}")
     xs = inputs(7, world, 64 * 33, torch.float32, dev)
     ref = sum(x.double() for x in xs).view(64, 33)
     x = xs[rank].view(64, 33)

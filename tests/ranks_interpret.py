@@ -63,9 +63,18 @@ def _rank_main(rank, world, names, cases, barrier, queue, skip):
                 outs.append(torch.cat([normed, new_res]))
                 continue
             x = make_input(0, rank, call, n, dtype)
-            out = x if inplace else torch.full_like(x, float("nan"))
+            if inplace == "ws-mixed":  # rank 0 in place on comm.empty, the others not
+                inplace = "ws" if rank == 0 else True
+            if inplace in ("ws", "ws-from"):  # x lives in the data region (comm.empty)
+                x = ws.empty((n,), dtype).copy_(x)
+            out = x if inplace in (True, "ws") else torch.full_like(x, float("nan"))
+            before = x.clone()
             name, extra = algo if isinstance(algo, tuple) else (algo, {})
             custom.run(name, ws, x, out, dict(SMALL, **extra), timeout=1.0)
+            # an ordinary input reduced out of place stays as it was (a comm.empty one is
+            # the workspace: its contents afterwards are unspecified)
+            if out is not x and inplace != "ws-from" and not torch.equal(x, before):
+                raise AssertionError(f"call {call} ({algo}, {inplace}): the input changed")
             outs.append(out.clone())
         blob = io.BytesIO()
         torch.save(outs, blob)  # bytes, not shared tensors: this process exits next

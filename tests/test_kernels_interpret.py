@@ -127,6 +127,23 @@ def test_two_shot_push_in_rounds(world):
     check(world, cases, results)
 
 
+@pytest.mark.parametrize("world", [2, 3])
+def test_kernels_on_workspace_tensors(world):
+    # comm.empty tensors: reduced in place (two_shot_push then skips its final copy, the
+    # peers' shards land in place), out of place (into an ordinary tensor), one rank in place on the workspace and the others on
+    # ordinary tensors; 16384 fp32 fill the 64 KiB data region: more than one
+    # two_shot_push piece at world 3, whose results must not trample the output
+    cases = [(a, dt, n, mode) for a in ("two_shot_push", "two_shot", "one_shot")
+             for dt, n, mode in ((torch.bfloat16, 4097, "ws"), (torch.float32, 999, "ws-from"),
+                                 (torch.float16, 130, "ws-mixed"))]
+    cases += [(("two_shot_push", {"round_tiles": 2}), torch.bfloat16, 1001, "ws"),
+              ("two_shot_push", torch.float32, 16384, "ws"),
+              ("two_shot_push", torch.float32, 16384, "ws-from")]
+    results = run_ranks(world, cases)
+    assert all(err == 0 for _, err in results)
+    check(world, cases, results)
+
+
 def test_pull_kernels_world_size_three_and_chunking():
     # 20000 fp32 = 80 KB > the 64 KiB data region: reduced in two pieces. Mixed algorithms
     # back to back: no algorithm may trample another's workspace data between calls.
