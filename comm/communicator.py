@@ -25,6 +25,13 @@ _BACKEND_DEVICES = {"nccl": {"cuda"}, "rccl": {"cuda"}, "gloo": {"cpu", "cuda"},
 
 
 _OP_NAMES: dict = {}
+_SUM = dist.ReduceOp.SUM
+
+
+def _capturing() -> bool:
+    """``torch.cuda.is_current_stream_capturing()`` without its Python frame (hot path;
+    only called for CUDA tensors, so only on CUDA builds)."""
+    return torch._C._cuda_isCurrentStreamCapturing()
 
 
 def op_name(op) -> str:
@@ -216,16 +223,19 @@ class Communicator:
             res = torch.ops.commrt.all_reduce(tensor, self.group_name)
             return (out if out is not None else tensor).copy_(res)
         self._validate(tensor, out)
-        opn = op_name(op)
-        if self._checking(tensor):
+        opn = "sum" if op is _SUM else op_name(op)
+        if self.config.check and self._checking(tensor):
             self.check_same(tensor, opn)
         target = tensor if out is None else out
         numel = target.numel()
         if numel == 0:
             return _DoneWork(target) if async_op else None
-        mode = self._mode(target)
-        d = self.dispatcher.decide(numel * target.element_size(), target.dtype, opn, mode,
-                                   target.device.type)
+        if target.is_cuda:  # the hot path: no torch.device objects made
+            mode = "graph" if _capturing() else "eager"
+            devtype = "cuda"
+        else:
+            mode, devtype = "eager", target.device.type
+        d = self.dispatcher.decide(numel * target.element_size(), target.dtype, opn, mode, devtype)
         if self.config.log and self.rank == 0:
             log.info("commrt all_reduce %s %s %s: %s", tuple(target.shape), target.dtype, mode, d)
         if d.algorithm == "nccl":
@@ -372,7 +382,7 @@ class Communicator:
         return self.config.check and self._mode(t) == "eager"
 
     def _mode(self, t: torch.Tensor) -> str:
-        if t.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+        if t.is_cuda and _capturing():
             return "graph"
         return "eager"
 
