@@ -1,10 +1,10 @@
 """Timing of all-reduce variants, shared by ``commrt bench``, the benchmarks and the tuner.
 
 Graph mode: ``ops`` calls captured in one CUDA graph, replayed ``replays`` times,
-CUDA events around each replay, median per op. Eager mode: one call between an event
-pair, synchronised (and, given a group, the ranks aligned by a barrier) before each,
-median of ``iters`` (host cost included, as a user pays it). On the CPU (gloo)
-wall-clock time of each call, median.
+CUDA events around each replay, median per op. Eager mode: bursts of back-to-back
+calls between an event pair, synchronised (and, given a group, the ranks aligned by a
+barrier) before each burst, median per call over bursts (host cost included, as a user
+pays it). On the CPU (gloo) wall-clock time of the bursts.
 """
 
 from __future__ import annotations
@@ -22,33 +22,38 @@ def busbw_factor(world: int) -> float:
     return 2 * (world - 1) / world
 
 
-def time_eager(fn: Callable[[], None], device: torch.device, iters: int = 100,
-               warmup: int = 5, group: dist.ProcessGroup | None = None) -> float:
-    """Median µs of one call, host included. With ``group`` the ranks meet at a barrier
-    before each timed call, so that a call that waits for its peers (every custom kernel,
-    NCCL) is timed from a common start, not with the peers' host lag in it."""
+def time_eager(fn: Callable[[], None], device: torch.device, iters: int = 200,
+               warmup: int = 5, group: dist.ProcessGroup | None = None,
+               burst: int = 10) -> float:
+    """Median µs per call of bursts of ``burst`` back-to-back calls, host included (what
+    an eager loop pays: the larger of host and device time per call). Before each burst
+    the device is synchronised and, given a group, the ranks meet at a barrier, so every
+    burst starts from a common point; a single call timed alone swings with the ranks'
+    host lag by tens of µs, a burst averages it out."""
     for _ in range(warmup):
         fn()
     samples = []
     if device.type == "cuda":
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        for _ in range(iters):
+        for _ in range(max(1, iters // burst)):
             torch.cuda.synchronize(device)
             if group is not None:
                 dist.barrier(group)
                 torch.cuda.synchronize(device)
             start.record()
-            fn()
+            for _ in range(burst):
+                fn()
             end.record()
             end.synchronize()
-            samples.append(start.elapsed_time(end) * 1e3)
+            samples.append(start.elapsed_time(end) * 1e3 / burst)
     else:
-        for _ in range(iters):
+        for _ in range(max(1, iters // burst)):
             if group is not None:
                 dist.barrier(group)
             t0 = time.perf_counter()
-            fn()
-            samples.append((time.perf_counter() - t0) * 1e6)
+            for _ in range(burst):
+                fn()
+            samples.append((time.perf_counter() - t0) * 1e6 / burst)
     return statistics.median(samples)
 
 
