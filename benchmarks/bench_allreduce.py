@@ -5,7 +5,8 @@
 Per size (4 KB to 256 MB by default): NCCL, PyTorch's symm-mem ops in place on their
 symmetric buffer, each of commrt's kernels on an ordinary tensor and on a ``comm.empty``
 tensor, and ``auto``; CUDA-graph mode (20 ops a graph, 10 replays) and eager mode (20
-bursts of 10 back-to-back calls), all variants of a size timed in ``--rounds`` interleaved rounds, median over rounds.
+bursts of 10 back-to-back calls), all variants of a size timed in ``--rounds``
+interleaved rounds, median over rounds.
 Writes ``allreduce_<device>_ws<N>.json`` and ``.md`` with device, versions, date and
 command.
 """

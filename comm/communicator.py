@@ -230,11 +230,8 @@ class Communicator:
         numel = target.numel()
         if numel == 0:
             return _DoneWork(target) if async_op else None
-        if target.is_cuda:  # the hot path: no torch.device objects made
-            mode = "graph" if _capturing() else "eager"
-            devtype = "cuda"
-        else:
-            mode, devtype = "eager", target.device.type
+        mode = self._mode(target)
+        devtype = "cuda" if target.is_cuda else target.device.type  # no torch.device made
         d = self.dispatcher.decide(numel * target.element_size(), target.dtype, opn, mode, devtype)
         if self.config.log and self.rank == 0:
             log.info("commrt all_reduce %s %s %s: %s", tuple(target.shape), target.dtype, mode, d)
