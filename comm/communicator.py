@@ -28,12 +28,6 @@ _OP_NAMES: dict = {}
 _SUM = dist.ReduceOp.SUM
 
 
-def _capturing() -> bool:
-    """``torch.cuda.is_current_stream_capturing()`` without its Python frame (hot path;
-    only called for CUDA tensors, so only on CUDA builds)."""
-    return torch._C._cuda_isCurrentStreamCapturing()
-
-
 def op_name(op) -> str:
     """``ReduceOp.SUM`` / ``RedOpType.SUM`` -> ``'sum'`` (cached: this is the hot path)."""
     name = _OP_NAMES.get(op)
@@ -379,7 +373,9 @@ class Communicator:
         return self.config.check and self._mode(t) == "eager"
 
     def _mode(self, t: torch.Tensor) -> str:
-        if t.is_cuda and _capturing():
+        # the C check behind torch.cuda.is_current_stream_capturing, without its frame (hot
+        # path); only reached for CUDA tensors, so only on CUDA builds
+        if t.is_cuda and torch._C._cuda_isCurrentStreamCapturing():
             return "graph"
         return "eager"
 
