@@ -31,6 +31,7 @@ SHAPES = {
     "70b": dict(hidden=8192, inter=28672, heads=64, kv_heads=8, layers=10, vocab=128256),
 }
 HEAD_DIM = 128
+NO_AR = "no all-reduce"
 
 
 class TPDecoder:
@@ -141,7 +142,9 @@ def main() -> None:
     reducers = {"dist.all_reduce": (lambda t: dist.all_reduce(t), None),
                 "commrt.all_reduce": (lambda t: comm.all_reduce(t), None),
                 "commrt fused": (None, lambda a, r, w: comm.all_reduce_residual_rmsnorm(
-                    a, r, w, 1e-5))}
+                    a, r, w, 1e-5)),
+                # for scale only (wrong logits, never checked): what the all-reduces cost
+                NO_AR: (lambda t: None, None)}
     rows = []
     cases = [("decode", int(b)) for b in args.batches.split(",")]
     cases += [("prefill", 1)] if args.prefill else []
@@ -157,7 +160,8 @@ def main() -> None:
         logits, ms = {}, {}
         for name, (red, fused) in reducers.items():
             model.reduce, model.fused = red, fused
-            logits[name] = model.forward(x, caches).float()
+            if name != NO_AR:
+                logits[name] = model.forward(x, caches).float()
             ms[name] = graph_time(lambda: model.forward(x, caches))  # noqa: B023
         if phase == "decode" and str(batch) in args.compiled_batches.split(","):
             import commrt.fx
@@ -183,6 +187,9 @@ def main() -> None:
                "speedup_compiled_fx_over_compiled": ms["compiled"] / ms["compiled + commrt.fx"]
                if "compiled" in ms else None, "logits_rel_err_vs_fp32": errs,
                "allreduce_bytes": tokens * shape["hidden"] * 2,
+               # step time over the step without all-reduces, per all-reduce (2 a layer)
+               "us_per_allreduce": {k: (ms[k] - ms[NO_AR]) * 1e3 / (2 * shape["layers"])
+                                    for k in ("dist.all_reduce", "commrt.all_reduce")},
                "commrt_algorithm": comm.dispatcher.decide(tokens * shape["hidden"] * 2,
                                                           torch.bfloat16, "sum", "graph").algorithm}
         rows.append(row)
@@ -190,7 +197,8 @@ def main() -> None:
             print(f"{phase:>7} batch {batch:>4}: dist {ms['dist.all_reduce']:.3f} ms, commrt "
                   f"{ms['commrt.all_reduce']:.3f} ms ({row['commrt_algorithm']}), speedup "
                   f"{row['speedup']:.3f}x, fused {ms['commrt fused']:.3f} ms "
-                  f"({row['speedup_fused']:.3f}x), logits rel err vs fp32 "
+                  f"({row['speedup_fused']:.3f}x), no all-reduce {ms[NO_AR]:.3f} ms, "
+                  f"logits rel err vs fp32 "
                   + ", ".join(f"{k} {v:.1e}" for k, v in errs.items())
                   + "".join(f", {k} {ms[k]:.3f} ms" for k in ("compiled", "compiled + commrt.fx")
                             if k in ms), flush=True)
@@ -209,17 +217,22 @@ def main() -> None:
         with open(path[:-5] + ".md", "w") as f:
             f.write(f"# TP={world} {args.shape} decoder on {m['device']}\n\n")
             f.write(f"- torch `{m['torch']}`, NCCL `{m['nccl']}`, date {m['date']}\n"
-                    f"- command: `{cmd}`\n- CUDA graph per step, median of 20 replays\n\n")
+                    f"- command: `{cmd}`\n- CUDA graph per step, median of 20 replays\n"
+                    "- no all-reduce: the same step with the all-reduces left out (wrong "
+                    "logits; for scale); µs a call: (step - that) / all-reduces a step\n\n")
             f.write("| phase | batch | dist ms | commrt ms | speedup | commrt algo | "
-                    "fused ms | fused speedup | fused tok/s | worst logits err vs fp32 |\n"
-                    "|---|---:|---:|---:|---:|---|---:|---:|---:|---:|\n")
+                    "fused ms | fused speedup | fused tok/s | worst logits err vs fp32 | "
+                    "no all-reduce ms | µs a call: dist | µs a call: commrt |\n"
+                    "|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|\n")
             for r in rows:
                 f.write(f"| {r['phase']} | {r['batch']} | {r['ms']['dist.all_reduce']:.3f} | "
                         f"{r['ms']['commrt.all_reduce']:.3f} | {r['speedup']:.3f} | "
                         f"{r['commrt_algorithm']} | {r['ms']['commrt fused']:.3f} | "
                         f"{r['speedup_fused']:.3f} | "
                         f"{r['tokens_per_s']['commrt fused']:.0f} | "
-                        f"{max(r['logits_rel_err_vs_fp32'].values()):.1e} |\n")
+                        f"{max(r['logits_rel_err_vs_fp32'].values()):.1e} | "
+                        f"{r['ms'][NO_AR]:.3f} | {r['us_per_allreduce']['dist.all_reduce']:.1f} | "
+                        f"{r['us_per_allreduce']['commrt.all_reduce']:.1f} |\n")
             compiled = [r for r in rows if "compiled" in r["ms"]]
             if compiled:
                 f.write("\n`torch.compile` of the unmodified model (dist.all_reduce + separate "

@@ -5,10 +5,16 @@ Variants are labelled ``<algorithm>`` (called as a user calls commrt: on an ordi
 tensor, any copy into the workspace counted), ``<algorithm>@ws`` (on a ``comm.empty``
 tensor: no copy in), ``torch_<op>@ws`` (PyTorch's op in place on its symmetric buffer,
 as BASELINE.md measures it) and ``auto`` (what the dispatcher picks).
+
+The bench calls a forced algorithm as a user forces one (``COMMRT_ALGO``): through
+``comm.all_reduce``, the same host path as ``auto``, so ``auto / best`` in eager mode
+compares choices, not call paths. The tuner, which only ranks our variants against each
+other, calls ``run_algorithm`` with each launch config.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import datetime
 import json
@@ -22,23 +28,32 @@ import torch.distributed as dist
 
 from commrt import __version__
 from commrt.communicator import Communicator
-from commrt.dispatch.dispatcher import ALGORITHMS, Query, why_not
+from commrt.dispatch.dispatcher import ALGORITHMS, Dispatcher, Query, why_not
 from commrt.timing import agree_median, busbw_factor, time_eager, time_graph
 
 OURS = ("one_shot_push", "one_shot", "two_shot", "two_shot_push")
 # Launch configs the tuner tries per algorithm (block = elements per tile).
+# pdl=1 (programmatic dependent launch) is tried only where the GPU has it (sm90+).
+# two_shot_push: SM multiples and powers of two of programs (the latter split the
+# power-of-two tile counts of power-of-two messages evenly).
 CONFIG_GRID = {
-    "one_shot_push": [dict(block=b, warps=w, blocks=g) for b, w in ((512, 4), (1024, 4),
-                                                                     (2048, 8))
-                      for g in (8, 32, 132)],
+    "one_shot_push": [dict(block=b, warps=w, blocks=g, pdl=p) for b, w in ((512, 4), (1024, 4),
+                                                                            (2048, 8))
+                      for g in (8, 32, 132) for p in (0, 1)],
     "one_shot": [dict(block=b, warps=w, blocks=g) for b, w in ((2048, 8), (4096, 16))
                  for g in (32, 132, 264)],
     "two_shot": [dict(block=b, warps=w, blocks=g) for b, w in ((2048, 8), (4096, 16))
                  for g in (66, 132, 264, 528)],
     "two_shot_push": [dict(block=b, warps=w, blocks=g, round_tiles=r)
                       for b, w in ((2048, 8), (4096, 16))
-                      for g in (132, 264, 528, 1056) for r in (0, 1, 2)],
+                      for g in (132, 256, 264, 512, 528, 1024, 1056) for r in (0, 2)],
 }
+
+
+def has_pdl(device: torch.device) -> bool:
+    """Programmatic dependent launch needs sm90 or newer (griddepcontrol)."""
+    return device.type == "cuda" and torch.version.hip is None and \
+        torch.cuda.get_device_capability(device)[0] >= 9
 
 
 def _same_as_one_round(comm: Communicator, name: str, cfg: dict | None, nbytes: int,
@@ -74,14 +89,15 @@ class Variant:
     on_workspace: bool = False
     torch_op: str = ""  # call PyTorch's op directly on the workspace tensor
     config: dict | None = None
+    as_user: bool = False  # through comm.all_reduce with the algorithm forced (COMMRT_ALGO)
 
 
 def standard_variants(comm: Communicator, include_ws: bool = True) -> list[Variant]:
     out = [Variant("nccl", "nccl")]
-    out += [Variant(a, a) for a in OURS]
-    out += [Variant(a, a) for a in ("symm_one_shot", "symm_two_shot")]
+    out += [Variant(a, a, as_user=True) for a in OURS]
+    out += [Variant(a, a, as_user=True) for a in ("symm_one_shot", "symm_two_shot")]
     if include_ws:
-        out += [Variant(f"{a}@ws", a, on_workspace=True)
+        out += [Variant(f"{a}@ws", a, on_workspace=True, as_user=True)
                 for a in ("one_shot", "two_shot", "two_shot_push")]
         out += [Variant("torch_one_shot@ws", "symm_one_shot", True, "one_shot_all_reduce"),
                 Variant("torch_two_shot@ws", "symm_two_shot", True, "two_shot_all_reduce_")]
@@ -108,7 +124,21 @@ def _make_call(comm: Communicator, v: Variant, x: torch.Tensor) -> Callable[[], 
         return lambda: comm.all_reduce(x)
     if v.algorithm == "nccl":
         return lambda: dist.all_reduce(x, group=comm.group)
+    if v.as_user:
+        view = forced_view(comm, v.algorithm)
+        return lambda: view.all_reduce(x)
     return lambda: comm.run_algorithm(v.algorithm, x, v.config)
+
+
+def forced_view(comm: Communicator, algorithm: str) -> Communicator:
+    """``comm`` as a user who sets ``COMMRT_ALGO=algorithm`` sees it: the same group,
+    workspace and state, a dispatcher that forces ``algorithm`` (with the table's launch
+    config for it)."""
+    view = copy.copy(comm)
+    view.config = dataclasses.replace(comm.config, algo=algorithm)
+    view.facts = dataclasses.replace(comm.facts, config=view.config)
+    view.dispatcher = Dispatcher(view.facts)
+    return view
 
 
 def _input(comm: Communicator, v: Variant, numel: int, dtype, seed: int) -> torch.Tensor:
@@ -314,8 +344,9 @@ def tune(comm: Communicator, sizes: list[int], dtype, progress=None) -> tuple[di
                 v = Variant(name, name)
                 if not _eligible(comm, v, nbytes, dtype, mode):
                     continue
-                grid = CONFIG_GRID.get(name, [None]) if mode == "graph" else \
-                    [best_cfg.get((name, nbytes))]
+                grid = [c for c in CONFIG_GRID.get(name, [None])
+                        if not (c and c.get("pdl")) or has_pdl(comm.device)] \
+                    if mode == "graph" else [best_cfg.get((name, nbytes))]
                 best = None
                 for cfg in grid:
                     if _same_as_one_round(comm, name, cfg, nbytes, dtype):

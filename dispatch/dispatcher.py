@@ -175,7 +175,8 @@ def _decide(q: Query, f: Facts) -> Decision:
         why = why_not(f.config.algo, q, f)
         if why:
             raise ConfigError(f"COMMRT_ALGO={f.config.algo!r} cannot run this call: {why}")
-        return Decision(f.config.algo, "forced by COMMRT_ALGO")
+        return Decision(f.config.algo, "forced by COMMRT_ALGO",
+                        table_config(f.table, f.config.algo, q.nbytes, q.mode, q.kind))
     if q.op != "sum":
         return Decision("nccl", f"op {q.op}: only the process group reduces it")
     if f.custom_blocked:
@@ -202,6 +203,16 @@ def _from_table(q: Query, f: Facts, table: Table) -> Decision:
             return Decision(choice.algorithm, reason, choice.config, choice.us)
         skipped.append(f"{choice.algorithm}: {why}")
     return Decision("nccl", f"nothing in the {key} row is eligible ({'; '.join(skipped)})")
+
+
+def table_config(table: Table | None, algorithm: str, nbytes: int, mode: str,
+                 kind: str = "all_reduce") -> dict:
+    """The launch config ``table`` measured for ``algorithm`` at this size ({} if none)."""
+    row = table.row_for(kind, mode, nbytes) if table else None
+    for c in row.ranking if row else ():
+        if c.algorithm == algorithm:
+            return dict(c.config)
+    return {}
 
 
 def _untuned(q: Query, f: Facts, gap: str | None = None) -> Decision:
@@ -235,12 +246,7 @@ class Dispatcher:
     def config_for(self, algorithm: str, nbytes: int, mode: str = "graph",
                    kind: str = "all_reduce") -> dict:
         """The table's launch config for ``algorithm`` at this size ({} when untuned)."""
-        t = self.facts.table
-        row = t.row_for(kind, mode, nbytes) if t else None
-        for c in row.ranking if row else ():
-            if c.algorithm == algorithm:
-                return dict(c.config)
-        return {}
+        return table_config(self.facts.table, algorithm, nbytes, mode, kind)
 
     def predict_us(self, nbytes: int, dtype: torch.dtype, mode: str = "graph",
                    kind: str = "all_reduce") -> float | None:

@@ -40,11 +40,18 @@ class Launcher:
         self.fn = fn
         self.compiled: dict = {}
 
-    def __call__(self, key, grid: int, args: tuple, consts: tuple, warps: int) -> None:
-        """``args`` in signature order, then ``consts`` (name, value) pairs in order."""
+    def __call__(self, key, grid: int, args: tuple, consts: tuple, warps: int,
+                 pdl: bool = False) -> None:
+        """``args`` in signature order, then ``consts`` (name, value) pairs in order.
+
+        ``pdl`` launches with programmatic dependent launch (sm90+): the grid may start
+        while the kernel before it finishes, so the kernel must ``gdc_wait()`` before it
+        touches memory; ``key`` must tell the two apart.
+        """
         kernel = self.compiled.get(key) if FAST else None
         if kernel is None or args[0].device.type != "cuda":
-            kernel = self.fn[(grid,)](*args, **dict(consts), num_warps=warps)
+            opts = {"launch_pdl": True} if pdl and args[0].device.type == "cuda" else {}
+            kernel = self.fn[(grid,)](*args, **dict(consts), num_warps=warps, **opts)
             if FAST and args[0].device.type == "cuda" and kernel is not None:
                 self.compiled[key] = kernel
             return

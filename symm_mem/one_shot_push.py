@@ -13,6 +13,10 @@ and inputs of -0.0 are sent as +0.0 (same value). For fp32 the sentinel word is
 ``meta`` (this rank's, int32): ``[buffer, arrivals, used0, used1, used2]``; ``usedB`` is
 how many 16-bit halves per slot buffer B holds, so the clear covers exactly that.
 The last program to finish moves to the next buffer, so graph replays keep rotating.
+
+With ``PDL`` the grid is launched as a programmatic dependent of the kernel before it
+(typically the GEMM that produced the input): its programs get resident while that kernel
+drains and wait (``griddepcontrol.wait``) for its memory before reading anything.
 """
 
 import torch
@@ -92,7 +96,9 @@ def move_on(meta, buf, filled):
 @triton.jit(do_not_specialize=["rank", "timeout"])
 def _push_kernel(inp, out, push_tab, mine, meta, err_ptr, rank, n, slot, timeout,
                  WS: tl.constexpr, BLOCK: tl.constexpr, BITS: tl.constexpr,
-                 TIMER: tl.constexpr):
+                 TIMER: tl.constexpr, PDL: tl.constexpr):
+    if PDL:  # everything below reads what the previous kernels wrote
+        tl.extra.cuda.gdc_wait()
     pid = tl.program_id(0)
     step = tl.num_programs(0) * BLOCK
     ity = tl.int16 if BITS == 16 else tl.int32
@@ -129,18 +135,20 @@ _launch = Launcher(_push_kernel)
 def one_shot_push(*, inp: torch.Tensor, out: torch.Tensor, push_tab: int, mine: int,
                   slot_bytes: int, meta: torch.Tensor, err: torch.Tensor, rank: int, world: int,
                   timeout: int, timer: bool, block: int = 1024, warps: int = 4,
-                  blocks: int = 32) -> None:
+                  blocks: int = 32, pdl: int = 0) -> None:
     """Sum the flat ``inp`` over all ranks into ``out``; ``inp.nbytes <= slot_bytes``.
 
     ``push_tab`` is a device table of every rank's receive-region address, ``mine`` this
-    rank's receive-region address; ``out`` may be ``inp``.
+    rank's receive-region address; ``out`` may be ``inp``. ``pdl=1`` launches it as a
+    programmatic dependent launch (CUDA only; ignored under the interpreter).
     """
     n = inp.numel()
     grid = max(1, min(cdiv(n, block), blocks, MAX_BLOCKS))
     slot = slot_bytes // inp.element_size()
+    pdl = bool(pdl) and timer  # timer: a CUDA tensor, not the interpreter
     consts = (("WS", world), ("BLOCK", block), ("BITS", inp.element_size() * 8),
-              ("TIMER", timer))
+              ("TIMER", timer), ("PDL", pdl))
     key = (inp.dtype, consts, warps, inp.data_ptr() % 16, out.data_ptr() % 16, int_spec(n),
            push_tab, mine, rank, int_spec(slot), int_spec(timeout))
     _launch(key, grid, (inp, out, push_tab, mine, meta, err, rank, n, slot, timeout), consts,
-            warps)
+            warps, pdl)

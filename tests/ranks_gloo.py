@@ -338,4 +338,12 @@ def tuner_gate(rank, world):
         out["noop"] = bench._wrong(comm, nccl, 4097, torch.bfloat16, 6)
     finally:
         bench._make_call = real
+    # a forced variant runs through the user's path, forced as COMMRT_ALGO would force it,
+    # and leaves the communicator it came from on auto
+    view = bench.forced_view(comm, "nccl")
+    x = make(90, rank, (33,), torch.float32)
+    view.all_reduce(x)
+    ref = sum(make(90, r, (33,), torch.float32).double() for r in range(world))
+    out["forced"] = (view.plan(x).reason, comm.config.algo,
+                     bool(torch.allclose(x.double(), ref)))
     return out

@@ -248,6 +248,75 @@ def soak(rank, world, calls=10_000):
     return {"wrong": int(wrong.item()), "calls": calls}
 
 
+def pdl_after_producers(rank, world):
+    """one_shot_push launched as a programmatic dependent (pdl=1) right after the kernel
+    that writes its input (an elementwise op, a GEMM), back to back, eager and in a CUDA
+    graph: a read before the producer's memory is visible would show as a wrong sum."""
+    import commrt
+
+    comm = commrt.init()
+    dev = comm.device
+    failures = []
+    cfgs = ({"block": 1024, "warps": 4, "blocks": 32, "pdl": 1},
+            {"block": 512, "warps": 4, "blocks": 132, "pdl": 1})
+    k = 4096  # the GEMM's inner size: a producer that runs long enough to overlap
+    for dtype in DTYPES:
+        elt = torch.empty((), dtype=dtype).element_size()
+        for n in (7, 4097, 64 * 128, comm.facts.push_bytes // elt):
+            cols = 128 if n % 128 == 0 else 0
+            cases = []
+            for i in range(24):
+                if cols and i % 2:  # x = a @ b, every rank's product rebuilt here
+                    ab = [(inputs(9000 + i, world, n // cols * k, dtype, dev)[r].view(-1, k),
+                           inputs(9500 + i, world, k * cols, dtype, dev)[r].view(k, cols))
+                          for r in range(world)]
+                    srcs = [a @ b for a, b in ab]
+                    prod = (lambda x, a=ab[rank][0], b=ab[rank][1], c=cols:
+                            torch.mm(a, b, out=x.view(-1, c)))
+                else:  # x = 2 * src
+                    src = inputs(9000 + i, world, n, dtype, dev)
+                    srcs = [2 * s_ for s_ in src]
+                    prod = lambda x, s_=src[rank]: torch.mul(s_, 2, out=x)  # noqa: E731
+                cases.append((prod, sum(t.double() for t in srcs)))
+            for cfg in cfgs:
+                x = torch.empty(n, dtype=dtype, device=dev)
+                outs = [torch.empty_like(x) for _ in cases]
+
+                def step(j, x=x, outs=outs, cfg=cfg, cases=cases):
+                    cases[j][0](x)
+                    comm.run_algorithm("one_shot_push", x, cfg)
+                    outs[j].copy_(x)
+                for j in range(len(cases)):
+                    step(j)
+                bad = [j for j, (_, ref) in enumerate(cases)
+                       if rel_err(outs[j], ref) > TOL[dtype] or not same_on_all_ranks(outs[j])]
+                if bad:
+                    failures.append(f"eager {cfg} {dtype} n={n}: calls {bad} wrong")
+                s = torch.cuda.Stream()
+                s.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(s):
+                    step(0)
+                torch.cuda.current_stream().wait_stream(s)
+                torch.cuda.synchronize()
+                g = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(g, stream=s):
+                    for j in range(len(cases)):
+                        step(j)
+                for replay in range(5):
+                    for o in outs:
+                        o.fill_(float("nan"))
+                    g.replay()
+                    torch.cuda.synchronize()
+                    bad = [j for j, (_, ref) in enumerate(cases)
+                           if rel_err(outs[j], ref) > TOL[dtype]]
+                    if bad:
+                        failures.append(f"graph {cfg} {dtype} n={n} replay {replay}: "
+                                        f"calls {bad} wrong")
+                del g
+    comm.check_health()
+    return {"failures": failures}
+
+
 def timeout(rank, world):
     """Rank 1 skips one call the others make: rank 0's kernel gives up and the host names
     peer 1."""

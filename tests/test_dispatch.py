@@ -170,6 +170,9 @@ def test_disable_switches_off_one_algorithm_and_all():
 
 def test_forced_algorithm_runs_or_says_why_not():
     assert decide(q(1 << 20), facts({"COMMRT_ALGO": "one_shot"})).algorithm == "one_shot"
+    # forced, it still runs with the launch config the table measured for it at that size
+    assert decide(q(4096), facts({"COMMRT_ALGO": "one_shot_push"})).config == {"block": 1024}
+    assert decide(q(4096), facts({"COMMRT_ALGO": "one_shot_push"}, table=False)).config == {}
     with pytest.raises(ConfigError, match="exceeds the 1048576 B push slots"):
         decide(q(2 << 20), facts({"COMMRT_ALGO": "one_shot_push"}))
     with pytest.raises(ConfigError, match="dtype torch.float16"):

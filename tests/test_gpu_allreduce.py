@@ -40,6 +40,11 @@ def test_torch_compile_fullgraph():
     assert [r["failures"] for r in res] == [[]] * len(res)
 
 
+def test_programmatic_dependent_launch_waits_for_the_producer():
+    res = _run(ranks_gpu.pdl_after_producers)
+    assert [r["failures"] for r in res] == [[]] * len(res)
+
+
 def test_ten_thousand_back_to_back_calls_with_nccl_interleaved():
     res = _run(ranks_gpu.soak)
     assert [r["wrong"] for r in res] == [0] * WORLD
