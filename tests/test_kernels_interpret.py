@@ -131,8 +131,9 @@ def test_two_shot_push_in_rounds(world):
 def test_kernels_on_workspace_tensors(world):
     # comm.empty tensors: reduced in place (two_shot_push then skips its final copy, the
     # peers' shards land in place), out of place (into an ordinary tensor), one rank in
-    # place on the workspace and the others on ordinary tensors; 16384 fp32 fill the 64 KiB data region: more than one
-    # two_shot_push piece at world 3, whose results must not trample the output
+    # place on the workspace and the others on ordinary tensors; 16384 fp32 fill the
+    # 64 KiB data region: more than one two_shot_push piece at world 3, whose results
+    # must not trample the output
     cases = [(a, dt, n, mode) for a in ("two_shot_push", "two_shot", "one_shot")
              for dt, n, mode in ((torch.bfloat16, 4097, "ws"), (torch.float32, 999, "ws-from"),
                                  (torch.float16, 130, "ws-mixed"))]
