@@ -28,8 +28,9 @@ for stage in $STAGES; do
       say env
       run nvidia-smi topo -m
       run python3 -c 'import torch, triton; print(torch.__version__, triton.__version__, torch.cuda.nccl.version(), torch.cuda.get_device_name())' ;;
-    tests)
+    tests)  # with the table this call tuned, if any (else the shipped one)
       say "GPU tests"
+      [ -f "$TABLE" ] && export COMMRT_TABLE=$TABLE
       run python3 -m pytest -q -rf -m "gpu or multigpu" ${TESTS_K:+-k "$TESTS_K"} tests ;;
     tune)
       say "commrt tune"

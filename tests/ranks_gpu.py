@@ -277,7 +277,7 @@ def pdl_after_producers(rank, world):
                     src = inputs(9000 + i, world, n, dtype, dev)
                     srcs = [2 * s_ for s_ in src]
                     prod = lambda x, s_=src[rank]: torch.mul(s_, 2, out=x)  # noqa: E731
-                cases.append((prod, sum(t.double() for t in srcs)))
+                cases.append((prod, sum(t.double() for t in srcs).reshape(-1)))
             for cfg in cfgs:
                 x = torch.empty(n, dtype=dtype, device=dev)
                 outs = [torch.empty_like(x) for _ in cases]
