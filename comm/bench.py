@@ -328,9 +328,10 @@ def write_results(path: str, meta_: dict, rows: list) -> None:
 def tune(comm: Communicator, sizes: list[int], dtype, progress=None) -> tuple[dict, list, list]:
     """Time every eligible algorithm per size and mode and rank them, fastest first.
 
-    Graph mode tries each of our algorithms over ``CONFIG_GRID`` (two_shot_push also on a
-    ``comm.empty`` tensor in place, kept under ``ws_`` keys); eager mode reuses the
-    graph-mode best config (the host dominates there). A variant that sums wrong is left
+    Graph mode tries each of our algorithms over ``CONFIG_GRID``; eager mode reuses the
+    graph-mode best config (the host dominates there). One config per size for every rank:
+    a rank reducing a ``comm.empty`` tensor in place runs the same tiling as one that
+    does not (the barriers pair programs across ranks). A variant that sums wrong is left
     out of the table and reported, never ranked. Returns the table's ``ops.all_reduce``
     section, every measurement, and what was excluded.
     """
@@ -364,40 +365,12 @@ def tune(comm: Communicator, sizes: list[int], dtype, progress=None) -> tuple[di
                         best = (us, cfg)
                 if best is None:
                     continue
-                if mode == "graph" and name == "two_shot_push":
-                    best = (best[0], _with_in_place_config(comm, nbytes, dtype, grid, best[1],
-                                                           raw, excluded))
                 best_cfg[(name, nbytes)] = best[1]
                 ranking.append(_choice(name, best))
             rows.append(_row(nbytes, ranking, progress, f"tune {mode} {nbytes} B"))
         section[mode] = rows
     _REFERENCE.clear()
     return section, raw, excluded
-
-
-def _with_in_place_config(comm: Communicator, nbytes: int, dtype, grid: list, cfg: dict,
-                          raw: list, excluded: list) -> dict:
-    """``cfg`` plus, under ``ws_`` keys, the fastest config of two_shot_push on a
-    ``comm.empty`` tensor reduced in place (a kernel variant without the final copy)."""
-    from commrt.custom import WS_PREFIX
-
-    if comm.workspace is None or nbytes > comm.workspace.data_bytes:
-        return cfg
-    best = None
-    for c in grid:
-        if _same_as_one_round(comm, "two_shot_push", c, nbytes, dtype):
-            continue
-        v = Variant("two_shot_push@ws", "two_shot_push", on_workspace=True, config=c)
-        us, wrong = measure(comm, v, nbytes, dtype, "graph")
-        raw.append({"mode": "graph", "bytes": nbytes, "algorithm": "two_shot_push@ws",
-                    "config": c, "us": us, "wrong": wrong})
-        if wrong:
-            excluded.append(f"two_shot_push@ws {c} graph {nbytes} B: {wrong} wrong")
-        elif best is None or us < best[0]:
-            best = (us, c)
-    if best is None:
-        return cfg
-    return dict(cfg, **{WS_PREFIX + k: v for k, v in best[1].items()})
 
 
 def _choice(name: str, best: tuple) -> dict:

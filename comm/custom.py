@@ -70,25 +70,10 @@ def _scatter_gather(ws: Workspace, inp: torch.Tensor, out: torch.Tensor, config,
     for off in range(0, n, piece):
         m = min(piece, n - off)
         o = out[off:off + m]
-        gather = o.data_ptr() != results[ws.rank].data_ptr()
         two_shot_push(inp=inp[off:off + m], out=o, contribs=contribs, results=results,
                       pad_tab=ws.pad_addr, err=ws.err, rank=ws.rank,
-                      timeout=_timeout(timeout, timer), timer=timer, gather=gather,
-                      **launch_config(config, in_place=not gather))
-
-
-WS_PREFIX = "ws_"  # two_shot_push's launch config for a comm.empty tensor reduced in place
-
-
-def launch_config(config, in_place: bool) -> dict:
-    """two_shot_push without its final copy (``in_place``: a comm.empty tensor reduced in
-    place) is another kernel variant, which the tuner times on its own and records under
-    ``ws_`` keys: in place, those override the plain ones."""
-    plain = {k: v for k, v in config.items() if not k.startswith(WS_PREFIX)}
-    if in_place:
-        plain.update((k[len(WS_PREFIX):], v) for k, v in config.items()
-                     if k.startswith(WS_PREFIX))
-    return plain
+                      timeout=_timeout(timeout, timer), timer=timer,
+                      gather=o.data_ptr() != results[ws.rank].data_ptr(), **config)
 
 
 def run(algorithm: str, ws: Workspace, inp: torch.Tensor, out: torch.Tensor,

@@ -275,13 +275,3 @@ def test_program_tiles_and_the_tuners_one_round_twins():
                                   torch.bfloat16)
     assert not _same_as_one_round(comm, "two_shot", dict(cfg, round_tiles=1), 1 << 20,
                                   torch.bfloat16)
-
-
-def test_two_shot_push_in_place_config_is_split_from_the_plain_one():
-    from commrt.custom import launch_config
-
-    cfg = {"block": 4096, "blocks": 528, "ws_blocks": 1024, "ws_round_tiles": 2}
-    assert launch_config(cfg, in_place=False) == {"block": 4096, "blocks": 528}
-    assert launch_config(cfg, in_place=True) == {"block": 4096, "blocks": 1024,
-                                                 "round_tiles": 2}
-    assert launch_config({"blocks": 528}, in_place=True) == {"blocks": 528}

@@ -137,10 +137,6 @@ def test_kernels_on_workspace_tensors(world):
     cases = [(a, dt, n, mode) for a in ("two_shot_push", "two_shot", "one_shot")
              for dt, n, mode in ((torch.bfloat16, 4097, "ws"), (torch.float32, 999, "ws-from"),
                                  (torch.float16, 130, "ws-mixed"))]
-    # a table config with its own in-place variant (ws_ keys): in place on the workspace
-    # that one runs, everywhere else the plain one
-    split = {"round_tiles": 0, "ws_round_tiles": 2, "ws_block": 32, "ws_blocks": 3}
-    cases += [(("two_shot_push", split), torch.bfloat16, 1001, m) for m in ("ws", "ws-mixed")]
     cases += [(("two_shot_push", {"round_tiles": 2}), torch.bfloat16, 1001, "ws"),
               ("two_shot_push", torch.float32, 16384, "ws"),
               ("two_shot_push", torch.float32, 16384, "ws-from")]
