@@ -70,7 +70,9 @@ def _same_as_one_round(comm: Communicator, name: str, cfg: dict | None, nbytes: 
     return cfg["round_tiles"] >= program_tiles(n, ws.world, **cfg)
 
 
-EAGER_REPEATS = 3  # eager timings are host-bound and jittery: the tuner takes a median of 3
+# Eager timings are host-bound and drift with the host's load: the tuner times all
+# algorithms of a size in this many interleaved rounds and takes each one's median.
+EAGER_ROUNDS = 5
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
@@ -341,21 +343,23 @@ def tune(comm: Communicator, sizes: list[int], dtype, progress=None) -> tuple[di
     for mode in ("graph", "eager"):
         rows = []
         for nbytes in sizes:
+            if mode == "eager":
+                ranking = _rank_eager(comm, nbytes, dtype, best_cfg, raw, excluded)
+                rows.append(_row(nbytes, ranking, progress, f"tune {mode} {nbytes} B"))
+                continue
             ranking = []
             for name, _ in ALGORITHMS:
                 v = Variant(name, name)
                 if not _eligible(comm, v, nbytes, dtype, mode):
                     continue
                 grid = [c for c in CONFIG_GRID.get(name, [None])
-                        if not (c and c.get("pdl")) or has_pdl(comm.device)] \
-                    if mode == "graph" else [best_cfg.get((name, nbytes))]
+                        if not (c and c.get("pdl")) or has_pdl(comm.device)]
                 best = None
                 for cfg in grid:
                     if _same_as_one_round(comm, name, cfg, nbytes, dtype):
                         continue
                     v.config = cfg if cfg is not None else ({} if name in OURS else None)
-                    us, wrong = measure(comm, v, nbytes, dtype, mode,
-                                        repeats=EAGER_REPEATS if mode == "eager" else 1)
+                    us, wrong = measure(comm, v, nbytes, dtype, mode)
                     raw.append({"mode": mode, "bytes": nbytes, "algorithm": name, "config": cfg,
                                 "us": us, "wrong": wrong})
                     if wrong:
@@ -371,6 +375,40 @@ def tune(comm: Communicator, sizes: list[int], dtype, progress=None) -> tuple[di
         section[mode] = rows
     _REFERENCE.clear()
     return section, raw, excluded
+
+
+def _rank_eager(comm: Communicator, nbytes: int, dtype, best_cfg: dict, raw: list,
+                excluded: list) -> list:
+    """Every eligible algorithm at this size in eager mode, with its graph-mode best
+    config, checked, then timed in ``EAGER_ROUNDS`` interleaved rounds (a drift of the
+    host's speed then moves all of them alike)."""
+    numel = nbytes // torch.empty((), dtype=dtype).element_size()
+    calls, cfgs = {}, {}
+    for name, _ in ALGORITHMS:
+        v = Variant(name, name)
+        if not _eligible(comm, v, nbytes, dtype, "eager"):
+            continue
+        cfg = best_cfg.get((name, nbytes))
+        v.config = cfg if cfg is not None else ({} if name in OURS else None)
+        wrong = _wrong(comm, v, numel, dtype, 0)
+        if wrong:
+            excluded.append(f"{name} {cfg} eager {nbytes} B: {wrong} wrong")
+            raw.append({"mode": "eager", "bytes": nbytes, "algorithm": name, "config": cfg,
+                        "us": None, "wrong": wrong})
+            continue
+        calls[name], cfgs[name] = _make_call(comm, v, _input(comm, v, numel, dtype, 0)), cfg
+    _REFERENCE.clear()
+    samples: dict[str, list[float]] = {name: [] for name in calls}
+    for _ in range(EAGER_ROUNDS):
+        for name, fn in calls.items():
+            samples[name].append(_time(comm, fn, "eager"))
+    ranking = []
+    for name, ts in samples.items():
+        us = statistics.median(ts)
+        raw.append({"mode": "eager", "bytes": nbytes, "algorithm": name, "config": cfgs[name],
+                    "us": us, "wrong": 0})
+        ranking.append(_choice(name, (us, cfgs[name])))
+    return ranking
 
 
 def _choice(name: str, best: tuple) -> dict:

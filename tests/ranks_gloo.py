@@ -346,4 +346,9 @@ def tuner_gate(rank, world):
     ref = sum(make(90, r, (33,), torch.float32).double() for r in range(world))
     out["forced"] = (view.plan(x).reason, comm.config.algo,
                      bool(torch.allclose(x.double(), ref)))
+    # the eager ranking: checked, then timed in interleaved rounds (on gloo: the group only)
+    raw: list = []
+    ranking = bench._rank_eager(comm, 4096, torch.bfloat16, {}, raw, [])
+    out["eager"] = ([c["algorithm"] for c in ranking], ranking[0]["us"] > 0,
+                    [r["wrong"] for r in raw])
     return out

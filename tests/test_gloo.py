@@ -73,3 +73,4 @@ def test_tuner_gate_passes_the_process_group_and_catches_a_kernel_that_never_sum
         assert r["pg"] == [0, 0, 0]
         assert r["noop"] > 4097 * 3 // 2  # summed over ranks: most elements of each rank
         assert r["forced"] == ("forced by COMMRT_ALGO", "auto", True)
+        assert r["eager"] == (["nccl"], True, [0])
