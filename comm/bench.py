@@ -380,34 +380,21 @@ def tune(comm: Communicator, sizes: list[int], dtype, progress=None) -> tuple[di
 def _rank_eager(comm: Communicator, nbytes: int, dtype, best_cfg: dict, raw: list,
                 excluded: list) -> list:
     """Every eligible algorithm at this size in eager mode, with its graph-mode best
-    config, checked, then timed in ``EAGER_ROUNDS`` interleaved rounds (a drift of the
-    host's speed then moves all of them alike)."""
-    numel = nbytes // torch.empty((), dtype=dtype).element_size()
-    calls, cfgs = {}, {}
-    for name, _ in ALGORITHMS:
-        v = Variant(name, name)
-        if not _eligible(comm, v, nbytes, dtype, "eager"):
-            continue
-        cfg = best_cfg.get((name, nbytes))
-        v.config = cfg if cfg is not None else ({} if name in OURS else None)
-        wrong = _wrong(comm, v, numel, dtype, 0)
-        if wrong:
-            excluded.append(f"{name} {cfg} eager {nbytes} B: {wrong} wrong")
-            raw.append({"mode": "eager", "bytes": nbytes, "algorithm": name, "config": cfg,
-                        "us": None, "wrong": wrong})
-            continue
-        calls[name], cfgs[name] = _make_call(comm, v, _input(comm, v, numel, dtype, 0)), cfg
-    _REFERENCE.clear()
-    samples: dict[str, list[float]] = {name: [] for name in calls}
-    for _ in range(EAGER_ROUNDS):
-        for name, fn in calls.items():
-            samples[name].append(_time(comm, fn, "eager"))
+    config, checked, then timed by ``run_bench`` in ``EAGER_ROUNDS`` interleaved rounds
+    (a drift of the host's speed then moves all of them alike)."""
+    cfgs = {name: best_cfg.get((name, nbytes)) for name, _ in ALGORITHMS}
+    variants = [Variant(name, name, config=c if c is not None else ({} if name in OURS else None))
+                for name, c in cfgs.items()]
+    row = run_bench(comm, [nbytes], dtype, ["eager"], variants, rounds=EAGER_ROUNDS)[0]
     ranking = []
-    for name, ts in samples.items():
-        us = statistics.median(ts)
+    for name, wrong in row["wrong"].items():
+        us = row["us"][name]
         raw.append({"mode": "eager", "bytes": nbytes, "algorithm": name, "config": cfgs[name],
-                    "us": us, "wrong": 0})
-        ranking.append(_choice(name, (us, cfgs[name])))
+                    "us": us, "wrong": wrong})
+        if wrong:
+            excluded.append(f"{name} {cfgs[name]} eager {nbytes} B: {wrong} wrong")
+        else:
+            ranking.append(_choice(name, (us, cfgs[name])))
     return ranking
 
 
