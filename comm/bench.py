@@ -29,6 +29,7 @@ import torch.distributed as dist
 from commrt import __version__
 from commrt.communicator import Communicator
 from commrt.dispatch.dispatcher import ALGORITHMS, Dispatcher, Query, why_not
+from commrt.dispatch.profile import has_pdl
 from commrt.timing import agree_median, busbw_factor, time_eager, time_graph
 
 OURS = ("one_shot_push", "one_shot", "two_shot", "two_shot_push")
@@ -48,12 +49,6 @@ CONFIG_GRID = {
                       for b, w in ((2048, 8), (4096, 8), (4096, 16), (8192, 16))
                       for g in (132, 264, 512, 528, 1024, 1056) for r in (0, 2)],
 }
-
-
-def has_pdl(device: torch.device) -> bool:
-    """Programmatic dependent launch needs sm90 or newer (griddepcontrol)."""
-    return device.type == "cuda" and torch.version.hip is None and \
-        torch.cuda.get_device_capability(device)[0] >= 9
 
 
 def _same_as_one_round(comm: Communicator, name: str, cfg: dict | None, nbytes: int,

@@ -75,6 +75,12 @@ class DeviceProfile:
         return hashlib.sha256(blob).hexdigest()[:16]
 
 
+def has_pdl(device: torch.device) -> bool:
+    """Whether ``device`` has programmatic dependent launch (NVIDIA sm90 or newer)."""
+    return device.type == "cuda" and torch.version.hip is None and \
+        torch.cuda.get_device_capability(device)[0] >= 9
+
+
 def generation_key(vendor: str, name: str, major: int = 0, minor: int = 0, gfx: str = "") -> str:
     if vendor == "amd":
         return gfx or "gfx-unknown"

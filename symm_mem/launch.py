@@ -50,7 +50,7 @@ class Launcher:
         """
         kernel = self.compiled.get(key) if FAST else None
         if kernel is None or args[0].device.type != "cuda":
-            opts = {"launch_pdl": True} if pdl and args[0].device.type == "cuda" else {}
+            opts = {"launch_pdl": True} if pdl else {}  # callers set pdl only on CUDA
             kernel = self.fn[(grid,)](*args, **dict(consts), num_warps=warps, **opts)
             if FAST and args[0].device.type == "cuda" and kernel is not None:
                 self.compiled[key] = kernel

@@ -173,3 +173,12 @@ def test_broken_libraries_never_fail_the_job():
     assert prof.amdsmi_facts(Broken(), "0000:00:00.0") is None
     assert prof.nvml_pair_link(Broken(), "a", "b") == "unknown"
     assert prof.amdsmi_pair_link(Broken(), "a", "b") == "unknown"
+
+
+def test_programmatic_dependent_launch_only_from_sm90(monkeypatch):
+    from commrt.dispatch.profile import has_pdl
+
+    assert not has_pdl(torch.device("cpu"))
+    for cap, want in (((8, 0), False), ((9, 0), True), ((10, 0), True)):
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d, c=cap: c)
+        assert has_pdl(torch.device("cuda", 0)) is want
