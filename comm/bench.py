@@ -45,9 +45,10 @@ CONFIG_GRID = {
                  for g in (32, 132, 264)],
     "two_shot": [dict(block=b, warps=w, blocks=g) for b, w in ((2048, 8), (4096, 16))
                  for g in (66, 132, 264, 528)],
-    "two_shot_push": [dict(block=b, warps=w, blocks=g, round_tiles=r)
+    "two_shot_push": [dict(block=b, warps=w, blocks=g, round_tiles=r, pdl=p)
                       for b, w in ((2048, 8), (4096, 8), (4096, 16), (8192, 16))
-                      for g in (132, 264, 512, 528, 1024, 1056) for r in (0, 2)],
+                      for g in (132, 264, 512, 528, 1024, 1056)
+                      for r, p in ((0, 0), (2, 0), (0, 1))],
 }
 
 

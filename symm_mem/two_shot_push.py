@@ -84,7 +84,10 @@ def _gather(out, result, rank, n, shard, first, last, step, WS: tl.constexpr,
 @triton.jit(do_not_specialize=["rank", "timeout"])
 def _two_shot_push_kernel(inp, out, contrib, result, contribs, results, pad_tab, err_ptr, rank,
                           n, shard, timeout, WS: tl.constexpr, BLOCK: tl.constexpr,
-                          ROUND: tl.constexpr, GATHER: tl.constexpr, TIMER: tl.constexpr):
+                          ROUND: tl.constexpr, GATHER: tl.constexpr, TIMER: tl.constexpr,
+                          PDL: tl.constexpr):
+    if PDL:  # everything below reads what the previous kernels wrote
+        tl.extra.cuda.gdc_wait()
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     step = nprog * BLOCK
@@ -128,13 +131,16 @@ def program_tiles(n: int, world: int, block: int = 4096, blocks: int = 264, **_u
 def two_shot_push(*, inp: torch.Tensor, out: torch.Tensor, contribs: tuple[torch.Tensor, ...],
                   results: tuple[torch.Tensor, ...], pad_tab: int, err: torch.Tensor, rank: int,
                   timeout: int, timer: bool, gather: bool = True, block: int = 4096,
-                  warps: int = 16, blocks: int = 264, round_tiles: int = 0) -> None:
+                  warps: int = 16, blocks: int = 264, round_tiles: int = 0,
+                  pdl: int = 0) -> None:
     """Sum the flat ``inp`` over all ranks into ``out`` (``out`` may be ``inp``).
 
     ``contribs[p]`` / ``results[p]`` are rank ``p``'s scratch areas, each holding at least
     ``world * shard`` elements (see ``piece_elems``). Each program takes its tiles in
     rounds of ``round_tiles`` (0: all in one round). ``gather=False`` when ``out`` is this
     rank's result area itself: the peers' shards are already in place, stage 3 is skipped.
+    ``pdl=1`` launches it as a programmatic dependent launch (CUDA only; ignored under the
+    interpreter): its programs get resident while the kernel before it drains.
     """
     from .two_shot import shard_elems
 
@@ -142,9 +148,10 @@ def two_shot_push(*, inp: torch.Tensor, out: torch.Tensor, contribs: tuple[torch
     world = len(contribs)
     shard = shard_elems(n, world)
     grid = max(1, min(cdiv(shard, block), blocks, MAX_BLOCKS))
+    pdl = bool(pdl) and timer  # timer: a CUDA tensor, not the interpreter
     consts = (("WS", world), ("BLOCK", block), ("ROUND", round_tiles), ("GATHER", gather),
-              ("TIMER", timer))
+              ("TIMER", timer), ("PDL", pdl))
     key = (inp.dtype, consts, warps, inp.data_ptr() % 16, out.data_ptr() % 16, int_spec(n),
            int_spec(shard), rank, pad_tab, int_spec(timeout))
     _launch(key, grid, (inp, out, contribs[rank], results[rank], contribs, results, pad_tab, err,
-                        rank, n, shard, timeout), consts, warps)
+                        rank, n, shard, timeout), consts, warps, pdl)

@@ -249,20 +249,25 @@ def soak(rank, world, calls=10_000):
 
 
 def pdl_after_producers(rank, world):
-    """one_shot_push launched as a programmatic dependent (pdl=1) right after the kernel
-    that writes its input (an elementwise op, a GEMM), back to back, eager and in a CUDA
-    graph: a read before the producer's memory is visible would show as a wrong sum."""
+    """one_shot_push and two_shot_push launched as programmatic dependents (pdl=1) right
+    after the kernel that writes their input (an elementwise op, a GEMM), back to back,
+    eager and in a CUDA graph: a read before the producer's memory is visible would show
+    as a wrong sum."""
     import commrt
 
     comm = commrt.init()
     dev = comm.device
     failures = []
-    cfgs = ({"block": 1024, "warps": 4, "blocks": 32, "pdl": 1},
-            {"block": 512, "warps": 4, "blocks": 132, "pdl": 1})
+    cfgs = (("one_shot_push", {"block": 1024, "warps": 4, "blocks": 32, "pdl": 1}),
+            ("one_shot_push", {"block": 512, "warps": 4, "blocks": 132, "pdl": 1}),
+            ("two_shot_push", {"block": 2048, "warps": 8, "blocks": 132, "round_tiles": 0,
+                               "pdl": 1}),
+            ("two_shot_push", {"block": 1024, "warps": 4, "blocks": 528, "round_tiles": 1,
+                               "pdl": 1}))
     k = 4096  # the GEMM's inner size: a producer that runs long enough to overlap
     for dtype in DTYPES:
         elt = torch.empty((), dtype=dtype).element_size()
-        for n in (7, 4097, 64 * 128, comm.facts.push_bytes // elt):
+        for n in (7, 4097, 64 * 128, comm.facts.push_bytes // elt, (1 << 20) + 3):
             cols = 128 if n % 128 == 0 else 0
             cases = []
             for i in range(24):
@@ -278,20 +283,22 @@ def pdl_after_producers(rank, world):
                     srcs = [2 * s_ for s_ in src]
                     prod = lambda x, s_=src[rank]: torch.mul(s_, 2, out=x)  # noqa: E731
                 cases.append((prod, sum(t.double() for t in srcs).reshape(-1)))
-            for cfg in cfgs:
+            for algo, cfg in cfgs:
+                if algo == "one_shot_push" and n * elt > comm.facts.push_bytes:
+                    continue
                 x = torch.empty(n, dtype=dtype, device=dev)
                 outs = [torch.empty_like(x) for _ in cases]
 
-                def step(j, x=x, outs=outs, cfg=cfg, cases=cases):
+                def step(j, x=x, outs=outs, algo=algo, cfg=cfg, cases=cases):
                     cases[j][0](x)
-                    comm.run_algorithm("one_shot_push", x, cfg)
+                    comm.run_algorithm(algo, x, cfg)
                     outs[j].copy_(x)
                 for j in range(len(cases)):
                     step(j)
                 bad = [j for j, (_, ref) in enumerate(cases)
                        if rel_err(outs[j], ref) > TOL[dtype] or not same_on_all_ranks(outs[j])]
                 if bad:
-                    failures.append(f"eager {cfg} {dtype} n={n}: calls {bad} wrong")
+                    failures.append(f"eager {algo} {cfg} {dtype} n={n}: calls {bad} wrong")
                 s = torch.cuda.Stream()
                 s.wait_stream(torch.cuda.current_stream())
                 with torch.cuda.stream(s):
@@ -310,7 +317,7 @@ def pdl_after_producers(rank, world):
                     bad = [j for j, (_, ref) in enumerate(cases)
                            if rel_err(outs[j], ref) > TOL[dtype]]
                     if bad:
-                        failures.append(f"graph {cfg} {dtype} n={n} replay {replay}: "
+                        failures.append(f"graph {algo} {cfg} {dtype} n={n} replay {replay}: "
                                         f"calls {bad} wrong")
                 del g
     comm.check_health()
