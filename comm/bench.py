@@ -21,6 +21,7 @@ import json
 import platform
 import statistics
 import sys
+import time
 from collections.abc import Callable, Iterable
 
 import torch
@@ -486,8 +487,8 @@ def tune_fused(comm: Communicator, rows_list: list[int], hidden: int, dtype,
 
 
 def progress_printer(rank: int, total: int) -> Callable[[str], None]:
-    """A one-line progress bar on rank 0's stderr."""
-    state = {"done": 0}
+    """A one-line progress bar on rank 0's stderr, with the seconds since it started."""
+    state = {"done": 0, "t0": time.monotonic()}
 
     def show(msg: str) -> None:
         state["done"] += 1
@@ -496,6 +497,7 @@ def progress_printer(rank: int, total: int) -> Callable[[str], None]:
             filled = int(width * state["done"] / max(total, 1))
             end = "\n" if state["done"] >= total or not sys.stderr.isatty() else ""
             sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] "
-                             f"{state['done']}/{total} {msg:<40}{end}")
+                             f"{state['done']}/{total} {time.monotonic() - state['t0']:.0f} s "
+                             f"{msg:<40}{end}")
             sys.stderr.flush()
     return show
