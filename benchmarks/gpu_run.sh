@@ -2,7 +2,7 @@
 # Everything commrt runs on a GPU machine, in one call:
 #   bash benchmarks/gpu_run.sh [stage ...]   stages: env tests tune tunear tunefused bench cli decode fxoverlap fxoverlaptp scatter scattersweep overhead
 # (env: TESTS_K=expr selects GPU tests, DECODE_ARGS / BENCH_ARGS add bench_tp_decode.py /
-#  bench_allreduce.py options)
+#  bench_allreduce.py options, STAGE_TIMEOUT=seconds caps each stage's command)
 # (default: env tests tune bench cli decode)
 # Logs and results go to $OUT (or ./gpu_out) as log.txt plus results.tar.gz.
 # NVLink multicast stays OFF: these three are exported here and never unset.
@@ -19,7 +19,7 @@ STAGES=${*:-env tests tune bench cli decode}
 TABLE=${GPU_RUN_TABLE:-/tmp/commrt_gpu/table.json}
 mkdir -p "$(dirname "$TABLE")"
 say() { echo "=== $* ($(date -u +%H:%M:%S))" | tee -a "$LOG"; }
-run() { "$@" 2>&1 | tee -a "$LOG"; echo "exit ${PIPESTATUS[0]}: $*" | tee -a "$LOG"; }
+run() { timeout "${STAGE_TIMEOUT:-0}" "$@" 2>&1 | tee -a "$LOG"; echo "exit ${PIPESTATUS[0]}: $*" | tee -a "$LOG"; }
 
 python3 -m pip install -q --no-deps --no-build-isolation -e . >>"$LOG" 2>&1 || say "install FAILED"
 for stage in $STAGES; do
