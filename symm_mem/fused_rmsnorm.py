@@ -65,6 +65,7 @@ def _push_rms_kernel(x, residual, weight, normed, new_res, push_tab, mine, meta,
             dst = tl.load(tab + p).to(tl.pointer_type(ity)) + (buf * WS + rank) * slot
             tl.store(dst + row * H + c, bits, mask=pm)
     clear_old(meta, mine, buf, WS, BLOCK_H, slot * (BITS // 16))  # while the pushes fly
+    move_on(meta, buf, rows * H * (BITS // 16))  # its latency hidden behind the wait
     own = mine.to(tl.pointer_type(ity))
     cols = tl.arange(0, BLOCK_H)
     cm = cols < H
@@ -80,7 +81,6 @@ def _push_rms_kernel(x, residual, weight, normed, new_res, push_tab, mine, meta,
             acc += v.to(x.dtype.element_ty, bitcast=True).to(tl.float32)
         _epilogue(acc, r, w, normed, new_res, row, H, eps, cols, cm,
                   cm & (cols >= lo) & (cols < lo + CHUNK))
-    move_on(meta, buf, rows * H * (BITS // 16))
 
 
 @triton.jit(do_not_specialize=["rank", "timeout", "eps"])

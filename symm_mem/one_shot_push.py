@@ -12,7 +12,8 @@ and inputs of -0.0 are sent as +0.0 (same value). For fp32 the sentinel word is
 
 ``meta`` (this rank's, int32): ``[buffer, arrivals, used0, used1, used2]``; ``usedB`` is
 how many 16-bit halves per slot buffer B holds, so the clear covers exactly that.
-The last program to finish moves to the next buffer, so graph replays keep rotating.
+The last program to finish pushing (and clearing) moves to the next buffer, so graph
+replays keep rotating.
 
 With ``PDL`` the grid is launched as a programmatic dependent of the kernel before it
 (typically the GEMM that produced the input): its programs get resident while that kernel
@@ -84,8 +85,11 @@ def clear_old(meta, mine, buf, WS: tl.constexpr, BLOCK: tl.constexpr, slot16):
 
 @triton.jit
 def move_on(meta, buf, filled):
-    """The last program out records this call's fill (``filled`` 16-bit halves per slot)
-    and moves on a buffer."""
+    """The last program to get here records this call's fill (``filled`` 16-bit halves per
+    slot) and moves on a buffer. Call it once this program has read ``buf`` and is done
+    with the old buffer's fill: the programs still polling keep their ``buf``, and the next
+    call (stream-ordered) reads the new index."""
+    tl.debug_barrier()  # every warp of this program has read what it needs from meta
     arrived = tl.atomic_add(meta + 1, 1, sem="acq_rel", scope="gpu")
     if arrived == tl.num_programs(0) - 1:
         tl.store(meta + 2 + buf, filled)
@@ -102,19 +106,25 @@ def _push_kernel(inp, out, push_tab, mine, meta, err_ptr, rank, n, slot, timeout
     pid = tl.program_id(0)
     step = tl.num_programs(0) * BLOCK
     ity = tl.int16 if BITS == 16 else tl.int32
+    offs = pid * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(inp + offs, mask=offs < n)  # in flight while the buffer index is read
     buf = tl.load(meta, volatile=True)
     tab = push_tab.to(tl.pointer_type(tl.uint64))
     # 1. push: my data into slot `rank` of buffer `buf` on every rank.
     for start in range(pid * BLOCK, n, step):
         offs = start + tl.arange(0, BLOCK)
         m = offs < n
-        bits = to_bits(tl.load(inp + offs, mask=m), BITS)
+        bits = to_bits(x, BITS)
+        x = tl.load(inp + offs + step, mask=offs + step < n)  # the next tile, if any
         for p in tl.static_range(WS):
             dst = tl.load(tab + p).to(tl.pointer_type(ity)) + (buf * WS + rank) * slot
             tl.store(dst + offs, bits, mask=m)
     # 2. clear the buffer of two calls ago while the peers' pushes are in flight.
     clear_old(meta, mine, buf, WS, BLOCK, slot * (BITS // 16))
-    # 3. poll my slots of buffer `buf` until no sentinel is left, then sum in rank order.
+    # 3. every program has read `buf`: the last one here moves on a buffer, its atomic's
+    #    latency hidden behind the wait below instead of added after it.
+    move_on(meta, buf, n * (BITS // 16))
+    # 4. poll my slots of buffer `buf` until no sentinel is left, then sum in rank order.
     own = mine.to(tl.pointer_type(ity))
     for start in range(pid * BLOCK, n, step):
         offs = start + tl.arange(0, BLOCK)
@@ -125,8 +135,6 @@ def _push_kernel(inp, out, push_tab, mine, meta, err_ptr, rank, n, slot, timeout
                           TIMER)
             acc += v.to(out.dtype.element_ty, bitcast=True).to(tl.float32)
         tl.store(out + offs, acc.to(out.dtype.element_ty), mask=m)
-    # 4. the last program out moves on a buffer.
-    move_on(meta, buf, n * (BITS // 16))
 
 
 _launch = Launcher(_push_kernel)
