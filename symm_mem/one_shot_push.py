@@ -2,9 +2,10 @@
 
 Each rank writes its input straight into slot ``rank`` of the current receive buffer on
 every peer; a receive slot holds a sentinel that data never takes, so a reader polls
-its own slots until no sentinel is left, then sums them in rank order. Three receive
-buffers rotate: during call ``k`` (buffer ``k % 3``) peers may already write buffer
-``(k + 1) % 3``, so this rank clears buffer ``(k + 2) % 3``, last used at call ``k - 1``.
+the peers' slots until no sentinel is left, then sums them with its own input in rank
+order. Three receive buffers rotate: during call ``k`` (buffer ``k % 3``) peers may
+already write buffer ``(k + 1) % 3``, so this rank clears buffer ``(k + 2) % 3``, last
+used at call ``k - 1``.
 
 Sentinel: every 16-bit half of a cleared slot is ``0x8000``. For bf16/fp16 that is -0.0,
 and inputs of -0.0 are sent as +0.0 (same value). For fp32 the sentinel word is
@@ -110,29 +111,34 @@ def _push_kernel(inp, out, push_tab, mine, meta, err_ptr, rank, n, slot, timeout
     x = tl.load(inp + offs, mask=offs < n)  # in flight while the buffer index is read
     buf = tl.load(meta, volatile=True)
     tab = push_tab.to(tl.pointer_type(tl.uint64))
-    # 1. push: my data into slot `rank` of buffer `buf` on every rank.
+    # 1. push: my data into slot `rank` of buffer `buf` on every peer.
     for start in range(pid * BLOCK, n, step):
         offs = start + tl.arange(0, BLOCK)
         m = offs < n
         bits = to_bits(x, BITS)
         x = tl.load(inp + offs + step, mask=offs + step < n)  # the next tile, if any
         for p in tl.static_range(WS):
-            dst = tl.load(tab + p).to(tl.pointer_type(ity)) + (buf * WS + rank) * slot
-            tl.store(dst + offs, bits, mask=m)
+            if p != rank:
+                dst = tl.load(tab + p).to(tl.pointer_type(ity)) + (buf * WS + rank) * slot
+                tl.store(dst + offs, bits, mask=m)
     # 2. clear the buffer of two calls ago while the peers' pushes are in flight.
     clear_old(meta, mine, buf, WS, BLOCK, slot * (BITS // 16))
     # 3. every program has read `buf`: the last one here moves on a buffer, its atomic's
     #    latency hidden behind the wait below instead of added after it.
     move_on(meta, buf, n * (BITS // 16))
-    # 4. poll my slots of buffer `buf` until no sentinel is left, then sum in rank order.
+    # 4. poll the peers' slots of buffer `buf` until no sentinel is left, then sum in rank
+    #    order; my own term is my input through the same bit mapping the peers received.
     own = mine.to(tl.pointer_type(ity))
     for start in range(pid * BLOCK, n, step):
         offs = start + tl.arange(0, BLOCK)
         m = offs < n
         acc = tl.zeros([BLOCK], tl.float32)
         for p in tl.static_range(WS):
-            v = poll_slot(own + (buf * WS + p) * slot + offs, m, err_ptr, p, timeout, BITS,
-                          TIMER)
+            if p == rank:
+                v = to_bits(tl.load(inp + offs, mask=m, other=0), BITS)
+            else:
+                v = poll_slot(own + (buf * WS + p) * slot + offs, m, err_ptr, p, timeout, BITS,
+                              TIMER)
             acc += v.to(out.dtype.element_ty, bitcast=True).to(tl.float32)
         tl.store(out + offs, acc.to(out.dtype.element_ty), mask=m)
 
