@@ -348,7 +348,9 @@ def tuner_gate(rank, world):
                      bool(torch.allclose(x.double(), ref)))
     # the eager ranking: checked, then timed in interleaved rounds (on gloo: the group only)
     raw: list = []
-    ranking = bench._rank_eager(comm, 4096, torch.bfloat16, {}, raw, [])
-    out["eager"] = ([c["algorithm"] for c in ranking], ranking[0]["us"] > 0,
-                    [r["wrong"] for r in raw])
+    rows = bench._tune_eager(comm, [4096, 8192], torch.bfloat16, {}, raw, [], None)
+    out["eager"] = ([r["max_bytes"] for r in rows],
+                    [c["algorithm"] for r in rows for c in r["ranking"]],
+                    all(c["us"] > 0 for r in rows for c in r["ranking"]),
+                    [(r["bytes"], r["wrong"]) for r in raw])
     return out

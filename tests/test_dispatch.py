@@ -275,3 +275,31 @@ def test_program_tiles_and_the_tuners_one_round_twins():
                                   torch.bfloat16)
     assert not _same_as_one_round(comm, "two_shot", dict(cfg, round_tiles=1), 1 << 20,
                                   torch.bfloat16)
+
+
+def test_eager_tuning_ranks_by_the_faster_of_two_passes(monkeypatch):
+    """A host slowdown in one pass must not reorder a size; a variant that sums wrong in
+    either pass is left out."""
+    from commrt import bench
+
+    passes = {  # (size, pass) -> {algorithm: µs}; None: wrong in that pass
+        (4096, 0): {"one_shot": 20.0, "two_shot": 12.0, "nccl": 30.0},
+        (4096, 1): {"one_shot": 10.0, "two_shot": 12.5, "nccl": None},
+        (8192, 0): {"one_shot": 11.0, "two_shot": 14.0, "nccl": 25.0},
+        (8192, 1): {"one_shot": 18.0, "two_shot": 19.0, "nccl": 26.0},
+    }
+    seen: list = []
+
+    def fake(comm, nbytes, dtype, best_cfg, raw, excluded):
+        k = (nbytes, sum(1 for s in seen if s == nbytes))
+        seen.append(nbytes)
+        return {a: (us, {}) for a, us in passes[k].items() if us is not None}
+
+    monkeypatch.setattr(bench, "_eager_times", fake)
+    rows = bench._tune_eager(None, [4096, 8192], torch.bfloat16, {}, [], [], None)
+    assert seen == [4096, 8192, 8192, 4096]
+    assert [r["max_bytes"] for r in rows] == [4096, 8192]
+    assert [(c["algorithm"], c["us"]) for c in rows[0]["ranking"]] == \
+        [("one_shot", 10.0), ("two_shot", 12.0)]
+    assert [(c["algorithm"], c["us"]) for c in rows[1]["ranking"]] == \
+        [("one_shot", 11.0), ("two_shot", 14.0), ("nccl", 25.0)]

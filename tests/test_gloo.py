@@ -73,4 +73,6 @@ def test_tuner_gate_passes_the_process_group_and_catches_a_kernel_that_never_sum
         assert r["pg"] == [0, 0, 0]
         assert r["noop"] > 4097 * 3 // 2  # summed over ranks: most elements of each rank
         assert r["forced"] == ("forced by COMMRT_ALGO", "auto", True)
-        assert r["eager"] == (["nccl"], True, [0])
+        # two passes, ascending then descending; rows ascending
+        assert r["eager"] == ([4096, 8192], ["nccl", "nccl"], True,
+                              [(4096, 0), (8192, 0), (8192, 0), (4096, 0)])
