@@ -134,8 +134,10 @@ class Block(torch.nn.Module):
         return x + F.linear(F.silu(gate) * up, self.down)
 
 
-def hidden_fraction(prof) -> float:
-    """Collective-kernel time overlapping compute kernels, over collective-kernel time."""
+def trace_stats(prof) -> dict:
+    """From a GPU trace: the hidden fraction (collective-kernel time overlapping compute
+    kernels, over collective-kernel time), the collective-kernel ms, and the compute-busy
+    ms (union of compute kernels: how far contention and stalls stretch the compute)."""
     comm, compute = [], []
     for e in prof.events():
         if getattr(e, "device_type", None) != torch.autograd.DeviceType.CUDA:
@@ -143,8 +145,6 @@ def hidden_fraction(prof) -> float:
         span = (e.time_range.start, e.time_range.end)
         (comm if "nccl" in e.name.lower() or "all_reduce" in e.name.lower() else
          compute).append(span)
-    if not comm:
-        return 0.0
     compute.sort()
     merged = []
     for s, t in compute:
@@ -161,7 +161,8 @@ def hidden_fraction(prof) -> float:
             if ms >= t:
                 break
             hidden += min(t, mt) - max(s, ms)
-    return hidden / total if total else 0.0
+    return {"hidden_fraction": hidden / total if total else 0.0, "comm_ms": total / 1e3,
+            "compute_busy_ms": sum(t - s for s, t in merged) / 1e3}
 
 
 def timed(fn, iters: int = 10):
@@ -182,7 +183,7 @@ def timed(fn, iters: int = 10):
         torch.cuda.synchronize()
     t = torch.tensor([statistics.median(samples)], device="cuda")
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return float(t.item()), hidden_fraction(prof)
+    return float(t.item()), trace_stats(prof)
 
 
 def main() -> None:
@@ -247,8 +248,10 @@ def main() -> None:
         reports[name] = [(n, r.__dict__) for n, r in commrt.fx.last_reports]
     best_other = min(v[0] for k, v in rows.items() if k != "compiled + commrt.fx")
     if comm.rank == 0:
-        for k, (ms, hid) in rows.items():
-            print(f"{k:<30} {ms:8.2f} ms/step  hidden {hid:.2f}", flush=True)
+        for k, (ms, st) in rows.items():
+            print(f"{k:<30} {ms:8.2f} ms/step  hidden {st['hidden_fraction']:.2f}  "
+                  f"comm {st['comm_ms']:.2f} ms  compute busy {st['compute_busy_ms']:.2f} ms",
+                  flush=True)
         ratio = rows["compiled + commrt.fx"][0] / best_other
         print(f"commrt / best other: {ratio:.3f}", flush=True)
         os.makedirs(args.out_dir, exist_ok=True)
@@ -257,7 +260,7 @@ def main() -> None:
         path = os.path.join(args.out_dir, f"fx_overlap_{comm.profile.generation}_ws{world}"
                                           f"{'_tp' if args.tp else ''}.json")
         with open(path, "w") as f:
-            json.dump({"meta": m, "results": {k: {"ms": v[0], "hidden_fraction": v[1]}
+            json.dump({"meta": m, "results": {k: {"ms": v[0], **v[1]}
                                               for k, v in rows.items()},
                        "commrt_over_best_other": ratio, "reports": reports}, f, indent=1,
                       default=str)

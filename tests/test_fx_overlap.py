@@ -220,3 +220,65 @@ def test_inductor_keeps_the_placement(groups):
     assert start == 1 and wait == len(calls) - 1, calls  # mm, start, 4 x mm, wait
     torch.testing.assert_close(out, f(*args))  # the fake group's all-reduce is the identity
     assert rep.pinned == 1
+
+
+def dp_step(x, *ws):
+    """A backward that all-reduces each layer's gradient (the last layer's first), then
+    updates in parameter order: the first update needs the last all-reduce issued."""
+    grads, h = [], x
+    for wt in reversed(ws):
+        grads.append(fc.all_reduce(h @ wt, "sum", dist.group.WORLD))
+        h = torch.relu(h @ wt.t())
+    return [wt - 0.1 * g for wt, g in zip(ws, reversed(grads), strict=True)]
+
+
+def test_a_stalled_wait_goes_after_the_work_that_does_not_need_it(groups):
+    ws = [w(64, 64, seed=i) for i in range(4)]
+    x = w(64, 64, seed=9)
+    gm = trace(dp_step, x, *ws)
+    ref = gm(x, *ws)
+    rep = overlap_and_bucket(gm, bucket_cap=1)  # one all-reduce a layer
+    assert rep.deferred >= 1 and rep.exposed_us_after < rep.exposed_us_before
+    nodes = list(gm.graph.nodes)
+    out = nodes[-1].args[0]
+    upd = [nodes.index(u) for u in out]  # updates of ws[0], ws[1], ...
+    assert upd[0] > max(upd[1:])  # ws[0]'s all-reduce was issued last: its update runs last
+    got = gm(x, *ws)
+    assert all(torch.equal(a, b) for a, b in zip(got, ref, strict=True))
+    again = trace(dp_step, x, *ws)
+    overlap_and_bucket(again, bucket_cap=1)
+    assert again.code == gm.code
+
+
+def test_work_with_side_effects_keeps_its_place(groups):
+    def f(a, b, wt):
+        r = fc.all_reduce(a @ wt, "sum", groups[2])
+        y = r + 1
+        b.add_(1)  # in place: may not move before the wait, though it does not need it
+        return y, b * 2
+    gm = make_fx(f, tracing_mode="fake")(w(64, 64), w(64, 64, seed=1), w(64, 64, seed=2))
+    overlap_and_bucket(gm)
+    assert index(gm, torch.ops.aten.add_.Tensor) > index(gm, c10d.wait_tensor.default)
+    a, b, wt = w(64, 64), w(64, 64, seed=1), w(64, 64, seed=2)
+    b0 = b.clone()
+    y, z = gm(a, b, wt)
+    assert torch.equal(b, b0 + 1) and torch.equal(z, (b0 + 1) * 2)
+
+
+def test_functional_collectives_are_priced_as_the_process_group_runs_them(groups):
+    """The process group (NCCL) runs a functional all-reduce; commrt's op runs auto's
+    choice: the cost model reads each one's own row of the measured table."""
+    from commrt.dispatch import table as tbl
+    from commrt.dispatch.profile import DeviceProfile
+    from commrt.fx.cost import CostModel
+
+    prof = DeviceProfile("nvidia", "sm90-h200", "NVIDIA H200", 132, 141 << 30, 2, "nvlink",
+                         True, False, "nvml")
+    model, t = CostModel(prof), tbl.find("sm90-h200", 2)
+    name = groups[2].group_name
+    for nbytes in (64 << 10, 1 << 20, 32 << 20):
+        nccl = t.predict_us("all_reduce", "graph", "nccl", nbytes)
+        best = min(c.us for c in t.row_for("all_reduce", "graph", nbytes).ranking)
+        assert model.comm_us("all_reduce", nbytes, torch.bfloat16, name) == nccl
+        assert model.comm_us("commrt_all_reduce", nbytes, torch.bfloat16, name) < nccl
+        assert model.comm_us("commrt_all_reduce", nbytes, torch.bfloat16, name) <= best + 1e-9

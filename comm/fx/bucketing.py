@@ -1,4 +1,4 @@
-"""The two steps of ``overlap_and_bucket``: merge all-reduces into buckets (when the
+"""The first two steps of ``overlap_and_bucket``: merge all-reduces into buckets (when the
 schedule they would get hides at least as much), then place every start right after
 its inputs and every wait right before its first use, within the memory budget."""
 
@@ -9,6 +9,8 @@ import itertools
 
 import torch
 import torch.fx as fx
+
+from . import cost as _cost
 
 c10d = torch.ops._c10d_functional
 aten = torch.ops.aten
@@ -176,11 +178,9 @@ def place(graph: fx.Graph, colls: list, budget: int) -> tuple[list, int, int]:
             break
         biggest = max((c for c in movable if id(c) in moved), key=lambda c: c.nbytes)
         moved.discard(id(biggest))
-    prev = None
-    for n in new_order:
-        if prev is not None and n.prev is not prev:
-            prev.append(n)
-        prev = n
+    from .stalls import relink
+
+    relink(graph, new_order)
     changed = sum(1 for c in movable if id(c) in moved)
     return new_order, changed, _in_flight(new_order, movable)
 
@@ -236,8 +236,9 @@ _ANCHORS = (aten.mm.default, aten.addmm.default, aten.bmm.default, aten.baddbmm.
 def pin_for_inductor(graph: fx.Graph, colls: list) -> int:
     """Make Inductor's scheduler keep the placement (its memory-driven reordering would
     otherwise sink starts back to their waits): the first matmul after a moved start
-    depends on the start, and the wait depends on the last matmul before it, through
-    Inductor's ``control_deps``. Returns how many collectives were pinned."""
+    depends on the start, and the wait depends on the last matmul or graph result before
+    it (a node Inductor computes on its own anyway), through Inductor's ``control_deps``.
+    Returns how many collectives were pinned."""
     try:
         from torch._inductor.fx_passes.control_dependencies import preserve_node_ordering
         from torch.utils._ordered_set import OrderedSet
@@ -246,17 +247,22 @@ def pin_for_inductor(graph: fx.Graph, colls: list) -> int:
     order = list(graph.nodes)
     pos = {n: i for i, n in enumerate(order)}
     mms = [i for i, n in enumerate(order) if n.op == "call_function" and n.target in _ANCHORS]
+    results = {a for o in order if o.op == "output" for a in o.all_input_nodes
+               if a.op == "call_function" and a.target not in _cost._VIEWS}
+    mm_set = set(mms)
+    anchors = [i for i, n in enumerate(order) if i in mm_set or n in results]
     deps: dict = {}
     pinned = 0
     for c in colls:
         if c.end is c.start:
             continue
         k = bisect.bisect_right(mms, pos[c.start])
-        j = bisect.bisect_left(mms, pos[c.end]) - 1
-        if k > j:  # no matmul between start and wait: nothing to hide behind
+        j = bisect.bisect_left(anchors, pos[c.end]) - 1
+        if j < 0 or anchors[j] <= pos[c.start]:  # nothing between start and wait
             continue
-        deps.setdefault(order[mms[k]], OrderedSet()).add(c.start)
-        deps.setdefault(c.end, OrderedSet()).add(order[mms[j]])
+        if k < len(mms) and mms[k] < pos[c.end]:
+            deps.setdefault(order[mms[k]], OrderedSet()).add(c.start)
+        deps.setdefault(c.end, OrderedSet()).add(order[anchors[j]])
         pinned += 1
     preserve_node_ordering(graph, deps)
     return pinned

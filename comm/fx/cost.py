@@ -46,10 +46,13 @@ class CostModel:
 
     @functools.lru_cache(maxsize=4096)  # noqa: B019 (instances live for one pass)
     def comm_us(self, kind: str, nbytes: int, dtype: torch.dtype, group: str) -> float:
-        """Predicted µs of one collective: commrt's table for all-reduce, scaled for the
-        collectives that move half the bytes (all-gather, reduce-scatter)."""
+        """Predicted µs of one collective from commrt's measured table: ``commrt::all_reduce``
+        at the fastest algorithm's time (what auto runs), a functional collective at the
+        table's ``nccl`` time (the process group runs it); all-gather and reduce-scatter,
+        which move half the bytes, at half an all-reduce of twice their size."""
         ar_bytes = nbytes if kind in ("all_reduce", "commrt_all_reduce") else nbytes * 2
-        us = _table_us(self.generation, _world(group), ar_bytes, dtype)
+        us = _table_us(self.generation, _world(group), ar_bytes, dtype,
+                       None if kind == "commrt_all_reduce" else "nccl")
         if us is None:
             world = _world(group)
             bus = 2 * (world - 1) / world * ar_bytes
@@ -119,10 +122,16 @@ def _table(generation: str, world: int):
         return None
 
 
-def _table_us(generation: str, world: int, nbytes: int, dtype) -> float | None:
+def _table_us(generation: str, world: int, nbytes: int, dtype,
+              algorithm: str | None = None) -> float | None:
+    """Graph-mode µs of ``algorithm`` at ``nbytes`` (None: the fastest in the row)."""
     t = _table(generation, world)
     if t is None:
         return None
+    if algorithm is not None:
+        us = t.predict_us("all_reduce", "graph", algorithm, nbytes)
+        if us is not None:
+            return us
     row = t.row_for("all_reduce", "graph", nbytes)
     if row is None:
         return None

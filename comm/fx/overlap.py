@@ -6,7 +6,8 @@ Before::
     b = mm(...); ar2 = all_reduce(g2); w2 = wait(ar2); use(w2)
 
 After (bucketing decided together with the schedule; starts raised to their inputs,
-waits sunk to their first use)::
+waits sunk to their first use, and a wait that would still stall moved after the work
+that does not need it, see ``stalls``)::
 
     ar = all_reduce(cat([g1, g2])) ... compute ... w = wait(ar); use(view(w[:n1])) ...
 
@@ -52,6 +53,7 @@ class OverlapReport:
     hidden_fraction: float = 0.0
     memory_budget_bytes: int = 0
     peak_in_flight_bytes: int = 0
+    deferred: int = 0  # waits moved after work that does not need them (``stalls``)
     pinned: int = 0  # collectives whose placement Inductor is made to keep
     seconds: float = 0.0
     skipped: list[str] = dataclasses.field(default_factory=list)
@@ -182,6 +184,16 @@ def overlap_and_bucket(gm: fx.GraphModule | fx.Graph, *, profile=None,
 
         colls, report.buckets = bucket(graph, colls, model, bucket_cap)
         order, report.moved, report.peak_in_flight_bytes = place(graph, colls, budget)
+        from .stalls import defer_stalls, relink
+
+        deferred, report.deferred = defer_stalls(graph, colls, model)
+        if report.deferred and _peak_bytes(deferred) > _peak_bytes(order) + budget:
+            report.skipped.append(f"{report.deferred} stalled waits left in place: running "
+                                  "other work first would exceed the memory budget")
+            report.deferred = 0
+        elif report.deferred:
+            relink(graph, deferred)
+            order = deferred
         # simulated before pinning, which replaces the nodes that ``colls`` names
         report.exposed_us_after, report.comm_us = _simulate(order, colls, model)
         if for_inductor:
