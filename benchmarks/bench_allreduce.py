@@ -6,7 +6,8 @@ Per size (4 KB to 256 MB by default): NCCL, PyTorch's symm-mem ops in place on t
 symmetric buffer, each of commrt's kernels on an ordinary tensor and on a ``comm.empty``
 tensor, and ``auto``; CUDA-graph mode (20 ops a graph, 10 replays) and eager mode (20
 bursts of 10 back-to-back calls), all variants of a size timed in ``--rounds``
-interleaved rounds, median over rounds.
+interleaved rounds; graph mode: the median over rounds, eager mode: the fastest round
+(host-bound timings only get slower from interference).
 Writes ``allreduce_<device>_ws<N>.json`` and ``.md`` with device, versions, date and
 command.
 """
@@ -29,7 +30,7 @@ def main() -> None:
     p.add_argument("--out-dir", default="benchmarks/results")
     p.add_argument("--tag", default="", help="suffix for the result file names")
     p.add_argument("--rounds", type=int, default=3,
-                   help="interleaved timing rounds per size (each variant's median)")
+                   help="interleaved timing rounds per size (graph: median, eager: fastest)")
     args = p.parse_args()
 
     from commrt import bench
