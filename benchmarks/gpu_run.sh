@@ -2,7 +2,8 @@
 # Everything commrt runs on a GPU machine, in one call:
 #   bash benchmarks/gpu_run.sh [stage ...]   stages: env tests tune tunear tunefused bench cli decode fxoverlap fxoverlaptp scatter scattersweep overhead
 # (env: TESTS_K=expr selects GPU tests, DECODE_ARGS / BENCH_ARGS add bench_tp_decode.py /
-#  bench_allreduce.py options, STAGE_TIMEOUT=seconds caps each stage's command)
+#  bench_allreduce.py options, FX_ARGS adds bench_fx_overlap.py options,
+#  STAGE_TIMEOUT=seconds caps each stage's command)
 # (default: env tests tune bench cli decode)
 # Logs and results go to $OUT (or ./gpu_out) as log.txt plus results.tar.gz.
 # NVLink multicast stays OFF: these three are exported here and never unset.
@@ -58,7 +59,7 @@ for stage in $STAGES; do
     fxoverlap)
       say "bench_fx_overlap"
       [ -f "$TABLE" ] && export COMMRT_TABLE=$TABLE
-      run torchrun --nproc-per-node "$NGPU" benchmarks/bench_fx_overlap.py --out-dir "$RES" ;;
+      run torchrun --nproc-per-node "$NGPU" benchmarks/bench_fx_overlap.py --out-dir "$RES" ${FX_ARGS:-} ;;
     fxoverlaptp)  # the same step tensor parallel
       say "bench_fx_overlap --tp"
       [ -f "$TABLE" ] && export COMMRT_TABLE=$TABLE

@@ -98,6 +98,16 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _ctas(text: str) -> int:
+    try:
+        value = int(text.strip() or "0")
+    except ValueError:
+        raise ValueError("expected a whole number of CTAs, 0 for no limit") from None
+    if not 0 <= value <= 64:
+        raise ValueError("expected 0 (no limit) to 64 CTAs")
+    return value
+
+
 def _path(text: str) -> str | None:
     text = text.strip()
     if not text:
@@ -133,6 +143,9 @@ VARIABLES: tuple[Variable, ...] = (
              "seconds a kernel waits for a peer before it gives up with an error"),
     Variable("COMMRT_PARTITIONED_SCATTER", "partitioned_scatter", "0", _bool,
              "let commrt.fx.install() spread contended accumulating scatters"),
+    Variable("COMMRT_FX_COMM_CTAS", "fx_comm_ctas", "0", _ctas,
+             "commrt.fx.install(): run the graphs' NCCL collectives on a copy of their group "
+             "limited to this many CTAs (0: no limit)"),
 )
 
 
@@ -146,6 +159,7 @@ class Config:
     check: bool = False
     spin_timeout: float = 30.0
     partitioned_scatter: bool = False
+    fx_comm_ctas: int = 0
 
     def describe(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)

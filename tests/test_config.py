@@ -37,6 +37,8 @@ def test_sizes(text, value):
     ({"COMMRT_SPIN_TIMEOUT": "-1"}, "COMMRT_SPIN_TIMEOUT"),
     ({"COMMRT_SPIN_TIMEOUT": "soon"}, "number of seconds"),
     ({"COMMRT_ALGO_TYPO": "1"}, "not a commrt variable"),
+    ({"COMMRT_FX_COMM_CTAS": "few"}, "COMMRT_FX_COMM_CTAS='few'"),
+    ({"COMMRT_FX_COMM_CTAS": "65"}, "0 (no limit) to 64"),
     ({"COMMRT_ALGO": "one_shot", "COMMRT_DISABLE": "one_shot"}, "drop it from one"),
 ])
 def test_every_bad_value_raises_a_config_error_that_says_what_is_wrong(env, needle):
@@ -56,6 +58,8 @@ def test_bools_and_forced_algorithm(tmp_path):
     cfg = config.load({"COMMRT_LOG": "yes", "COMMRT_CHECK": "1", "COMMRT_ALGO": "Two_Shot",
                        "COMMRT_TABLE": str(table)})
     assert cfg.log and cfg.check and cfg.algo == "two_shot" and cfg.table == str(table)
+    assert config.load({}).fx_comm_ctas == 0
+    assert config.load({"COMMRT_FX_COMM_CTAS": "8"}).fx_comm_ctas == 8
 
 
 def test_multicast_switch_is_read_never_written():

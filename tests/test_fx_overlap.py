@@ -282,3 +282,24 @@ def test_functional_collectives_are_priced_as_the_process_group_runs_them(groups
         assert model.comm_us("all_reduce", nbytes, torch.bfloat16, name) == nccl
         assert model.comm_us("commrt_all_reduce", nbytes, torch.bfloat16, name) < nccl
         assert model.comm_us("commrt_all_reduce", nbytes, torch.bfloat16, name) <= best + 1e-9
+
+
+def test_collectives_move_to_a_cta_limited_copy_of_their_group(groups, monkeypatch):
+    """With a limit, every functional collective runs on the group's limited copy; without
+    a copy (fake or gloo groups get none) the graph keeps its groups and says why."""
+    from commrt.fx import comm_groups
+
+    assert any("fake" in r for r in comm_groups.make_copies(8, [groups[2]]))
+    ws = [w(32, 32, seed=i) for i in range(4)]
+    x = w(8, 32, seed=9)
+    gm = trace(lambda x, *ws: layer_grads(x, ws, groups[2]), x, *ws)
+    rep = overlap_and_bucket(gm, comm_ctas=8)
+    name = groups[2].group_name
+    assert rep.limited == 0 and any(f"group {name}: no copy" in s for s in rep.skipped)
+    monkeypatch.setitem(comm_groups._BY_NAME, (name, 8), "copy-8")
+    gm = trace(lambda x, *ws: layer_grads(x, ws, groups[2]), x, *ws)
+    rep = overlap_and_bucket(gm, comm_ctas=8)
+    starts = [n for n in gm.graph.nodes if n.target == c10d.all_reduce.default]
+    assert rep.limited == len(starts) > 0 and all(n.args[-1] == "copy-8" for n in starts)
+    with pytest.raises(ValueError, match="comm_ctas"):
+        commrt.fx.install(comm_ctas=100)

@@ -27,53 +27,74 @@ last_reports: list = []  # the reports of the most recent graphs (newest last, a
 class CommrtPass(CustomGraphPass):
     """commrt's passes, after ``previous`` (another custom pass, or None)."""
 
-    def __init__(self, passes: tuple[str, ...], previous=None):
+    def __init__(self, passes: tuple[str, ...], previous=None, comm_ctas: int = 0):
         unknown = sorted(set(passes) - set(PASSES))
         if unknown:
             raise ValueError(f"unknown commrt FX pass {unknown}; known: {sorted(PASSES)}")
         self.passes = passes
         self.previous = previous
+        self.comm_ctas = comm_ctas
+        self.notes: list[str] = []  # why a group got no CTA-limited copy
 
     def __call__(self, graph: torch.fx.Graph) -> None:
         if self.previous is not None:
             self.previous(graph)
         for name in self.passes:
-            kw = {"for_inductor": True} if name == "overlap" else {}
-            last_reports.append((name, PASSES[name](graph, **kw)))
+            kw = {"for_inductor": True, "comm_ctas": self.comm_ctas} if name == "overlap" \
+                else {}
+            report = PASSES[name](graph, **kw)
+            if name == "overlap":
+                report.skipped += self.notes
+            last_reports.append((name, report))
         del last_reports[:-16]
 
     def uuid(self) -> bytes:
         """Changes with the passes chosen, their source code and the chained pass."""
         from torch._inductor.custom_graph_pass import get_hash_for_files
 
-        from . import bucketing, cost, fuse_rmsnorm, overlap, scatter
+        from . import bucketing, comm_groups, cost, fuse_rmsnorm, overlap, scatter, stalls
 
         prev = self.previous.uuid() if isinstance(self.previous, CustomGraphPass) else None
-        code = get_hash_for_files(tuple(m.__file__ for m in (fuse_rmsnorm, overlap, bucketing,
-                                                              cost, scatter)) + (__file__,))
-        blob = f"commrt-fx/{','.join(self.passes)}/{prev!r}".encode() + code
+        code = get_hash_for_files(tuple(m.__file__ for m in (
+            fuse_rmsnorm, overlap, bucketing, cost, scatter, stalls, comm_groups)) + (__file__,))
+        blob = (f"commrt-fx/{','.join(self.passes)}/{prev!r}/{self.comm_ctas}/"
+                f"{comm_groups.known()!r}").encode() + code
         return hashlib.sha256(blob).digest()
 
 
 def install(fuse_rmsnorm: bool = True, overlap: bool = True,
-            partitioned_scatter: bool | None = None) -> CommrtPass:
+            partitioned_scatter: bool | None = None, comm_ctas: int | None = None,
+            comm_groups=None) -> CommrtPass:
     """Register commrt's passes as Inductor's post-grad custom pass; returns the pass.
 
     ``partitioned_scatter`` defaults to ``COMMRT_PARTITIONED_SCATTER`` (off).
+    ``comm_ctas`` (default ``COMMRT_FX_COMM_CTAS``, 0: off) runs the graphs' functional
+    collectives on copies of ``comm_groups`` (default: the world group) whose NCCL
+    communicator takes at most that many CTAs; the copies are made here, so with a limit
+    every rank must call ``install`` (in the same order, as for ``new_group``).
     """
     import torch._inductor.config as inductor_config
 
     from commrt import config
 
+    from . import comm_groups as _groups
+
     if partitioned_scatter is None:
         partitioned_scatter = config.get().partitioned_scatter
+    if comm_ctas is None:
+        comm_ctas = config.get().fx_comm_ctas
+    if isinstance(comm_ctas, bool) or not isinstance(comm_ctas, int) or \
+            not 0 <= comm_ctas <= 64:
+        raise ValueError(f"comm_ctas={comm_ctas!r}: expected 0 (no limit) to 64 CTAs")
+    notes = _groups.make_copies(comm_ctas, comm_groups) if comm_ctas and overlap else []
     wanted = {"fuse_rmsnorm": fuse_rmsnorm, "partitioned_scatter": partitioned_scatter,
               "overlap": overlap}
     passes = tuple(n for n in PASSES if wanted[n])
     current = inductor_config.post_grad_custom_post_pass
     if isinstance(current, CommrtPass):
         current = current.previous
-    p = CommrtPass(passes, current)
+    p = CommrtPass(passes, current, comm_ctas if overlap else 0)
+    p.notes = notes
     inductor_config.post_grad_custom_post_pass = p
     return p
 
