@@ -303,3 +303,27 @@ def test_collectives_move_to_a_cta_limited_copy_of_their_group(groups, monkeypat
     assert rep.limited == len(starts) > 0 and all(n.args[-1] == "copy-8" for n in starts)
     with pytest.raises(ValueError, match="comm_ctas"):
         commrt.fx.install(comm_ctas=100)
+
+
+def test_large_hidden_collectives_are_not_copied_into_a_bucket(groups):
+    """Bucketing copies its members into a flat buffer on the compute stream: small
+    collectives merge (latency saved), large hidden ones stay apart (the copy costs more)."""
+    from commrt.dispatch.profile import DeviceProfile
+
+    prof = DeviceProfile("nvidia", "sm90-h200", "NVIDIA H200", 132, 141 << 30, 2, "nvlink",
+                         True, False, "nvml")
+    for rows, merged in ((4, True), (4096, False)):  # 32 KiB or 32 MiB gradients
+        ws = [w(2048, 2048, seed=i) for i in range(3)]
+        gm = trace(lambda x, *ws: layer_grads(x, ws, groups[2]), w(rows, 2048), *ws)
+        rep = overlap_and_bucket(gm, profile=prof)
+        assert (rep.buckets > 0) == merged, (rows, rep)
+
+
+def test_a_wait_whose_result_lives_on_moves_within_a_zero_budget(groups):
+    def f(a, b, wt):
+        r = fc.all_reduce(a @ wt, "sum", groups[2])
+        return r, torch.relu(b @ wt) @ wt  # r is a result: it lives to the end anyway
+    gm = trace(f, w(64, 64), w(64, 64, seed=1), w(64, 64, seed=2))
+    rep = overlap_and_bucket(gm, memory_budget=0)
+    assert rep.moved == 1
+    assert index(gm, c10d.wait_tensor.default) > index(gm, torch.ops.aten.relu.default)

@@ -146,21 +146,6 @@ def _simulate(order: list[fx.Node], colls: list[_Coll], model: _cost.CostModel):
     return exposed, total
 
 
-def _peak_bytes(order: list[fx.Node]) -> int:
-    """Peak of live output bytes along ``order`` (a tensor lives from def to last use)."""
-    pos = {n: i for i, n in enumerate(order)}
-    frees: dict[int, int] = {}
-    live = peak = 0
-    for i, n in enumerate(order):
-        b = _static_bytes(_val(n)) or 0
-        last = max((pos[u] for u in n.users if u in pos), default=i)
-        live += b
-        frees[last] = frees.get(last, 0) + b
-        peak = max(peak, live)
-        live -= frees.pop(i, 0)
-    return peak
-
-
 def _to_limited_copies(colls: list[_Coll], max_ctas: int, report: OverlapReport) -> int:
     from .comm_groups import copy_of
 
@@ -199,7 +184,9 @@ def overlap_and_bucket(gm: fx.GraphModule | fx.Graph, *, profile=None,
     order = list(graph.nodes)
     report.exposed_us_before, _ = _simulate(order, colls, model)
     if colls:
-        peak = _peak_bytes(order)
+        from .memory import peak_bytes
+
+        peak = peak_bytes(order)
         budget = int(peak * MEMORY_HEADROOM) if memory_budget is None else memory_budget
         report.memory_budget_bytes = budget
         from .bucketing import bucket, place
@@ -209,7 +196,7 @@ def overlap_and_bucket(gm: fx.GraphModule | fx.Graph, *, profile=None,
         from .stalls import defer_stalls, relink
 
         deferred, report.deferred = defer_stalls(graph, colls, model)
-        if report.deferred and _peak_bytes(deferred) > _peak_bytes(order) + budget:
+        if report.deferred and peak_bytes(deferred) > peak_bytes(order) + budget:
             report.skipped.append(f"{report.deferred} stalled waits left in place: running "
                                   "other work first would exceed the memory budget")
             report.deferred = 0

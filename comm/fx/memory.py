@@ -1,0 +1,44 @@
+"""Peak memory of a node order, as the overlap pass's budget counts it."""
+
+from __future__ import annotations
+
+import torch
+import torch.fx as fx
+
+from .cost import _VIEWS
+
+_WAIT = torch.ops._c10d_functional.wait_tensor.default
+
+
+def _nbytes(n: fx.Node) -> int:
+    v = n.meta.get("val")
+    if not isinstance(v, torch.Tensor):
+        return 0
+    numel = v.numel()
+    return 0 if isinstance(numel, torch.SymInt) else int(numel) * v.element_size()
+
+
+def peak_bytes(order: list[fx.Node]) -> int:
+    """Peak of live tensor bytes along ``order``: a tensor lives from the node that makes
+    it to the last use of it or of any alias of it (views, the wait of a collective), so
+    moving a wait to the first use of a result that lives on anyway costs nothing."""
+    pos = {n: i for i, n in enumerate(order)}
+    root: dict[fx.Node, fx.Node] = {}
+    last: dict[fx.Node, int] = {}
+    for i, n in enumerate(order):
+        src = n.args[0] if n.args and isinstance(n.args[0], fx.Node) else None
+        alias = n.op == "call_function" and (n.target == _WAIT or n.target in _VIEWS)
+        r = root.get(src, src) if alias and src is not None else n
+        root[n] = r
+        end = max((pos[u] for u in n.users if u in pos), default=i)
+        last[r] = max(last.get(r, pos.get(r, i)), end)
+    frees: dict[int, int] = {}
+    live = peak = 0
+    for i, n in enumerate(order):
+        if root[n] is n:
+            b = _nbytes(n)
+            live += b
+            frees[last[n]] = frees.get(last[n], 0) + b
+        peak = max(peak, live)
+        live -= frees.pop(i, 0)
+    return peak
