@@ -206,6 +206,8 @@ def main() -> None:
     ap.add_argument("--comm-ctas", default="",
                     help="extra rows: commrt.fx with the graphs' NCCL collectives on a copy "
                          "of the group limited to each of these CTA counts, e.g. 4,8,16")
+    ap.add_argument("--bucket-caps", default="",
+                    help="extra rows: commrt.fx with these largest bucket sizes in MiB, e.g. 256")
     ap.add_argument("--out-dir", default="benchmarks/results")
     args = ap.parse_args()
     import torch._inductor.config as ic
@@ -243,6 +245,8 @@ def main() -> None:
                 COMMRT: {"commrt": True}}
     for n in (int(c) for c in args.comm_ctas.split(",") if c):
         variants[f"{COMMRT} (NCCL <= {n} CTAs)"] = {"commrt": True, "ctas": n}
+    for mib in (int(c) for c in args.bucket_caps.split(",") if c):
+        variants[f"{COMMRT} (buckets <= {mib} MiB)"] = {"commrt": True, "cap": mib << 20}
     if not args.tp:  # not a contender: how far from perfect overlap each one is
         variants[FLOOR] = {"floor": True}
     reports, ref_new = {}, None
@@ -253,6 +257,8 @@ def main() -> None:
         if opts.get("inductor"):
             patches["aten_distributed_optimizations.enable_overlap_scheduling"] = True
         limit = {"comm_ctas": opts["ctas"]} if "ctas" in opts else {}
+        if "cap" in opts:
+            limit["bucket_cap"] = opts["cap"]
         with ic.patch(patches), (commrt.fx.installed(**limit) if opts.get("commrt") else
                                  contextlib.nullcontext()):
             fn = torch.compile(make_step(args.layers, args.heads, world, reduce=False)

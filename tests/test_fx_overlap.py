@@ -305,20 +305,6 @@ def test_collectives_move_to_a_cta_limited_copy_of_their_group(groups, monkeypat
         commrt.fx.install(comm_ctas=100)
 
 
-def test_large_hidden_collectives_are_not_copied_into_a_bucket(groups):
-    """Bucketing copies its members into a flat buffer on the compute stream: small
-    collectives merge (latency saved), large hidden ones stay apart (the copy costs more)."""
-    from commrt.dispatch.profile import DeviceProfile
-
-    prof = DeviceProfile("nvidia", "sm90-h200", "NVIDIA H200", 132, 141 << 30, 2, "nvlink",
-                         True, False, "nvml")
-    for rows, merged in ((4, True), (4096, False)):  # 32 KiB or 32 MiB gradients
-        ws = [w(2048, 2048, seed=i) for i in range(3)]
-        gm = trace(lambda x, *ws: layer_grads(x, ws, groups[2]), w(rows, 2048), *ws)
-        rep = overlap_and_bucket(gm, profile=prof)
-        assert (rep.buckets > 0) == merged, (rows, rep)
-
-
 def test_a_wait_whose_result_lives_on_moves_within_a_zero_budget(groups):
     def f(a, b, wt):
         r = fc.all_reduce(a @ wt, "sum", groups[2])
@@ -327,3 +313,13 @@ def test_a_wait_whose_result_lives_on_moves_within_a_zero_budget(groups):
     rep = overlap_and_bucket(gm, memory_budget=0)
     assert rep.moved == 1
     assert index(gm, c10d.wait_tensor.default) > index(gm, torch.ops.aten.relu.default)
+
+
+def test_install_takes_a_bucket_cap():
+    p = commrt.fx.install(bucket_cap=1)
+    try:
+        assert p.bucket_cap == 1
+    finally:
+        commrt.fx.uninstall()
+    with pytest.raises(ValueError, match="bucket_cap"):
+        commrt.fx.install(bucket_cap=0)

@@ -45,27 +45,17 @@ def _span(c, pos) -> tuple[int, int]:
     return ready, min(users) if users else len(pos)
 
 
-# A µs of a hidden collective costs about this much of the compute it overlaps (the SMs
-# and memory bandwidth its kernel takes): bucketing hidden collectives saves their
-# per-call latency at this weight, against the copy into the bucket at full weight.
-STREAM_WEIGHT = 0.25
-
-
 def bucket(graph: fx.Graph, colls: list, model, cap: int) -> tuple[list, int]:
-    """Merge runs of same-key collectives where the merged one costs less: exposed comm
-    time, plus the comm stream's time at ``STREAM_WEIGHT``, plus (for a bucket) the copy
-    of its members into the flat buffer on the compute stream. Small collectives merge
-    (latency saved, little to copy); large ones stay apart (the copy costs more)."""
+    """Merge runs of same-key collectives whose merged schedule exposes no more time."""
     order = list(graph.nodes)
     pos = {n: i for i, n in enumerate(order)}
     prefix = list(itertools.accumulate((model.compute_us(n) for n in order), initial=0.0))
 
-    def cost(nbytes, copied, key, ready, use, merged):
-        us = model.comm_us(key[0], nbytes, key[3], key[1])
-        copy = model.copy_us(copied) if merged else 0.0
+    def exposed(nbytes, key, ready, use):
+        cost = model.comm_us(key[0], nbytes, key[3], key[1])
         if key[0] == "commrt_all_reduce":
-            return us + copy  # runs on the compute stream
-        return max(0.0, us - (prefix[use] - prefix[ready + 1])) + STREAM_WEIGHT * us + copy
+            return cost  # runs on the compute stream
+        return max(0.0, cost - (prefix[use] - prefix[ready + 1]))
 
     buckets = []
     open_runs: dict[tuple, dict] = {}  # key -> members and running span / bytes / exposure
@@ -77,20 +67,18 @@ def bucket(graph: fx.Graph, colls: list, model, cap: int) -> tuple[list, int]:
             buckets.append([c])
             continue
         ready, use = _span(c, pos)
-        copied = _copied_bytes(c)
-        alone = cost(c.nbytes, copied, c.key, ready, use, False)
+        alone = exposed(c.nbytes, c.key, ready, use)
         r = open_runs.get(c.key)
         if r is not None:
             m_ready, m_use = max(r["ready"], ready), min(r["use"], use)
-            total, m_copied = r["bytes"] + c.nbytes, r["copied"] + copied
-            merged = cost(total, m_copied, c.key, m_ready, m_use, True)
-            if m_ready < m_use and total <= cap and merged <= r["cost"] + alone:
+            total = r["bytes"] + c.nbytes
+            if m_ready < m_use and total <= cap and \
+                    exposed(total, c.key, m_ready, m_use) <= r["apart"] + alone:
                 r["members"].append(c)
-                r.update(ready=m_ready, use=m_use, bytes=total, copied=m_copied, cost=merged)
+                r.update(ready=m_ready, use=m_use, bytes=total, apart=r["apart"] + alone)
                 continue
             buckets.append(r["members"])
-        open_runs[c.key] = dict(members=[c], ready=ready, use=use, bytes=c.nbytes,
-                                copied=copied, cost=alone)
+        open_runs[c.key] = dict(members=[c], ready=ready, use=use, bytes=c.nbytes, apart=alone)
     buckets += [r["members"] for r in open_runs.values()]
     buckets.sort(key=lambda b: pos[b[0].start])
     fake = _fake_mode(graph)
@@ -102,14 +90,6 @@ def bucket(graph: fx.Graph, colls: list, model, cap: int) -> tuple[list, int]:
         out.append(_merge(graph, b, pos, fake))
         merged += 1
     return out, merged
-
-
-def _copied_bytes(c) -> int:
-    """Bytes a bucket copies for this member: its input into the flat buffer, and for an
-    all-gather its part of the result back out (the other kinds' results are views)."""
-    src = c.start.args[0].meta.get("val")
-    inp = src.numel() * src.element_size() if isinstance(src, torch.Tensor) else c.nbytes
-    return inp + (c.nbytes if c.kind == "all_gather" else 0)
 
 
 def _merge(graph: fx.Graph, members: list, pos: dict, fake):

@@ -59,10 +59,6 @@ class CostModel:
             us = _FALLBACK_LATENCY_US + bus / (_FALLBACK_BUS_GBPS * 1e3)
         return us if kind in ("all_reduce", "commrt_all_reduce") else us / 2
 
-    def copy_us(self, nbytes: int) -> float:
-        """A device copy of ``nbytes`` (read and write)."""
-        return 2 * nbytes / self.bandwidth * 1e6
-
     def compute_us(self, node: torch.fx.Node) -> float:
         us = self._compute.get(node)
         if us is None:

@@ -27,21 +27,26 @@ last_reports: list = []  # the reports of the most recent graphs (newest last, a
 class CommrtPass(CustomGraphPass):
     """commrt's passes, after ``previous`` (another custom pass, or None)."""
 
-    def __init__(self, passes: tuple[str, ...], previous=None, comm_ctas: int = 0):
+    def __init__(self, passes: tuple[str, ...], previous=None, comm_ctas: int = 0,
+                 bucket_cap: int | None = None):
         unknown = sorted(set(passes) - set(PASSES))
         if unknown:
             raise ValueError(f"unknown commrt FX pass {unknown}; known: {sorted(PASSES)}")
         self.passes = passes
         self.previous = previous
         self.comm_ctas = comm_ctas
+        self.bucket_cap = bucket_cap
         self.notes: list[str] = []  # why a group got no CTA-limited copy
 
     def __call__(self, graph: torch.fx.Graph) -> None:
         if self.previous is not None:
             self.previous(graph)
         for name in self.passes:
-            kw = {"for_inductor": True, "comm_ctas": self.comm_ctas} if name == "overlap" \
-                else {}
+            kw = {}
+            if name == "overlap":
+                kw = {"for_inductor": True, "comm_ctas": self.comm_ctas}
+                if self.bucket_cap is not None:
+                    kw["bucket_cap"] = self.bucket_cap
             report = PASSES[name](graph, **kw)
             if name == "overlap":
                 report.skipped += self.notes
@@ -58,13 +63,14 @@ class CommrtPass(CustomGraphPass):
         code = get_hash_for_files(tuple(m.__file__ for m in (
             fuse_rmsnorm, overlap, bucketing, cost, scatter, stalls, comm_groups)) + (__file__,))
         blob = (f"commrt-fx/{','.join(self.passes)}/{prev!r}/{self.comm_ctas}/"
+                f"{self.bucket_cap}/"
                 f"{comm_groups.known()!r}").encode() + code
         return hashlib.sha256(blob).digest()
 
 
 def install(fuse_rmsnorm: bool = True, overlap: bool = True,
             partitioned_scatter: bool | None = None, comm_ctas: int | None = None,
-            comm_groups=None) -> CommrtPass:
+            comm_groups=None, bucket_cap: int | None = None) -> CommrtPass:
     """Register commrt's passes as Inductor's post-grad custom pass; returns the pass.
 
     ``partitioned_scatter`` defaults to ``COMMRT_PARTITIONED_SCATTER`` (off).
@@ -72,6 +78,7 @@ def install(fuse_rmsnorm: bool = True, overlap: bool = True,
     collectives on copies of ``comm_groups`` (default: the world group) whose NCCL
     communicator takes at most that many CTAs; the copies are made here, so with a limit
     every rank must call ``install`` (in the same order, as for ``new_group``).
+    ``bucket_cap``: the largest bucket in bytes (default ``overlap.BUCKET_CAP_BYTES``).
     """
     import torch._inductor.config as inductor_config
 
@@ -93,7 +100,9 @@ def install(fuse_rmsnorm: bool = True, overlap: bool = True,
     current = inductor_config.post_grad_custom_post_pass
     if isinstance(current, CommrtPass):
         current = current.previous
-    p = CommrtPass(passes, current, comm_ctas if overlap else 0)
+    if bucket_cap is not None and (not isinstance(bucket_cap, int) or bucket_cap <= 0):
+        raise ValueError(f"bucket_cap={bucket_cap!r}: expected a positive number of bytes")
+    p = CommrtPass(passes, current, comm_ctas if overlap else 0, bucket_cap)
     p.notes = notes
     inductor_config.post_grad_custom_post_pass = p
     return p
