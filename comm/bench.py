@@ -213,8 +213,8 @@ def run_bench(comm: Communicator, sizes: Iterable[int], dtype, modes: Iterable[s
     """Every eligible variant per size and mode, checked, then timed in ``rounds``
     interleaved rounds (all variants once a round). Per variant: graph mode, the median
     over rounds; eager mode, the fastest round (host-bound bursts only ever get slower
-    from outside interference: the same call measured 13.3 and 14.0 µs, or 19.7 and 23.4,
-    in two rounds' medians of one run)."""
+    from outside interference: one algorithm through one host path measured 13.3 and
+    14.0 µs, or 19.7 and 23.4, as two columns of one run)."""
     rows = []
     for mode in modes:
         for nbytes in sizes:
