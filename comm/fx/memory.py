@@ -6,16 +6,9 @@ import torch
 import torch.fx as fx
 
 from .cost import _VIEWS
+from .overlap import _static_bytes, _val
 
 _WAIT = torch.ops._c10d_functional.wait_tensor.default
-
-
-def _nbytes(n: fx.Node) -> int:
-    v = n.meta.get("val")
-    if not isinstance(v, torch.Tensor):
-        return 0
-    numel = v.numel()
-    return 0 if isinstance(numel, torch.SymInt) else int(numel) * v.element_size()
 
 
 def peak_bytes(order: list[fx.Node]) -> int:
@@ -36,7 +29,7 @@ def peak_bytes(order: list[fx.Node]) -> int:
     live = peak = 0
     for i, n in enumerate(order):
         if root[n] is n:
-            b = _nbytes(n)
+            b = _static_bytes(_val(n)) or 0
             live += b
             frees[last[n]] = frees.get(last[n], 0) + b
         peak = max(peak, live)

@@ -93,6 +93,8 @@ def install(fuse_rmsnorm: bool = True, overlap: bool = True,
     if isinstance(comm_ctas, bool) or not isinstance(comm_ctas, int) or \
             not 0 <= comm_ctas <= 64:
         raise ValueError(f"comm_ctas={comm_ctas!r}: expected 0 (no limit) to 64 CTAs")
+    if bucket_cap is not None and (not isinstance(bucket_cap, int) or bucket_cap <= 0):
+        raise ValueError(f"bucket_cap={bucket_cap!r}: expected a positive number of bytes")
     notes = _groups.make_copies(comm_ctas, comm_groups) if comm_ctas and overlap else []
     wanted = {"fuse_rmsnorm": fuse_rmsnorm, "partitioned_scatter": partitioned_scatter,
               "overlap": overlap}
@@ -100,8 +102,6 @@ def install(fuse_rmsnorm: bool = True, overlap: bool = True,
     current = inductor_config.post_grad_custom_post_pass
     if isinstance(current, CommrtPass):
         current = current.previous
-    if bucket_cap is not None and (not isinstance(bucket_cap, int) or bucket_cap <= 0):
-        raise ValueError(f"bucket_cap={bucket_cap!r}: expected a positive number of bytes")
     p = CommrtPass(passes, current, comm_ctas if overlap else 0, bucket_cap)
     p.notes = notes
     inductor_config.post_grad_custom_post_pass = p
