@@ -13,13 +13,15 @@ row-parallel o and down): the all-reduces are the forward's after every row-para
 linear and the backward's of every column-parallel input gradient; the eager baseline
 is the same step uncompiled. (A run with both kinds needs 4 GPUs.) Reports the median
 step time and the hidden fraction of collective time measured from a ``torch.profiler``
-GPU trace: collective-kernel time that overlaps compute kernels, over all
-collective-kernel time.
+GPU trace: collective time (kernels and copies off the compute stream, and kernels
+named as collectives) that overlaps compute kernels, over all collective time.
+``--copy-engine`` adds a row with the all-reduces on commrt's copy-engine group.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import json
 import os
@@ -142,16 +144,27 @@ class Block(torch.nn.Module):
 
 
 def trace_stats(prof) -> dict:
-    """From a GPU trace: the hidden fraction (collective-kernel time overlapping compute
-    kernels, over collective-kernel time), the collective-kernel ms, and the compute-busy
-    ms (union of compute kernels: how far contention and stalls stretch the compute)."""
+    """From a GPU trace: the hidden fraction (collective time overlapping compute kernels,
+    over collective time), the collective ms (kernels and copies, summed), and the
+    compute-busy ms (union of compute kernels: how far contention and stalls stretch the
+    compute)."""
+    gpu = [e for e in prof.events()
+           if getattr(e, "device_type", None) == torch.autograd.DeviceType.CUDA]
+
+    def named_comm(e):
+        return "nccl" in e.name.lower() or "all_reduce" in e.name.lower()
+    # Collective work is everything off the compute stream (NCCL's kernels; the
+    # copy-engine group's copies, sums and barriers), plus kernels named as collectives.
+    busy: dict = collections.Counter()
+    for e in gpu:
+        if not named_comm(e):
+            busy[getattr(e, "device_resource_id", None)] += e.time_range.elapsed_us()
+    main = max(busy, key=busy.get) if busy else None
     comm, compute = [], []
-    for e in prof.events():
-        if getattr(e, "device_type", None) != torch.autograd.DeviceType.CUDA:
-            continue
+    for e in gpu:
         span = (e.time_range.start, e.time_range.end)
-        (comm if "nccl" in e.name.lower() or "all_reduce" in e.name.lower() else
-         compute).append(span)
+        off_main = main is not None and getattr(e, "device_resource_id", None) != main
+        (comm if named_comm(e) or off_main else compute).append(span)
     compute.sort()
     merged = []
     for s, t in compute:
@@ -206,6 +219,8 @@ def main() -> None:
     ap.add_argument("--comm-ctas", default="",
                     help="extra rows: commrt.fx with the graphs' NCCL collectives on a copy "
                          "of the group limited to each of these CTA counts, e.g. 4,8,16")
+    ap.add_argument("--copy-engine", action="store_true",
+                    help="extra row: commrt.fx with the all-reduces on a copy-engine group")
     ap.add_argument("--bucket-caps", default="",
                     help="extra rows: commrt.fx with these largest bucket sizes in MiB, e.g. 256")
     ap.add_argument("--out-dir", default="benchmarks/results")
@@ -243,6 +258,8 @@ def main() -> None:
 
     variants = {"compiled": {}, "compiled + Inductor overlap": {"inductor": True},
                 COMMRT: {"commrt": True}}
+    if args.copy_engine:
+        variants[f"{COMMRT} (copy engine)"] = {"commrt": True, "ce": True}
     for n in (int(c) for c in args.comm_ctas.split(",") if c):
         variants[f"{COMMRT} (NCCL <= {n} CTAs)"] = {"commrt": True, "ctas": n}
     for mib in (int(c) for c in args.bucket_caps.split(",") if c):
@@ -259,6 +276,8 @@ def main() -> None:
         limit = {"comm_ctas": opts["ctas"]} if "ctas" in opts else {}
         if "cap" in opts:
             limit["bucket_cap"] = opts["cap"]
+        if opts.get("ce"):
+            limit["copy_engine"] = True
         with ic.patch(patches), (commrt.fx.installed(**limit) if opts.get("commrt") else
                                  contextlib.nullcontext()):
             fn = torch.compile(make_step(args.layers, args.heads, world, reduce=False)

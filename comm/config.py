@@ -146,6 +146,9 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("COMMRT_FX_COMM_CTAS", "fx_comm_ctas", "0", _ctas,
              "commrt.fx.install(): run the graphs' NCCL collectives on a copy of their group "
              "limited to this many CTAs (0: no limit)"),
+    Variable("COMMRT_FX_COPY_ENGINE", "fx_copy_engine", "0", _bool,
+             "commrt.fx.install(): run the graphs' sum/avg all-reduces on a copy-engine group "
+             "(data moved by the copy engines, not the SMs)"),
 )
 
 
@@ -160,6 +163,7 @@ class Config:
     spin_timeout: float = 30.0
     partitioned_scatter: bool = False
     fx_comm_ctas: int = 0
+    fx_copy_engine: bool = False
 
     def describe(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)

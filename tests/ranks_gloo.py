@@ -354,3 +354,46 @@ def tuner_gate(rank, world):
                     all(c["us"] > 0 for r in rows for c in r["ranking"]),
                     [(r["bytes"], r["wrong"]) for r in raw])
     return out
+
+
+def copy_engine_group(rank, world, names, data_bytes):
+    """The copy-engine group over shared-memory workspaces: functional all_reduce + wait,
+    dist.all_reduce, sum and avg, pieces, against float64; results bitwise alike."""
+    from multiprocessing import shared_memory
+
+    from commrt import copy_engine_group as ceg
+    from commrt.symm_mem.workspace import Workspace
+
+    blocks = [shared_memory.SharedMemory(name=n) for n in names]
+    buffers = [torch.frombuffer(b.buf, dtype=torch.uint8) for b in blocks]
+    ws = Workspace(buffers, rank, data_bytes, 256, "ce-test")
+    ws.clear()
+    dist.barrier()
+    g = ceg.make(dist.group.WORLD, ws)
+    c10d = torch.ops._c10d_functional
+    out = {"backend": dist.get_backend(g), "bad": [], "results": []}
+    cases = [(1, torch.float32), (7, torch.bfloat16), (4097, torch.float16),
+             (40_000, torch.float32), (33, torch.bfloat16)]
+    for call, (n, dtype) in enumerate(cases):
+        for op in ("sum", "avg"):
+            x = make(call, rank, (n,), dtype)
+            if call == 2:  # through the eager API
+                y = x.clone()
+                dist.all_reduce(y, op=dist.ReduceOp.AVG if op == "avg" else dist.ReduceOp.SUM,
+                                group=g)
+            else:
+                y = c10d.wait_tensor(c10d.all_reduce(x, op, g.group_name))
+            ref = reference(call, world, (n,), dtype) / (world if op == "avg" else 1)
+            if not close(y, ref):
+                out["bad"].append((n, str(dtype), op, float((y.double() - ref).abs().max())))
+            out["results"].append(y.float().tolist())  # exact: plain floats cross processes
+    try:
+        dist.all_reduce(torch.ones(3), op=dist.ReduceOp.MAX, group=g)
+    except Exception as exc:  # noqa: BLE001
+        out["max"] = str(exc)
+    out["err"] = int(ws.err.item())
+    dist.barrier()
+    del ws, buffers
+    for b in blocks:
+        b.close()
+    return out

@@ -481,3 +481,83 @@ def fused_rmsnorm(rank, world):
                 failures.append(f"graph {algo} replay {replay}")
     comm.check_health()
     return {"failures": failures, "ran": ran}
+
+
+def copy_engine_group(rank, world, soak_calls=2000):
+    """The copy-engine group: functional all_reduce + wait on every dtype and odd sizes
+    (including more than its data region: pieces), sum and avg, against float64, ranks
+    bitwise alike; back-to-back calls with changing data, compute on the caller's stream
+    and NCCL calls between; a CUDA graph replayed with fresh data; torch.compile."""
+    from commrt import copy_engine_group as ceg
+
+    dev = torch.device("cuda", rank)
+    g = ceg.make(dist.group.WORLD)
+    name = g.group_name
+    c10d = torch.ops._c10d_functional
+    failures = []
+    data_elems = g.ws.data_bytes // 2
+    for dtype in DTYPES:
+        for n in (1, 7, 4097, MIB + 3, data_elems + 4099):
+            for op in ("sum", "avg"):
+                xs = inputs(n + len(op), world, n, dtype, dev)
+                y = c10d.wait_tensor(c10d.all_reduce(xs[rank], op, name))
+                ref = sum(x.double() for x in xs) / (world if op == "avg" else 1)
+                err = rel_err(y, ref)
+                if err > TOL[dtype] or not same_on_all_ranks(y):
+                    failures.append(f"{op} {dtype} n={n}: {err:.2e}")
+    # back to back: the caller's stream keeps writing the next input while the group's
+    # stream reduces the last one; an NCCL all-reduce every 7th call
+    n = 300_001
+    base = inputs(7, world, n, torch.bfloat16, dev)
+    ref = sum(x.double() for x in base)
+    outs = []
+    for call in range(soak_calls):
+        x = base[rank] * (1 + call % 3)
+        outs.append((call % 3, c10d.all_reduce(x, "sum", name)))
+        if call % 7 == 0:
+            t = torch.full((5,), float(rank + call), device=dev)
+            dist.all_reduce(t)
+            if t[0].item() != sum(r + call for r in range(world)):
+                failures.append(f"nccl between, call {call}")
+        if len(outs) > 4:
+            k, y = outs.pop(0)
+            y = c10d.wait_tensor(y)
+            if call % 97 == 0 and rel_err(y, ref * (1 + k)) > TOL[torch.bfloat16]:
+                failures.append(f"back to back, call {call}")
+    for _, y in outs:
+        c10d.wait_tensor(y)
+    # CUDA graph
+    buf = torch.empty(4097, dtype=torch.bfloat16, device=dev)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        out = c10d.wait_tensor(c10d.all_reduce(buf.normal_(), "sum", name))
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=s):
+        out = c10d.wait_tensor(c10d.all_reduce(buf * 2, "sum", name))
+    for replay in range(10):
+        xs = inputs(500 + replay, world, 4097, torch.bfloat16, dev)
+        buf.copy_(xs[rank])
+        graph.replay()
+        torch.cuda.synchronize()
+        ref = 2 * sum(x.double() for x in xs)
+        if rel_err(out, ref) > TOL[torch.bfloat16] or not same_on_all_ranks(out):
+            failures.append(f"graph replay {replay}: {rel_err(out, ref):.2e}")
+    del graph
+
+    # torch.compile (Inductor) around it
+    def f(a, w):
+        return torch.relu(c10d.wait_tensor(c10d.all_reduce(a @ w, "sum", name))) + 1
+
+    w = torch.randn(128, 128, device=dev, dtype=torch.bfloat16,
+                    generator=torch.Generator(device=dev).manual_seed(5))
+    a = inputs(3, world, 64 * 128, torch.bfloat16, dev)
+    got = torch.compile(f, fullgraph=True)(a[rank].view(64, 128), w)
+    ref = torch.relu(sum((x.view(64, 128) @ w).double() for x in a)) + 1
+    if rel_err(got, ref) > 2e-2:
+        failures.append(f"compiled: {rel_err(got, ref):.2e}")
+    torch.cuda.synchronize()
+    g.check_health()
+    return {"failures": failures, "backend": dist.get_backend(g)}

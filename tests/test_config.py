@@ -60,6 +60,8 @@ def test_bools_and_forced_algorithm(tmp_path):
     assert cfg.log and cfg.check and cfg.algo == "two_shot" and cfg.table == str(table)
     assert config.load({}).fx_comm_ctas == 0
     assert config.load({"COMMRT_FX_COMM_CTAS": "8"}).fx_comm_ctas == 8
+    assert config.load({"COMMRT_FX_COPY_ENGINE": "1"}).fx_copy_engine is True
+    assert config.load({}).fx_copy_engine is False
 
 
 def test_multicast_switch_is_read_never_written():

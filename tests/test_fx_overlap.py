@@ -289,20 +289,44 @@ def test_collectives_move_to_a_cta_limited_copy_of_their_group(groups, monkeypat
     a copy (fake or gloo groups get none) the graph keeps its groups and says why."""
     from commrt.fx import comm_groups
 
-    assert any("fake" in r for r in comm_groups.make_copies(8, [groups[2]]))
+    assert any("fake" in r for r in comm_groups.make_copies("ctas8", [groups[2]]))
     ws = [w(32, 32, seed=i) for i in range(4)]
     x = w(8, 32, seed=9)
     gm = trace(lambda x, *ws: layer_grads(x, ws, groups[2]), x, *ws)
     rep = overlap_and_bucket(gm, comm_ctas=8)
     name = groups[2].group_name
-    assert rep.limited == 0 and any(f"group {name}: no copy" in s for s in rep.skipped)
-    monkeypatch.setitem(comm_groups._BY_NAME, (name, 8), "copy-8")
+    assert rep.limited == 0 and any(f"group {name}: no ctas8 copy" in s for s in rep.skipped)
+    monkeypatch.setitem(comm_groups._BY_NAME, (name, "ctas8"), "copy-8")
     gm = trace(lambda x, *ws: layer_grads(x, ws, groups[2]), x, *ws)
     rep = overlap_and_bucket(gm, comm_ctas=8)
     starts = [n for n in gm.graph.nodes if n.target == c10d.all_reduce.default]
     assert rep.limited == len(starts) > 0 and all(n.args[-1] == "copy-8" for n in starts)
     with pytest.raises(ValueError, match="comm_ctas"):
         commrt.fx.install(comm_ctas=100)
+    with pytest.raises(ValueError, match="exclude each other"):
+        commrt.fx.install(comm_ctas=8, copy_engine=True)
+
+
+def test_only_sum_and_avg_all_reduces_move_to_the_copy_engine_group(groups, monkeypatch):
+    from commrt.fx import comm_groups
+
+    name = groups[2].group_name
+    monkeypatch.setitem(comm_groups._BY_NAME, (name, "ce"), "ce-copy")
+
+    def f(a, b, c, d):
+        s = fc.all_reduce(a @ a, "sum", groups[2])
+        m = fc.all_reduce(b @ b, "max", groups[2])
+        v = fc.all_reduce(d @ d, "avg", groups[2])
+        g = fc.all_gather_tensor(c @ c, 0, groups[2])
+        return s + m + v, g
+
+    gm = trace(f, *(w(16, 16, seed=i) for i in range(4)))
+    rep = overlap_and_bucket(gm, copy_engine=True, bucket_cap=1)  # no buckets: one each
+    groups_of = {n.args[1]: n.args[-1] for n in gm.graph.nodes
+                 if n.target == c10d.all_reduce.default}
+    assert groups_of == {"sum": "ce-copy", "avg": "ce-copy", "max": name}
+    gathers = [n for n in gm.graph.nodes if n.target == c10d.all_gather_into_tensor.default]
+    assert [n.args[-1] for n in gathers] == [name] and rep.limited == 2
 
 
 def test_a_wait_whose_result_lives_on_moves_within_a_zero_budget(groups):

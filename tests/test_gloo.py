@@ -76,3 +76,25 @@ def test_tuner_gate_passes_the_process_group_and_catches_a_kernel_that_never_sum
         # two passes, ascending then descending; rows ascending
         assert r["eager"] == ([4096, 8192], ["nccl", "nccl"], True,
                               [(4096, 0), (8192, 0), (8192, 0), (4096, 0)])
+
+
+def test_copy_engine_group_all_reduce_matches_float64_and_ranks_agree():
+    from multiprocessing import shared_memory
+
+    from commrt.symm_mem.workspace import Workspace
+
+    data = 64 * 1024  # 16 Ki float32 elements: the 40,000-element case takes three pieces
+    blocks = [shared_memory.SharedMemory(create=True, size=Workspace.total_bytes(2, data, 256))
+              for _ in range(2)]
+    try:
+        res = spawn.run(ranks_gloo.copy_engine_group, 2, [b.name for b in blocks], data,
+                        env={"TRITON_INTERPRET": "1"})
+    finally:
+        for b in blocks:
+            b.close()
+            b.unlink()
+    for r in res:
+        assert r["backend"] == "commrt_ce"
+        assert r["bad"] == [] and r["err"] == 0
+        assert "supports sum and avg" in r["max"]
+    assert res[0]["results"] == res[1]["results"]  # bitwise: each chunk summed once

@@ -69,3 +69,9 @@ def test_fused_residual_rmsnorm_matches_float64_on_every_path():
     res = _run(ranks_gpu.fused_rmsnorm)
     assert [r["failures"] for r in res] == [[]] * len(res)
     assert res[0]["ran"] > 100
+
+
+def test_copy_engine_group_matches_float64_back_to_back_in_graphs_and_compiled():
+    res = _run(ranks_gpu.copy_engine_group)
+    assert [r["failures"] for r in res] == [[]] * WORLD
+    assert res[0]["backend"] == "commrt_ce"

@@ -1,5 +1,7 @@
-"""Copies of process groups whose NCCL communicator runs on at most N CTAs, for the
-collectives the overlap pass hides behind compute.
+"""Copies of process groups for the collectives the overlap pass hides behind compute:
+``ctasN``, an NCCL communicator that runs on at most N CTAs, or ``ce``, commrt's
+copy-engine group (``commrt.copy_engine_group``: all-reduces whose data the copy engines
+move, leaving the SMs to the compute).
 
 A hidden collective costs no time of its own, but its kernel holds SMs that the matmuls
 it overlaps would use: in ``bench_fx_overlap.py`` full-width NCCL stretched the compute of
@@ -14,41 +16,55 @@ from __future__ import annotations
 
 import torch.distributed as dist
 
-_COPIES: dict[tuple[tuple[int, ...], int], str] = {}  # (ranks, max CTAs) -> copy's name
-_BY_NAME: dict[tuple[str, int], str] = {}  # (group name, max CTAs) -> copy's name
+_COPIES: dict[tuple[tuple[int, ...], str], str] = {}  # (ranks, variant) -> copy's name
+_BY_NAME: dict[tuple[str, str], str] = {}  # (group name, variant) -> copy's name
+COPY_ENGINE = "ce"
 
 
-def make_copies(max_ctas: int, groups=None) -> list[str]:
-    """Give each of ``groups`` (default: the world group) an NCCL copy limited to
-    ``max_ctas`` CTAs; collective: every rank calls it, in the same order. Returns the
-    reasons for groups left without one (not NCCL, no process group)."""
+def variant(comm_ctas: int = 0, copy_engine: bool = False) -> str:
+    """The copy the overlap pass moves collectives to ("" for none)."""
+    if copy_engine and comm_ctas:
+        raise ValueError("comm_ctas and copy_engine exclude each other: pick one")
+    return COPY_ENGINE if copy_engine else f"ctas{comm_ctas}" if comm_ctas else ""
+
+
+def _new_copy(g, kind: str):
+    if kind == COPY_ENGINE:
+        from commrt import copy_engine_group
+
+        return copy_engine_group.make(g)
+    opts = dist.ProcessGroupNCCL.Options()
+    opts.config.min_ctas = 1
+    opts.config.max_ctas = int(kind.removeprefix("ctas"))
+    return dist.new_group(dist.get_process_group_ranks(g), backend="nccl", pg_options=opts,
+                          group_desc=f"commrt_fx_max_{kind}")
+
+
+def make_copies(kind: str, groups=None) -> list[str]:
+    """Give each of ``groups`` (default: the world group) a copy of ``kind`` (see
+    ``variant``); collective: every rank calls it, in the same order. Returns the reasons
+    for groups left without one (not NCCL, no process group)."""
     if not dist.is_initialized():
-        return ["no default process group: no CTA-limited copies"]
+        return [f"no default process group: no {kind} copies"]
     reasons = []
     for g in groups or [dist.group.WORLD]:
         backend = dist.get_backend(g)
         if backend != "nccl":
-            reasons.append(f"group {g.group_name} runs on {backend}: a CTA limit applies to "
-                           "NCCL groups only")
+            reasons.append(f"group {g.group_name} runs on {backend}: {kind} copies are made "
+                           "of NCCL groups only")
             continue
-        ranks = tuple(dist.get_process_group_ranks(g))
-        key = (ranks, max_ctas)
+        key = (tuple(dist.get_process_group_ranks(g)), kind)
         if key not in _COPIES:
-            opts = dist.ProcessGroupNCCL.Options()
-            opts.config.min_ctas = 1
-            opts.config.max_ctas = max_ctas
-            copy = dist.new_group(list(ranks), backend="nccl", pg_options=opts,
-                                  group_desc=f"commrt_fx_max_ctas_{max_ctas}")
-            _COPIES[key] = copy.group_name
-        _BY_NAME[(g.group_name, max_ctas)] = _COPIES[key]
+            _COPIES[key] = _new_copy(g, kind).group_name
+        _BY_NAME[(g.group_name, kind)] = _COPIES[key]
     return reasons
 
 
-def copy_of(group: str, max_ctas: int) -> str | None:
-    """The name of ``group``'s copy limited to ``max_ctas`` CTAs, if ``make_copies`` made one."""
-    return _BY_NAME.get((group, max_ctas))
+def copy_of(group: str, kind: str) -> str | None:
+    """The name of ``group``'s copy of ``kind``, if ``make_copies`` made one."""
+    return _BY_NAME.get((group, kind))
 
 
 def known() -> list:
-    """Every (group, max CTAs, copy) made so far (part of the pass's cache key)."""
-    return sorted((g, n, c) for (g, n), c in _BY_NAME.items())
+    """Every (group, variant, copy) made so far (part of the pass's cache key)."""
+    return sorted((g, k, c) for (g, k), c in _BY_NAME.items())

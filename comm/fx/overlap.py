@@ -54,7 +54,7 @@ class OverlapReport:
     memory_budget_bytes: int = 0
     peak_in_flight_bytes: int = 0
     deferred: int = 0  # waits moved after work that does not need them (``stalls``)
-    limited: int = 0  # collectives moved to a CTA-limited copy of their group
+    limited: int = 0  # collectives moved to a copy of their group (``comm_groups``)
     pinned: int = 0  # collectives whose placement Inductor is made to keep
     seconds: float = 0.0
     skipped: list[str] = dataclasses.field(default_factory=list)
@@ -146,33 +146,38 @@ def _simulate(order: list[fx.Node], colls: list[_Coll], model: _cost.CostModel):
     return exposed, total
 
 
-def _to_limited_copies(colls: list[_Coll], max_ctas: int, report: OverlapReport) -> int:
-    from .comm_groups import copy_of
+def _to_copies(colls: list[_Coll], kind: str, report: OverlapReport) -> int:
+    """Move the functional collectives to their group's copy of ``kind`` (``comm_groups``);
+    the copy-engine group takes only sum and avg all-reduces."""
+    from .comm_groups import COPY_ENGINE, copy_of
 
     moved, missing = 0, set()
     for c in colls:
         if c.kind == "commrt_all_reduce":
             continue
-        copy = copy_of(c.group, max_ctas)
+        if kind == COPY_ENGINE and (c.kind != "all_reduce" or c.key[2] not in ("sum", "avg")):
+            continue
+        copy = copy_of(c.group, kind)
         if copy is None:
             missing.add(c.group)
             continue
         c.start.update_arg(len(c.start.args) - 1, copy)
         moved += 1
-    report.skipped += [f"group {g}: no copy limited to {max_ctas} CTAs (commrt.fx.install"
-                       f"(comm_ctas={max_ctas}, comm_groups=[...]) makes one)"
-                       for g in sorted(missing)]
+    report.skipped += [f"group {g}: no {kind} copy (commrt.fx.install(...) makes one for "
+                       "the groups in comm_groups=[...])" for g in sorted(missing)]
     return moved
 
 
 def overlap_and_bucket(gm: fx.GraphModule | fx.Graph, *, profile=None,
                        memory_budget: int | None = None, bucket_cap: int = BUCKET_CAP_BYTES,
-                       for_inductor: bool = False, comm_ctas: int = 0) -> OverlapReport:
+                       for_inductor: bool = False, comm_ctas: int = 0,
+                       copy_engine: bool = False) -> OverlapReport:
     """Bucket and reorder the collectives of ``gm`` in place; see the module docstring.
 
     ``for_inductor`` (set by ``commrt.fx.install()``) also pins the placement with
     Inductor's control dependencies, which only Inductor can run. ``comm_ctas`` moves the
-    functional collectives to their group's copy limited to that many CTAs (made by
+    functional collectives to their group's copy limited to that many CTAs, and
+    ``copy_engine`` the sum/avg all-reduces to its copy-engine group (both made by
     ``install``, see ``comm_groups``).
     """
     t0 = time.perf_counter()
@@ -205,8 +210,11 @@ def overlap_and_bucket(gm: fx.GraphModule | fx.Graph, *, profile=None,
             order = deferred
         # simulated before pinning, which replaces the nodes that ``colls`` names
         report.exposed_us_after, report.comm_us = _simulate(order, colls, model)
-        if comm_ctas:
-            report.limited = _to_limited_copies(colls, comm_ctas, report)
+        from .comm_groups import variant
+
+        kind = variant(comm_ctas, copy_engine)
+        if kind:
+            report.limited = _to_copies(colls, kind, report)
         if for_inductor:
             from .bucketing import pin_for_inductor
 

@@ -28,15 +28,16 @@ class CommrtPass(CustomGraphPass):
     """commrt's passes, after ``previous`` (another custom pass, or None)."""
 
     def __init__(self, passes: tuple[str, ...], previous=None, comm_ctas: int = 0,
-                 bucket_cap: int | None = None):
+                 bucket_cap: int | None = None, copy_engine: bool = False):
         unknown = sorted(set(passes) - set(PASSES))
         if unknown:
             raise ValueError(f"unknown commrt FX pass {unknown}; known: {sorted(PASSES)}")
         self.passes = passes
         self.previous = previous
         self.comm_ctas = comm_ctas
+        self.copy_engine = copy_engine
         self.bucket_cap = bucket_cap
-        self.notes: list[str] = []  # why a group got no CTA-limited copy
+        self.notes: list[str] = []  # why a group got no copy (``comm_groups``)
 
     def __call__(self, graph: torch.fx.Graph) -> None:
         if self.previous is not None:
@@ -44,7 +45,8 @@ class CommrtPass(CustomGraphPass):
         for name in self.passes:
             kw = {}
             if name == "overlap":
-                kw = {"for_inductor": True, "comm_ctas": self.comm_ctas}
+                kw = {"for_inductor": True, "comm_ctas": self.comm_ctas,
+                      "copy_engine": self.copy_engine}
                 if self.bucket_cap is not None:
                     kw["bucket_cap"] = self.bucket_cap
             report = PASSES[name](graph, **kw)
@@ -57,12 +59,16 @@ class CommrtPass(CustomGraphPass):
         """Changes with the passes chosen, their source code and the chained pass."""
         from torch._inductor.custom_graph_pass import get_hash_for_files
 
+        from .. import copy_engine_group
+        from ..symm_mem import copy_engine
         from . import bucketing, comm_groups, cost, fuse_rmsnorm, overlap, scatter, stalls
 
         prev = self.previous.uuid() if isinstance(self.previous, CustomGraphPass) else None
         code = get_hash_for_files(tuple(m.__file__ for m in (
-            fuse_rmsnorm, overlap, bucketing, cost, scatter, stalls, comm_groups)) + (__file__,))
+            fuse_rmsnorm, overlap, bucketing, cost, scatter, stalls, comm_groups,
+            copy_engine_group, copy_engine)) + (__file__,))
         blob = (f"commrt-fx/{','.join(self.passes)}/{prev!r}/{self.comm_ctas}/"
+                f"{self.copy_engine}/"
                 f"{self.bucket_cap}/"
                 f"{comm_groups.known()!r}").encode() + code
         return hashlib.sha256(blob).digest()
@@ -70,7 +76,8 @@ class CommrtPass(CustomGraphPass):
 
 def install(fuse_rmsnorm: bool = True, overlap: bool = True,
             partitioned_scatter: bool | None = None, comm_ctas: int | None = None,
-            comm_groups=None, bucket_cap: int | None = None) -> CommrtPass:
+            comm_groups=None, bucket_cap: int | None = None,
+            copy_engine: bool | None = None) -> CommrtPass:
     """Register commrt's passes as Inductor's post-grad custom pass; returns the pass.
 
     ``partitioned_scatter`` defaults to ``COMMRT_PARTITIONED_SCATTER`` (off).
@@ -78,6 +85,9 @@ def install(fuse_rmsnorm: bool = True, overlap: bool = True,
     collectives on copies of ``comm_groups`` (default: the world group) whose NCCL
     communicator takes at most that many CTAs; the copies are made here, so with a limit
     every rank must call ``install`` (in the same order, as for ``new_group``).
+    ``copy_engine`` (default ``COMMRT_FX_COPY_ENGINE``, off) runs their sum and avg
+    all-reduces on a copy-engine group instead (``commrt.copy_engine_group``; also made
+    here, with a symmetric workspace of ``COMMRT_MAX_CUSTOM_BYTES``).
     ``bucket_cap``: the largest bucket in bytes (default ``overlap.BUCKET_CAP_BYTES``).
     """
     import torch._inductor.config as inductor_config
@@ -90,19 +100,23 @@ def install(fuse_rmsnorm: bool = True, overlap: bool = True,
         partitioned_scatter = config.get().partitioned_scatter
     if comm_ctas is None:
         comm_ctas = config.get().fx_comm_ctas
+    if copy_engine is None:
+        copy_engine = config.get().fx_copy_engine
     if isinstance(comm_ctas, bool) or not isinstance(comm_ctas, int) or \
             not 0 <= comm_ctas <= 64:
         raise ValueError(f"comm_ctas={comm_ctas!r}: expected 0 (no limit) to 64 CTAs")
     if bucket_cap is not None and (not isinstance(bucket_cap, int) or bucket_cap <= 0):
         raise ValueError(f"bucket_cap={bucket_cap!r}: expected a positive number of bytes")
-    notes = _groups.make_copies(comm_ctas, comm_groups) if comm_ctas and overlap else []
+    kind = _groups.variant(comm_ctas, bool(copy_engine))
+    notes = _groups.make_copies(kind, comm_groups) if kind and overlap else []
     wanted = {"fuse_rmsnorm": fuse_rmsnorm, "partitioned_scatter": partitioned_scatter,
               "overlap": overlap}
     passes = tuple(n for n in PASSES if wanted[n])
     current = inductor_config.post_grad_custom_post_pass
     if isinstance(current, CommrtPass):
         current = current.previous
-    p = CommrtPass(passes, current, comm_ctas if overlap else 0, bucket_cap)
+    p = CommrtPass(passes, current, comm_ctas if overlap else 0, bucket_cap,
+                   bool(copy_engine) and overlap)
     p.notes = notes
     inductor_config.post_grad_custom_post_pass = p
     return p

@@ -1,0 +1,135 @@
+"""A process group whose all-reduce moves data with the copy engines, on a side stream.
+
+The FX overlap pass runs hidden all-reduces on it (``commrt.fx.install(copy_engine=True)``):
+a functional ``all_reduce`` on this group starts ``symm_mem.copy_engine.all_reduce`` on a
+stream of its own after the work queued so far, and ``wait_tensor`` makes the caller's
+stream wait for it. Only ``all_reduce`` with ``sum`` or ``avg`` is served; every other
+collective raises. The group owns a symmetric workspace of its own (the communicator's
+serves calls on the compute stream, which may run at the same time).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from commrt.errors import CommrtError, PeerTimeoutError
+from commrt.symm_mem import copy_engine
+
+BACKEND = "commrt_ce"
+_pending: list = []  # the workspace the next group made by ``make`` takes
+
+
+class _Pending(dist.Work):
+    """The all-reduce queued on the group's stream; ``wait`` orders the caller's stream
+    after it and keeps the tensor alive until then."""
+
+    def __init__(self, done: torch.cuda.Event | None, tensor: torch.Tensor):
+        super().__init__()
+        self._done, self._tensor = done, tensor
+
+    def wait(self, timeout=None) -> bool:  # noqa: ARG002 (c10d's signature)
+        if self._done is not None:
+            torch.cuda.current_stream(self._tensor.device).wait_event(self._done)
+        self._tensor = None
+        return True
+
+    def is_completed(self) -> bool:
+        return self._done is None or self._done.query()
+
+    def is_success(self) -> bool:
+        return self.is_completed()
+
+
+class CopyEngineGroup(dist.ProcessGroup):
+    """``all_reduce`` over ``ws``'s ranks by ``copy_engine`` (see the module docstring)."""
+
+    def __init__(self, rank: int, size: int, ws, spin_timeout: float):
+        super().__init__(rank, size)
+        self.ws = ws
+        self.spin_timeout = spin_timeout
+        cuda = ws.device.type == "cuda"
+        self.stream = torch.cuda.Stream(ws.device) if cuda else None
+        self._timeout = int(spin_timeout * 1e9) if cuda else 30_000  # interpreter: polls
+        self._broken = ""
+
+    def getBackendName(self) -> str:  # noqa: N802 (c10d's name)
+        return BACKEND
+
+    @property
+    def group_name(self) -> str:
+        # c10d keeps a Python group's name in its registry, not on the group
+        return dist.distributed_c10d._world.pg_names[self]
+
+    def allreduce(self, tensors, opts=None):
+        op = opts.reduceOp.op if opts is not None else dist.ReduceOp.SUM
+        if op not in (dist.ReduceOp.SUM, dist.ReduceOp.AVG):
+            raise CommrtError(f"{BACKEND} group: all_reduce supports sum and avg, "
+                              f"not {op.name.lower()}")
+        if len(tensors) != 1:
+            raise CommrtError(f"{BACKEND} group: one tensor per all_reduce, got {len(tensors)}")
+        (x,) = tensors
+        if x.device != self.ws.device or not x.is_contiguous():
+            kind = "a contiguous" if x.is_contiguous() else "a non-contiguous"
+            raise CommrtError(f"{BACKEND} group: all_reduce needs a contiguous tensor on "
+                              f"{self.ws.device}, got {kind} tensor on {x.device}")
+        if self._broken:
+            raise PeerTimeoutError(self._broken)
+        avg = op == dist.ReduceOp.AVG
+        flat = x.view(-1)
+        if self.stream is None:  # CPU (tests): synchronous
+            copy_engine.all_reduce(self.ws, flat, timeout=self._timeout, timer=False,
+                                   average=avg)
+            return _Pending(None, x)
+        caller = torch.cuda.current_stream(x.device)
+        self.stream.wait_stream(caller)
+        with torch.cuda.stream(self.stream):
+            copy_engine.all_reduce(self.ws, flat, timeout=self._timeout, timer=True,
+                                   average=avg)
+            done = torch.cuda.Event()
+            done.record(self.stream)
+        return _Pending(done, x)
+
+    def check_health(self) -> None:
+        """Raise if a barrier gave up waiting for a peer (synchronises the device)."""
+        peer = self.ws.peer_error()
+        if peer and not self._broken:
+            self._broken = (f"rank {self.rank()} of {BACKEND} group: peer rank {peer - 1} did "
+                            f"not arrive within COMMRT_SPIN_TIMEOUT={self.spin_timeout:g} s; "
+                            "a rank skipped or reordered a collective")
+        if self._broken:
+            raise PeerTimeoutError(self._broken)
+
+
+def _create(store, rank, size, timeout):  # noqa: ARG001 (c10d's creator signature)
+    if not _pending:
+        raise CommrtError(f"a {BACKEND} group is made by commrt.copy_engine_group.make(), "
+                          "not by dist.new_group")
+    ws, spin_timeout = _pending.pop()
+    if (ws.rank, ws.world) != (rank, size):
+        raise CommrtError(f"{BACKEND}: workspace of rank {ws.rank}/{ws.world} for group rank "
+                          f"{rank}/{size}")
+    return CopyEngineGroup(rank, size, ws, spin_timeout)
+
+
+def make(base: dist.ProcessGroup, ws=None) -> CopyEngineGroup:
+    """A copy-engine group over ``base``'s ranks; collective (every rank of ``base``, in
+    the same order). ``ws``: its workspace (default: a new symmetric one rendezvoused on
+    ``base``, ``COMMRT_MAX_CUSTOM_BYTES`` of data)."""
+    from commrt import config
+
+    cfg = config.get()
+    if ws is None:
+        from commrt.symm_mem.workspace import Workspace
+
+        device = torch.device("cuda", torch.cuda.current_device())
+        ws = Workspace.allocate(base, device, cfg.max_custom_bytes, 256)
+    if BACKEND.upper() not in dist.Backend._plugins:
+        dist.Backend.register_backend(BACKEND, _create, devices=["cpu", "cuda"])
+    _pending.append((ws, cfg.spin_timeout))
+    try:
+        group = dist.new_group(dist.get_process_group_ranks(base), backend=BACKEND,
+                               group_desc="commrt_copy_engine")
+    finally:
+        _pending.clear()
+    return group
