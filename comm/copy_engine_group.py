@@ -49,12 +49,21 @@ class CopyEngineGroup(dist.ProcessGroup):
         self.ws = ws
         self.spin_timeout = spin_timeout
         cuda = ws.device.type == "cuda"
-        self.stream = torch.cuda.Stream(ws.device) if cuda else None
+        # high priority: its sums and barriers go ahead of queued compute blocks, so the
+        # copies are not held up behind a long matmul
+        self.stream = torch.cuda.Stream(ws.device, priority=-1) if cuda else None
         self._timeout = int(spin_timeout * 1e9) if cuda else 30_000  # interpreter: polls
         self._broken = ""
 
     def getBackendName(self) -> str:  # noqa: N802 (c10d's name)
         return BACKEND
+
+    supports_splitting = False
+
+    def _get_backend(self, device):  # noqa: ARG002
+        # new_group asks a group bound to a device whether its backend can split: this
+        # Python group is its own backend (it registers none with c10d)
+        return self
 
     @property
     def group_name(self) -> str:

@@ -369,7 +369,12 @@ def copy_engine_group(rank, world, names, data_bytes):
     ws = Workspace(buffers, rank, data_bytes, 256, "ce-test")
     ws.clear()
     dist.barrier()
-    g = ceg.make(dist.group.WORLD, ws)
+    # as under init_process_group(device_id=...): new_group asks the new group's backend
+    dist.group.WORLD.bound_device_id = torch.device("cuda", rank)
+    try:
+        g = ceg.make(dist.group.WORLD, ws)
+    finally:
+        dist.group.WORLD.bound_device_id = None
     c10d = torch.ops._c10d_functional
     out = {"backend": dist.get_backend(g), "bad": [], "results": []}
     cases = [(1, torch.float32), (7, torch.bfloat16), (4097, torch.float16),
