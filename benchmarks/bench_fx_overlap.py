@@ -219,8 +219,9 @@ def main() -> None:
     ap.add_argument("--comm-ctas", default="",
                     help="extra rows: commrt.fx with the graphs' NCCL collectives on a copy "
                          "of the group limited to each of these CTA counts, e.g. 4,8,16")
-    ap.add_argument("--copy-engine", action="store_true",
-                    help="extra row: commrt.fx with the all-reduces on a copy-engine group")
+    ap.add_argument("--copy-engine", default="",
+                    help="extra rows: commrt.fx with the all-reduces on a copy-engine group "
+                         "with each of these numbers of extra copy streams, e.g. 0,3")
     ap.add_argument("--bucket-caps", default="",
                     help="extra rows: commrt.fx with these largest bucket sizes in MiB, e.g. 256")
     ap.add_argument("--out-dir", default="benchmarks/results")
@@ -258,8 +259,8 @@ def main() -> None:
 
     variants = {"compiled": {}, "compiled + Inductor overlap": {"inductor": True},
                 COMMRT: {"commrt": True}}
-    if args.copy_engine:
-        variants[f"{COMMRT} (copy engine)"] = {"commrt": True, "ce": True}
+    for lanes in (int(c) for c in args.copy_engine.split(",") if c):
+        variants[f"{COMMRT} (copy engine, {lanes} lanes)"] = {"commrt": True, "ce": lanes}
     for n in (int(c) for c in args.comm_ctas.split(",") if c):
         variants[f"{COMMRT} (NCCL <= {n} CTAs)"] = {"commrt": True, "ctas": n}
     for mib in (int(c) for c in args.bucket_caps.split(",") if c):
@@ -276,7 +277,12 @@ def main() -> None:
         limit = {"comm_ctas": opts["ctas"]} if "ctas" in opts else {}
         if "cap" in opts:
             limit["bucket_cap"] = opts["cap"]
-        if opts.get("ce"):
+        if "ce" in opts:  # a new copy-engine group with this many extra copy streams
+            from commrt import copy_engine_group
+            from commrt.fx import comm_groups
+
+            copy_engine_group.LANES = opts["ce"]
+            comm_groups.forget(comm_groups.COPY_ENGINE)
             limit["copy_engine"] = True
         with ic.patch(patches), (commrt.fx.installed(**limit) if opts.get("commrt") else
                                  contextlib.nullcontext()):

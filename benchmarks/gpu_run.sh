@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Everything commrt runs on a GPU machine, in one call:
-#   bash benchmarks/gpu_run.sh [stage ...]   stages: env tests tune tunear tunefused bench cli decode fxoverlap fxoverlaptp scatter scattersweep overhead
+#   bash benchmarks/gpu_run.sh [stage ...]   stages: env tests tune tunear tunefused bench cli decode fxoverlap fxoverlaptp copyengine scatter scattersweep overhead
 # (env: TESTS_K=expr selects GPU tests, DECODE_ARGS / BENCH_ARGS add bench_tp_decode.py /
-#  bench_allreduce.py options, FX_ARGS adds bench_fx_overlap.py options,
+#  bench_allreduce.py options, FX_ARGS adds bench_fx_overlap.py options, CE_ARGS
+#  bench_copy_engine.py options,
 #  STAGE_TIMEOUT=seconds caps each stage's command)
 # (default: env tests tune bench cli decode)
 # Logs and results go to $OUT (or ./gpu_out) as log.txt plus results.tar.gz.
@@ -60,6 +61,9 @@ for stage in $STAGES; do
       say "bench_fx_overlap"
       [ -f "$TABLE" ] && export COMMRT_TABLE=$TABLE
       run torchrun --nproc-per-node "$NGPU" benchmarks/bench_fx_overlap.py --out-dir "$RES" ${FX_ARGS:-} ;;
+    copyengine)  # the copy-engine all-reduce alone and beside matmuls, against NCCL
+      say "bench_copy_engine"
+      run torchrun --nproc-per-node "$NGPU" benchmarks/bench_copy_engine.py --out-dir "$RES" ${CE_ARGS:-} ;;
     fxoverlaptp)  # the same step tensor parallel
       say "bench_fx_overlap --tp"
       [ -f "$TABLE" ] && export COMMRT_TABLE=$TABLE

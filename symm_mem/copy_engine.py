@@ -67,9 +67,32 @@ def _reduce(parts: list[torch.Tensor], out: torch.Tensor, average: bool) -> None
     out.copy_(acc)
 
 
+def _copy_all(pairs: list[tuple[torch.Tensor, torch.Tensor]], lanes) -> None:
+    """``dst.copy_(src)`` for every pair; with ``lanes`` (streams), each copy is split over
+    the current stream and the lanes, so that several copy engines work at once, and the
+    current stream waits for all of them."""
+    if not lanes:
+        for dst, src in pairs:
+            dst.copy_(src)
+        return
+    cur = torch.cuda.current_stream()
+    streams = [cur, *lanes]
+    for lane in lanes:
+        lane.wait_stream(cur)
+    for dst, src in pairs:
+        step = -(-dst.numel() // len(streams))
+        for i, st in enumerate(streams):
+            if i * step < dst.numel():
+                with torch.cuda.stream(st):
+                    dst[i * step:(i + 1) * step].copy_(src[i * step:(i + 1) * step])
+    for lane in lanes:
+        cur.wait_stream(lane)
+
+
 def all_reduce(ws, x: torch.Tensor, *, timeout: int, timer: bool,
-               average: bool = False) -> None:
-    """Sum (or average) the flat, contiguous ``x`` over the group of ``ws``, in place."""
+               average: bool = False, lanes=()) -> None:
+    """Sum (or average) the flat, contiguous ``x`` over the group of ``ws``, in place;
+    ``lanes``: extra CUDA streams that share the copies (see ``_copy_all``)."""
     world, rank = ws.world, ws.rank
     data = ws.views(x.dtype)
     contribs, _ = ws.scratch(x.dtype)
@@ -80,18 +103,15 @@ def all_reduce(ws, x: torch.Tensor, *, timeout: int, timer: bool,
         lo, hi = bounds[rank]
         size = bounds[0][1] - bounds[0][0]  # a contribution slot: the longest chunk
         barrier(ws, timeout, timer)
-        for p, (plo, phi) in enumerate(bounds):
-            if p != rank and phi > plo:
-                contribs[p][rank * size:rank * size + phi - plo].copy_(piece[plo:phi])
+        _copy_all([(contribs[p][rank * size:rank * size + phi - plo], piece[plo:phi])
+                   for p, (plo, phi) in enumerate(bounds) if p != rank and phi > plo], lanes)
         barrier(ws, timeout, timer)
         if hi > lo:
             parts = [piece[lo:hi] if q == rank else contribs[rank][q * size:q * size + hi - lo]
                      for q in range(world)]
             _reduce(parts, piece[lo:hi], average)
-            for p in range(world):
-                if p != rank:
-                    data[p][lo:hi].copy_(piece[lo:hi])
+            _copy_all([(data[p][lo:hi], piece[lo:hi]) for p in range(world) if p != rank],
+                      lanes)
         barrier(ws, timeout, timer)
-        for p, (plo, phi) in enumerate(bounds):
-            if p != rank and phi > plo:
-                piece[plo:phi].copy_(data[rank][plo:phi])
+        _copy_all([(piece[plo:phi], data[rank][plo:phi])
+                   for p, (plo, phi) in enumerate(bounds) if p != rank and phi > plo], lanes)
