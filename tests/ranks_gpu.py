@@ -505,6 +505,17 @@ def copy_engine_group(rank, world, soak_calls=2000):
                 err = rel_err(y, ref)
                 if err > TOL[dtype] or not same_on_all_ranks(y):
                     failures.append(f"{op} {dtype} n={n}: {err:.2e}")
+    # one buffer, fresh data each call: run, recorded as a graph, replayed
+    buf = torch.empty(MIB + 3, dtype=torch.float16, device=dev)
+    for call in range(5):
+        xs = inputs(900 + call, world, MIB + 3, torch.float16, dev)
+        buf.copy_(xs[rank])
+        dist.all_reduce(buf, group=g)
+        err = rel_err(buf, sum(x.double() for x in xs))
+        if err > TOL[torch.float16] or not same_on_all_ranks(buf):
+            failures.append(f"same buffer, call {call}: {err:.2e}")
+    if not g._graphs:
+        failures.append("no call was recorded as a graph")
     # back to back: the caller's stream keeps writing the next input while the group's
     # stream reduces the last one; an NCCL all-reduce every 7th call
     n = 300_001
