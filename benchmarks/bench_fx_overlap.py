@@ -185,7 +185,7 @@ def trace_stats(prof) -> dict:
             "compute_busy_ms": sum(t - s for s, t in merged) / 1e3}
 
 
-def timed(fn, iters: int = 10):
+def timed(fn, iters: int = 10, trace: str = ""):
     for _ in range(3):
         fn()
     torch.cuda.synchronize()
@@ -201,6 +201,8 @@ def timed(fn, iters: int = 10):
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         fn()
         torch.cuda.synchronize()
+    if trace:
+        prof.export_chrome_trace(trace)
     t = torch.tensor([statistics.median(samples)], device="cuda")
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return float(t.item()), trace_stats(prof)
@@ -224,6 +226,8 @@ def main() -> None:
                          "with each of these numbers of extra copy streams, e.g. 0,3")
     ap.add_argument("--bucket-caps", default="",
                     help="extra rows: commrt.fx with these largest bucket sizes in MiB, e.g. 256")
+    ap.add_argument("--trace-dir", default="",
+                    help="write rank 0's GPU trace of one step of each commrt.fx row here")
     ap.add_argument("--out-dir", default="benchmarks/results")
     args = ap.parse_args()
     import torch._inductor.config as ic
@@ -297,7 +301,12 @@ def main() -> None:
                 worst = max(float((new[k].float() - ref_new[k].float()).abs().max())
                             for k in new)
                 assert worst <= 1e-3, (name, "parameters differ from plain compiled", worst)
-            rows[name] = timed(lambda fn=fn: fn(params, x))
+            trace = ""
+            if args.trace_dir and comm.rank == 0 and name.startswith(COMMRT):
+                os.makedirs(args.trace_dir, exist_ok=True)
+                trace = os.path.join(args.trace_dir, "".join(
+                    c if c.isalnum() else "_" for c in name) + ".json")
+            rows[name] = timed(lambda fn=fn: fn(params, x), trace=trace)
         reports[name] = [(n, r.__dict__) for n, r in commrt.fx.last_reports]
     best_other = min(v[0] for k, v in rows.items() if not k.startswith(COMMRT) and k != FLOOR)
     ratios = {k: v[0] / best_other for k, v in rows.items() if k.startswith(COMMRT)}

@@ -1,11 +1,12 @@
-"""A process group whose all-reduce moves data with the copy engines, on a side stream.
+"""A process group whose collectives move data with the copy engines, on a side stream.
 
-The FX overlap pass runs hidden all-reduces on it (``commrt.fx.install(copy_engine=True)``):
-a functional ``all_reduce`` on this group starts ``symm_mem.copy_engine.all_reduce`` on a
-stream of its own after the work queued so far, and ``wait_tensor`` makes the caller's
-stream wait for it. Only ``all_reduce`` with ``sum`` or ``avg`` is served; every other
-collective raises. The group owns a symmetric workspace of its own (the communicator's
-serves calls on the compute stream, which may run at the same time).
+The FX overlap pass runs hidden all-reduces on it (``commrt.fx.install(copy_engine=True)``),
+as all-gathers whose sum the compute does. A functional ``all_gather_into_tensor`` or
+``all_reduce`` (sum or avg) on this group starts ``symm_mem.copy_engine``'s on a stream of
+its own after the work queued so far, and ``wait_tensor`` makes the caller's stream wait
+for it; every other collective raises. Repeated calls replay recorded CUDA graphs. The
+group owns a symmetric workspace of its own (the communicator's serves calls on the
+compute stream, which may run at the same time).
 """
 
 from __future__ import annotations
@@ -26,14 +27,14 @@ class _Pending(dist.Work):
     """The all-reduce queued on the group's stream; ``wait`` orders the caller's stream
     after it and keeps the tensor alive until then."""
 
-    def __init__(self, done: torch.cuda.Event | None, tensor: torch.Tensor):
+    def __init__(self, done: torch.cuda.Event | None, keep, device: torch.device):
         super().__init__()
-        self._done, self._tensor = done, tensor
+        self._done, self._keep, self._device = done, keep, device
 
     def wait(self, timeout=None) -> bool:  # noqa: ARG002 (c10d's signature)
         if self._done is not None:
-            torch.cuda.current_stream(self._tensor.device).wait_event(self._done)
-        self._tensor = None
+            torch.cuda.current_stream(self._device).wait_event(self._done)
+        self._keep = None
         return True
 
     def is_completed(self) -> bool:
@@ -89,30 +90,54 @@ class CopyEngineGroup(dist.ProcessGroup):
             kind = "a contiguous" if x.is_contiguous() else "a non-contiguous"
             raise CommrtError(f"{BACKEND} group: all_reduce needs a contiguous tensor on "
                               f"{self.ws.device}, got {kind} tensor on {x.device}")
+        return self._start("all_reduce", [(x.view(-1), op == dist.ReduceOp.AVG)], x)
+
+    def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):  # noqa: ARG002
+        """Each ``outputs[i]`` = every rank's ``inputs[i]``, in rank order (dim 0)."""
+        pairs = []
+        for out, x in zip(outputs, inputs, strict=True):
+            if x.device != self.ws.device or not (x.is_contiguous() and out.is_contiguous()):
+                raise CommrtError(f"{BACKEND} group: all_gather needs contiguous tensors on "
+                                  f"{self.ws.device}")
+            if out.numel() != x.numel() * self.size() or out.dtype != x.dtype:
+                raise CommrtError(f"{BACKEND} group: all_gather output of {out.numel()} "
+                                  f"{out.dtype} for {self.size()} x {x.numel()} {x.dtype}")
+            pairs.append((x.view(-1), out.view(-1)))
+        return self._start("all_gather", pairs, outputs)
+
+    def _start(self, kind: str, pairs, keep):
         if self._broken:
             raise PeerTimeoutError(self._broken)
-        avg = op == dist.ReduceOp.AVG
-        flat = x.view(-1)
         if self.stream is None:  # CPU (tests): synchronous
-            copy_engine.all_reduce(self.ws, flat, timeout=self._timeout, timer=False,
-                                   average=avg)
-            return _Pending(None, x)
-        caller = torch.cuda.current_stream(x.device)
+            for args in pairs:
+                self._call(kind, args, timer=False)
+            return _Pending(None, keep, self.ws.device)
+        caller = torch.cuda.current_stream(self.ws.device)
         capturing = torch.cuda.is_current_stream_capturing()
         self.stream.wait_stream(caller)
         with torch.cuda.stream(self.stream):
-            self._run(flat, avg, capturing)
+            for args in pairs:
+                self._run(kind, args, capturing)
             done = torch.cuda.Event()
             done.record(self.stream)
-        return _Pending(done, x)
+        return _Pending(done, keep, self.ws.device)
 
-    def _run(self, flat: torch.Tensor, avg: bool, capturing: bool) -> None:
+    def _call(self, kind: str, args: tuple, timer: bool) -> None:
+        if kind == "all_gather":
+            copy_engine.all_gather(self.ws, *args, timeout=self._timeout, timer=timer,
+                                   lanes=self.lanes)
+        else:
+            copy_engine.all_reduce(self.ws, args[0], timeout=self._timeout, timer=timer,
+                                   average=args[1], lanes=self.lanes)
+
+    def _run(self, kind: str, args: tuple, capturing: bool) -> None:
         """Replay this very call (same address, size, dtype and op) from a recorded CUDA
         graph when there is one: one launch instead of about ten, whose host time would
         otherwise delay the compute the call should hide behind. A call is recorded the
         second time it is seen (the first compiles the kernels), while fewer than
         ``GRAPHS`` are kept; inside a caller's capture it is enqueued as it is."""
-        key = (flat.data_ptr(), flat.numel(), flat.dtype, avg)
+        key = (kind, *((a.data_ptr(), a.numel(), a.dtype) if isinstance(a, torch.Tensor)
+                       else a for a in args))
         graph = self._graphs.get(key)
         if graph is not None:
             graph.replay()
@@ -125,8 +150,7 @@ class CopyEngineGroup(dist.ProcessGroup):
             graph = torch.cuda.CUDAGraph()
             graph.capture_begin(capture_error_mode="thread_local")
         try:
-            copy_engine.all_reduce(self.ws, flat, timeout=self._timeout, timer=True,
-                                   average=avg, lanes=self.lanes)
+            self._call(kind, args, timer=True)
         finally:
             if record:
                 graph.capture_end()

@@ -115,3 +115,31 @@ def all_reduce(ws, x: torch.Tensor, *, timeout: int, timer: bool,
         barrier(ws, timeout, timer)
         _copy_all([(piece[plo:phi], data[rank][plo:phi])
                    for p, (plo, phi) in enumerate(bounds) if p != rank and phi > plo], lanes)
+
+
+def all_gather(ws, x: torch.Tensor, out: torch.Tensor, *, timeout: int, timer: bool,
+               lanes=()) -> None:
+    """``out`` (``world`` times the flat, contiguous ``x``) = every rank's ``x`` in rank
+    order, with no SM work but the barriers::
+
+        barrier                      peers are done with this workspace's previous use
+        for p != r: contribs[p][slot r] <- x          (copy engine, remote write)
+        barrier                      every peer's x has landed
+        out[r] <- x; out[q] <- contribs[r][slot q]   (copy engine, local)
+
+    The overlap pass turns an all-reduce into this plus a sum that Inductor fuses into
+    the consumers (``commrt.fx``), so that no kernel waits on the compute's SMs."""
+    world, rank = ws.world, ws.rank
+    contribs, _ = ws.scratch(x.dtype)
+    n = x.numel()
+    slot = ws.capacity(x.dtype) // (16 * world) * 16
+    for off in range(0, n, slot):
+        m = min(slot, n - off)
+        piece = x[off:off + m]
+        barrier(ws, timeout, timer)
+        _copy_all([(contribs[p][rank * slot:rank * slot + m], piece)
+                   for p in range(world) if p != rank], lanes)
+        barrier(ws, timeout, timer)
+        _copy_all([(out[q * n + off:q * n + off + m],
+                    piece if q == rank else contribs[rank][q * slot:q * slot + m])
+                   for q in range(world)], lanes)

@@ -396,9 +396,50 @@ def copy_engine_group(rank, world, names, data_bytes):
         dist.all_reduce(torch.ones(3), op=dist.ReduceOp.MAX, group=g)
     except Exception as exc:  # noqa: BLE001
         out["max"] = str(exc)
+    out["gather_ok"] = []
+    for n in (1, 4097, 40_000):  # 40,000 float32 take several slots' worth: pieces
+        x = make(50 + n % 7, rank, (n,), torch.float32)
+        y = c10d.wait_tensor(c10d.all_gather_into_tensor(x, world, g.group_name))
+        out["gather_ok"].append(all(torch.equal(y[r * n:(r + 1) * n],
+                                                make(50 + n % 7, r, (n,), torch.float32))
+                                    for r in range(world)))
+    out.update(_compiled_on_copy_engine(rank, world, g))
     out["err"] = int(ws.err.item())
     dist.barrier()
     del ws, buffers
     for b in blocks:
         b.close()
     return out
+
+
+def _compiled_on_copy_engine(rank, world, g):
+    """commrt.fx with copy_engine=True on a compiled step: its sum and avg all-reduces run
+    as all-gathers on ``g`` plus a sum; against float64, and alike on every rank."""
+    import torch._inductor.config as ic
+    import torch.distributed._functional_collectives as fc
+
+    import commrt.fx
+    from commrt.fx import comm_groups
+
+    comm_groups._BY_NAME[(dist.group.WORLD.group_name, comm_groups.COPY_ENGINE)] = g.group_name
+    ws = [make(80 + i, 0, (32, 32), torch.bfloat16) for i in range(2)]
+
+    def step(x):
+        a = fc.all_reduce(x @ ws[0], "sum", dist.group.WORLD)
+        b = fc.all_reduce(torch.relu(x @ ws[1]), "avg", dist.group.WORLD)
+        return a * 2, b + 1
+
+    xs = [make(90, r, (8, 32), torch.bfloat16) for r in range(world)]
+    ref_a = sum((x.double() @ ws[0].double()) for x in xs) * 2
+    ref_b = sum(torch.relu(x.double() @ ws[1].double()) for x in xs) / world + 1
+    commrt.fx.last_reports.clear()
+    torch._dynamo.reset()
+    with commrt.fx.installed(fuse_rmsnorm=False, copy_engine=True), \
+            ic.patch(fx_graph_cache=False):
+        a, b = torch.compile(step, fullgraph=True)(xs[rank])
+    reps = [r for n, r in commrt.fx.last_reports if n == "overlap"]
+    errs = [float((got.double() - ref).norm() / ref.norm()) for got, ref in ((a, ref_a),
+                                                                             (b, ref_b))]
+    return {"compiled_close": max(errs) < 1e-2, "compiled_err": errs,  # bf16 matmuls
+            "compiled_moved": sum(r.limited for r in reps),
+            "compiled": [a.float().tolist(), b.float().tolist()]}

@@ -311,6 +311,7 @@ def test_only_sum_and_avg_all_reduces_move_to_the_copy_engine_group(groups, monk
     from commrt.fx import comm_groups
 
     name = groups[2].group_name
+    world = groups[2].size()
     monkeypatch.setitem(comm_groups._BY_NAME, (name, "ce"), "ce-copy")
 
     def f(a, b, c, d):
@@ -322,11 +323,21 @@ def test_only_sum_and_avg_all_reduces_move_to_the_copy_engine_group(groups, monk
 
     gm = trace(f, *(w(16, 16, seed=i) for i in range(4)))
     rep = overlap_and_bucket(gm, copy_engine=True, bucket_cap=1)  # no buckets: one each
-    groups_of = {n.args[1]: n.args[-1] for n in gm.graph.nodes
-                 if n.target == c10d.all_reduce.default}
-    assert groups_of == {"sum": "ce-copy", "avg": "ce-copy", "max": name}
+    reduces = [n for n in gm.graph.nodes if n.target == c10d.all_reduce.default]
+    assert [(n.args[1], n.args[-1]) for n in reduces] == [("max", name)]
+    # the sum and the avg became all-gathers on the copy, summed over the ranks after
+    # their waits (the avg also divided by the world size)
     gathers = [n for n in gm.graph.nodes if n.target == c10d.all_gather_into_tensor.default]
-    assert [n.args[-1] for n in gathers] == [name] and rep.limited == 2
+    assert sorted(n.args[-1] for n in gathers) == sorted(["ce-copy", "ce-copy", name])
+    assert rep.limited == 2
+    for g in (n for n in gathers if n.args[-1] == "ce-copy"):
+        (wait,) = g.users
+        (view,) = wait.users
+        (total,) = view.users
+        assert view.args[1] == [world, 16, 16] and total.target == torch.ops.aten.sum.dim_IntList
+        assert total.meta["val"].shape == (16, 16)
+    assert sum(n.target == torch.ops.aten.div.Tensor and n.args[1] == world
+               for n in gm.graph.nodes) == 1
 
 
 def test_a_wait_whose_result_lives_on_moves_within_a_zero_budget(groups):

@@ -78,7 +78,7 @@ def test_tuner_gate_passes_the_process_group_and_catches_a_kernel_that_never_sum
                               [(4096, 0), (8192, 0), (8192, 0), (4096, 0)])
 
 
-def test_copy_engine_group_all_reduce_matches_float64_and_ranks_agree():
+def test_copy_engine_group_and_the_pass_on_it_match_float64_and_ranks_agree():
     from multiprocessing import shared_memory
 
     from commrt.symm_mem.workspace import Workspace
@@ -97,4 +97,7 @@ def test_copy_engine_group_all_reduce_matches_float64_and_ranks_agree():
         assert r["backend"] == "commrt_ce"
         assert r["bad"] == [] and r["err"] == 0
         assert "supports sum and avg" in r["max"]
+        assert r["gather_ok"] == [True] * 3
+        assert r["compiled_close"] and r["compiled_moved"] == 2, r["compiled_err"]
     assert res[0]["results"] == res[1]["results"]  # bitwise: each chunk summed once
+    assert res[0]["compiled"] == res[1]["compiled"]

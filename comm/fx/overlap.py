@@ -146,22 +146,69 @@ def _simulate(order: list[fx.Node], colls: list[_Coll], model: _cost.CostModel):
     return exposed, total
 
 
-def _to_copies(colls: list[_Coll], kind: str, report: OverlapReport) -> int:
-    """Move the functional collectives to their group's copy of ``kind`` (``comm_groups``);
-    the copy-engine group takes only sum and avg all-reduces."""
+def _group_size(*names: str) -> int | None:
+    import torch.distributed as dist
+    from torch.distributed.distributed_c10d import _resolve_process_group
+
+    for name in names:
+        try:
+            return dist.get_world_size(_resolve_process_group(name))
+        except Exception:  # noqa: BLE001 (not a group of this process)
+            continue
+    return None
+
+
+def _as_gather(graph: fx.Graph, c: _Coll, copy: str) -> None:
+    """Replace the all-reduce ``c`` by an all-gather on ``copy`` and a sum over the ranks in
+    rank order (every rank adds the same values alike: bitwise the same result), which
+    Inductor fuses into the consumers. ``c`` then names the all-gather and its wait."""
+    world = _group_size(copy, c.group)
+    x = c.start.args[0]
+    xv = _val(x)
+    with graph.inserting_before(c.start):
+        start = graph.call_function(c10d.all_gather_into_tensor.default, (x, world, copy))
+    start.meta["val"] = xv.new_empty((world * xv.shape[0], *xv.shape[1:]))
+    with graph.inserting_before(c.end):
+        wait = graph.call_function(c10d.wait_tensor.default, (start,))
+        view = graph.call_function(aten.view.default, (wait, [world, *xv.shape]))
+        total = graph.call_function(aten.sum.dim_IntList, (view, [0]))
+        out = total
+        if c.key[2] == "avg":
+            out = graph.call_function(aten.div.Tensor, (total, world))
+    wait.meta["val"] = start.meta["val"]
+    view.meta["val"] = wait.meta["val"].view(world, *xv.shape)
+    total.meta["val"] = view.meta["val"].sum(0)
+    out.meta["val"] = total.meta["val"] / world if out is not total else total.meta["val"]
+    c.end.replace_all_uses_with(out)
+    graph.erase_node(c.end)
+    graph.erase_node(c.start)
+    c.start, c.end, c.kind = start, wait, "all_gather"
+
+
+def _to_copies(graph: fx.Graph, colls: list[_Coll], kind: str, report: OverlapReport) -> int:
+    """Move the functional collectives to their group's copy of ``kind`` (``comm_groups``).
+    The copy-engine group takes the sum and avg all-reduces (of at least one dimension),
+    as all-gathers whose sum the compute does (``_as_gather``)."""
     from .comm_groups import COPY_ENGINE, copy_of
 
     moved, missing = 0, set()
     for c in colls:
         if c.kind == "commrt_all_reduce":
             continue
-        if kind == COPY_ENGINE and (c.kind != "all_reduce" or c.key[2] not in ("sum", "avg")):
+        if kind == COPY_ENGINE and (c.kind != "all_reduce" or c.key[2] not in ("sum", "avg")
+                                    or _val(c.start.args[0]).dim() == 0):
             continue
         copy = copy_of(c.group, kind)
         if copy is None:
             missing.add(c.group)
             continue
-        c.start.update_arg(len(c.start.args) - 1, copy)
+        if kind == COPY_ENGINE and _group_size(copy, c.group) is None:
+            missing.add(c.group)
+            continue
+        if kind == COPY_ENGINE:
+            _as_gather(graph, c, copy)
+        else:
+            c.start.update_arg(len(c.start.args) - 1, copy)
         moved += 1
     report.skipped += [f"group {g}: no {kind} copy (commrt.fx.install(...) makes one for "
                        "the groups in comm_groups=[...])" for g in sorted(missing)]
@@ -214,7 +261,7 @@ def overlap_and_bucket(gm: fx.GraphModule | fx.Graph, *, profile=None,
 
         kind = variant(comm_ctas, copy_engine)
         if kind:
-            report.limited = _to_copies(colls, kind, report)
+            report.limited = _to_copies(graph, colls, kind, report)
         if for_inductor:
             from .bucketing import pin_for_inductor
 
