@@ -123,16 +123,18 @@ def all_gather(ws, x: torch.Tensor, out: torch.Tensor, *, timeout: int, timer: b
     order, with no SM work but the barriers::
 
         barrier                      peers are done with this workspace's previous use
-        for p != r: contribs[p][slot r] <- x          (copy engine, remote write)
+        for p != r: scratch[p][slot r] <- x           (copy engine, remote write)
         barrier                      every peer's x has landed
-        out[r] <- x; out[q] <- contribs[r][slot q]   (copy engine, local)
+        out[r] <- x; out[q] <- scratch[r][slot q]    (copy engine, local)
 
     The overlap pass turns an all-reduce into this plus a sum that Inductor fuses into
     the consumers (``commrt.fx``), so that no kernel waits on the compute's SMs."""
     world, rank = ws.world, ws.rank
-    contribs, _ = ws.scratch(x.dtype)
+    # the whole scratch region (two data regions): one piece for a full data region at
+    # world size 2
+    contribs = [b[ws.scratch_off:ws.push_off].view(x.dtype) for b in ws.buffers]
     n = x.numel()
-    slot = ws.capacity(x.dtype) // (16 * world) * 16
+    slot = 2 * ws.capacity(x.dtype) // (16 * world) * 16
     for off in range(0, n, slot):
         m = min(slot, n - off)
         piece = x[off:off + m]

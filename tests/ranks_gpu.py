@@ -505,7 +505,7 @@ def copy_engine_group(rank, world, soak_calls=2000):
                 err = rel_err(y, ref)
                 if err > TOL[dtype] or not same_on_all_ranks(y):
                     failures.append(f"{op} {dtype} n={n}: {err:.2e}")
-    slot = g.ws.capacity(torch.float32) // (16 * world) * 16
+    slot = 2 * g.ws.capacity(torch.float32) // (16 * world) * 16
     for dtype in DTYPES:  # all-gather (what the overlap pass runs on this group)
         for n in (1, 7, 4097, MIB + 3, slot + 5):
             xs = inputs(n + 11, world, n, dtype, dev)

@@ -65,13 +65,6 @@ def copy_of(group: str, kind: str) -> str | None:
     return _BY_NAME.get((group, kind))
 
 
-def forget(kind: str) -> None:
-    """Drop the copies of ``kind`` (the next ``make_copies`` makes new ones; benchmarks)."""
-    for d in (_COPIES, _BY_NAME):
-        for key in [k for k in d if k[1] == kind]:
-            del d[key]
-
-
 def known() -> list:
     """Every (group, variant, copy) made so far (part of the pass's cache key)."""
     return sorted((g, k, c) for (g, k), c in _BY_NAME.items())
