@@ -252,7 +252,8 @@ def overlap_and_bucket(gm: fx.GraphModule | fx.Graph, *, profile=None,
     functional collectives to their group's copy limited to that many CTAs, and
     ``copy_engine`` the sum/avg all-reduces to its copy-engine group (both made by
     ``install``, see ``comm_groups``); ``copy_engine="hidden"`` only those that stay
-    hidden at ``CE_SLOWDOWN`` times their NCCL time (``_hidden_on_ce``).
+    hidden at ``CE_SLOWDOWN`` times their NCCL time (``_hidden_on_ce``), ``"alternate"``
+    every other one in issue order.
     """
     t0 = time.perf_counter()
     graph = gm.graph if isinstance(gm, fx.GraphModule) else gm
@@ -290,8 +291,15 @@ def overlap_and_bucket(gm: fx.GraphModule | fx.Graph, *, profile=None,
         if kind:
             from .comm_groups import COPY_ENGINE
 
-            only = _hidden_on_ce(order, colls, model) \
-                if kind == COPY_ENGINE and copy_engine == "hidden" else None
+            only = None
+            if kind == COPY_ENGINE and copy_engine == "hidden":
+                only = _hidden_on_ce(order, colls, model)
+            elif kind == COPY_ENGINE and copy_engine == "alternate":
+                # every other all-reduce in issue order: two transports at once, half the
+                # SM-based one's contention with the compute
+                issue = sorted((c for c in colls if c.kind == "all_reduce"),
+                               key=lambda c: order.index(c.start))
+                only = {id(c) for c in issue[::2]}
             report.limited = _to_copies(graph, colls, kind, report, only)
         if for_inductor:
             from .bucketing import pin_for_inductor

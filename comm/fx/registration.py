@@ -108,8 +108,9 @@ def install(fuse_rmsnorm: bool = True, overlap: bool = True,
         raise ValueError(f"comm_ctas={comm_ctas!r}: expected 0 (no limit) to 64 CTAs")
     if bucket_cap is not None and (not isinstance(bucket_cap, int) or bucket_cap <= 0):
         raise ValueError(f"bucket_cap={bucket_cap!r}: expected a positive number of bytes")
-    if copy_engine not in (False, True, "hidden"):
-        raise ValueError(f"copy_engine={copy_engine!r}: expected False, True or 'hidden'")
+    if copy_engine not in (False, True, "hidden", "alternate"):
+        raise ValueError(f"copy_engine={copy_engine!r}: expected False, True, 'hidden' or "
+                         "'alternate'")
     kind = _groups.variant(comm_ctas, bool(copy_engine))
     notes = _groups.make_copies(kind, comm_groups) if kind and overlap else []
     wanted = {"fuse_rmsnorm": fuse_rmsnorm, "partitioned_scatter": partitioned_scatter,
