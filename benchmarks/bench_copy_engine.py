@@ -1,7 +1,7 @@
 """The copy-engine all-reduce (``commrt.copy_engine_group``) against NCCL: alone, and
 beside a stream of matmuls, where what counts is how much each slows the matmuls.
 
-    torchrun --nproc-per-node 2 benchmarks/bench_copy_engine.py [--lanes 0,1,3]
+    torchrun --nproc-per-node 2 benchmarks/bench_copy_engine.py
 
 Alone: eager median µs of one all-reduce per size (bf16). Beside compute: the same
 matmul loop (bf16 GEMMs of ``--gemm`` squared) timed alone and while ``--overlap-mib``
@@ -63,8 +63,6 @@ def beside(matmuls, start_comm, rounds: int = 7) -> tuple[float, float]:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--lanes", default="0,1,3", help="copy-engine groups with these extra "
-                    "copy streams")
     ap.add_argument("--gemm", type=int, default=8192)
     ap.add_argument("--overlap-mib", type=int, default=1024)
     ap.add_argument("--out-dir", default="benchmarks/results")
@@ -74,8 +72,7 @@ def main() -> None:
 
     comm, dev = bench.init_torchrun()
     world = dist.get_world_size()
-    groups = {f"copy engine, {k} lanes": ceg.make(dist.group.WORLD, lanes=k)
-              for k in (int(v) for v in args.lanes.split(","))}
+    groups = {"copy engine": ceg.make(dist.group.WORLD)}
     alone = {}
     for size in (256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20):
         x = torch.randn(size // 2, device=dev).to(torch.bfloat16)

@@ -221,9 +221,8 @@ def main() -> None:
     ap.add_argument("--comm-ctas", default="",
                     help="extra rows: commrt.fx with the graphs' NCCL collectives on a copy "
                          "of the group limited to each of these CTA counts, e.g. 4,8,16")
-    ap.add_argument("--copy-engine", default="",
-                    help="extra rows: commrt.fx with the all-reduces on a copy-engine group: "
-                         "'all', 'hidden' (those hidden even at twice their time), e.g. all,hidden")
+    ap.add_argument("--copy-engine", action="store_true",
+                    help="extra row: commrt.fx with the all-reduces on a copy-engine group")
     ap.add_argument("--bucket-caps", default="",
                     help="extra rows: commrt.fx with these largest bucket sizes in MiB, e.g. 256")
     ap.add_argument("--trace-dir", default="",
@@ -263,8 +262,8 @@ def main() -> None:
 
     variants = {"compiled": {}, "compiled + Inductor overlap": {"inductor": True},
                 COMMRT: {"commrt": True}}
-    for mode in (c for c in args.copy_engine.split(",") if c):
-        variants[f"{COMMRT} (copy engine, {mode})"] = {"commrt": True, "ce": mode}
+    if args.copy_engine:
+        variants[f"{COMMRT} (copy engine)"] = {"commrt": True, "ce": True}
     for n in (int(c) for c in args.comm_ctas.split(",") if c):
         variants[f"{COMMRT} (NCCL <= {n} CTAs)"] = {"commrt": True, "ctas": n}
     for mib in (int(c) for c in args.bucket_caps.split(",") if c):
@@ -281,8 +280,8 @@ def main() -> None:
         limit = {"comm_ctas": opts["ctas"]} if "ctas" in opts else {}
         if "cap" in opts:
             limit["bucket_cap"] = opts["cap"]
-        if "ce" in opts:  # all (sum/avg) all-reduces, or those hidden at twice the time
-            limit["copy_engine"] = True if opts["ce"] == "all" else opts["ce"]
+        if "ce" in opts:
+            limit["copy_engine"] = True
         with ic.patch(patches), (commrt.fx.installed(**limit) if opts.get("commrt") else
                                  contextlib.nullcontext()):
             fn = torch.compile(make_step(args.layers, args.heads, world, reduce=False)

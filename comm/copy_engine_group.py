@@ -18,7 +18,6 @@ from commrt.errors import CommrtError, PeerTimeoutError
 from commrt.symm_mem import copy_engine
 
 BACKEND = "commrt_ce"
-LANES = 0  # extra copy streams of groups made by ``commrt.fx.install`` (see ``make``)
 GRAPHS = 128  # recorded all-reduces a group keeps (see ``CopyEngineGroup._run``)
 _pending: list = []  # the workspace the next group made by ``make`` takes
 
@@ -47,7 +46,7 @@ class _Pending(dist.Work):
 class CopyEngineGroup(dist.ProcessGroup):
     """``all_reduce`` over ``ws``'s ranks by ``copy_engine`` (see the module docstring)."""
 
-    def __init__(self, rank: int, size: int, ws, spin_timeout: float, lanes: int = 0):
+    def __init__(self, rank: int, size: int, ws, spin_timeout: float):
         super().__init__(rank, size)
         self.ws = ws
         self.spin_timeout = spin_timeout
@@ -55,9 +54,6 @@ class CopyEngineGroup(dist.ProcessGroup):
         # high priority: its sums and barriers go ahead of queued compute blocks, so the
         # copies are not held up behind a long matmul
         self.stream = torch.cuda.Stream(ws.device, priority=-1) if cuda else None
-        # extra streams that share each copy (several copy engines at once)
-        self.lanes = [torch.cuda.Stream(ws.device, priority=-1) for _ in range(lanes)] \
-            if cuda else []
         self._timeout = int(spin_timeout * 1e9) if cuda else 30_000  # interpreter: polls
         self._broken = ""
         self._graphs: dict[tuple, torch.cuda.CUDAGraph] = {}
@@ -124,11 +120,10 @@ class CopyEngineGroup(dist.ProcessGroup):
 
     def _call(self, kind: str, args: tuple, timer: bool) -> None:
         if kind == "all_gather":
-            copy_engine.all_gather(self.ws, *args, timeout=self._timeout, timer=timer,
-                                   lanes=self.lanes)
+            copy_engine.all_gather(self.ws, *args, timeout=self._timeout, timer=timer)
         else:
             copy_engine.all_reduce(self.ws, args[0], timeout=self._timeout, timer=timer,
-                                   average=args[1], lanes=self.lanes)
+                                   average=args[1])
 
     def _run(self, kind: str, args: tuple, capturing: bool) -> None:
         """Replay this very call (same address, size, dtype and op) from a recorded CUDA
@@ -173,18 +168,17 @@ def _create(store, rank, size, timeout):  # noqa: ARG001 (c10d's creator signatu
     if not _pending:
         raise CommrtError(f"a {BACKEND} group is made by commrt.copy_engine_group.make(), "
                           "not by dist.new_group")
-    ws, spin_timeout, lanes = _pending.pop()
+    ws, spin_timeout = _pending.pop()
     if (ws.rank, ws.world) != (rank, size):
         raise CommrtError(f"{BACKEND}: workspace of rank {ws.rank}/{ws.world} for group rank "
                           f"{rank}/{size}")
-    return CopyEngineGroup(rank, size, ws, spin_timeout, lanes)
+    return CopyEngineGroup(rank, size, ws, spin_timeout)
 
 
-def make(base: dist.ProcessGroup, ws=None, lanes: int | None = None) -> CopyEngineGroup:
+def make(base: dist.ProcessGroup, ws=None) -> CopyEngineGroup:
     """A copy-engine group over ``base``'s ranks; collective (every rank of ``base``, in
     the same order). ``ws``: its workspace (default: a new symmetric one rendezvoused on
-    ``base``, ``COMMRT_MAX_CUSTOM_BYTES`` of data); ``lanes``: extra streams that share
-    each copy (default ``LANES``)."""
+    ``base``, ``COMMRT_MAX_CUSTOM_BYTES`` of data)."""
     from commrt import config
 
     cfg = config.get()
@@ -195,7 +189,7 @@ def make(base: dist.ProcessGroup, ws=None, lanes: int | None = None) -> CopyEngi
         ws = Workspace.allocate(base, device, cfg.max_custom_bytes, 256)
     if BACKEND.upper() not in dist.Backend._plugins:
         dist.Backend.register_backend(BACKEND, _create, devices=["cpu", "cuda"])
-    _pending.append((ws, cfg.spin_timeout, LANES if lanes is None else lanes))
+    _pending.append((ws, cfg.spin_timeout))
     try:
         group = dist.new_group(dist.get_process_group_ranks(base), backend=BACKEND,
                                group_desc="commrt_copy_engine")

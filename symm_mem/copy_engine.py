@@ -1,10 +1,10 @@
-"""copy_engine: an all-reduce whose data crosses NVLink by ``cudaMemcpy`` (the GPU's copy
-engines), not by SM loads and stores; only the sum and three one-program barriers run on
-SMs.
+"""copy_engine: an all-reduce and an all-gather whose data crosses NVLink by
+``cudaMemcpy`` (the GPU's copy engines), not by SM loads and stores; only one-program
+barriers (and the all-reduce's sum) run on SMs.
 
 For collectives hidden behind compute: the copy engines leave the SMs to the matmuls
-that the collective overlaps. The message is cut into ``world`` contiguous chunks;
-rank ``r`` owns chunk ``r``::
+that the collective overlaps. ``all_reduce`` cuts the message into ``world`` contiguous
+chunks; rank ``r`` owns chunk ``r``::
 
     barrier                      peers are done with this workspace's previous use
     for p != r: contribs[p][slot r] <- x[chunk p]        (copy engine, remote write)
@@ -67,32 +67,16 @@ def _reduce(parts: list[torch.Tensor], out: torch.Tensor, average: bool) -> None
     out.copy_(acc)
 
 
-def _copy_all(pairs: list[tuple[torch.Tensor, torch.Tensor]], lanes) -> None:
-    """``dst.copy_(src)`` for every pair; with ``lanes`` (streams), each copy is split over
-    the current stream and the lanes, so that several copy engines work at once, and the
-    current stream waits for all of them."""
-    if not lanes:
-        for dst, src in pairs:
-            dst.copy_(src)
-        return
-    cur = torch.cuda.current_stream()
-    streams = [cur, *lanes]
-    for lane in lanes:
-        lane.wait_stream(cur)
+def _copy_all(pairs: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+    """``dst.copy_(src)`` for every pair: ``cudaMemcpyAsync`` for contiguous tensors on one
+    device (a copy engine), also when ``src`` or ``dst`` is a peer's mapped workspace."""
     for dst, src in pairs:
-        step = -(-dst.numel() // len(streams))
-        for i, st in enumerate(streams):
-            if i * step < dst.numel():
-                with torch.cuda.stream(st):
-                    dst[i * step:(i + 1) * step].copy_(src[i * step:(i + 1) * step])
-    for lane in lanes:
-        cur.wait_stream(lane)
+        dst.copy_(src)
 
 
 def all_reduce(ws, x: torch.Tensor, *, timeout: int, timer: bool,
-               average: bool = False, lanes=()) -> None:
-    """Sum (or average) the flat, contiguous ``x`` over the group of ``ws``, in place;
-    ``lanes``: extra CUDA streams that share the copies (see ``_copy_all``)."""
+               average: bool = False) -> None:
+    """Sum (or average) the flat, contiguous ``x`` over the group of ``ws``, in place."""
     world, rank = ws.world, ws.rank
     data = ws.views(x.dtype)
     contribs, _ = ws.scratch(x.dtype)
@@ -104,21 +88,19 @@ def all_reduce(ws, x: torch.Tensor, *, timeout: int, timer: bool,
         size = bounds[0][1] - bounds[0][0]  # a contribution slot: the longest chunk
         barrier(ws, timeout, timer)
         _copy_all([(contribs[p][rank * size:rank * size + phi - plo], piece[plo:phi])
-                   for p, (plo, phi) in enumerate(bounds) if p != rank and phi > plo], lanes)
+                   for p, (plo, phi) in enumerate(bounds) if p != rank and phi > plo])
         barrier(ws, timeout, timer)
         if hi > lo:
             parts = [piece[lo:hi] if q == rank else contribs[rank][q * size:q * size + hi - lo]
                      for q in range(world)]
             _reduce(parts, piece[lo:hi], average)
-            _copy_all([(data[p][lo:hi], piece[lo:hi]) for p in range(world) if p != rank],
-                      lanes)
+            _copy_all([(data[p][lo:hi], piece[lo:hi]) for p in range(world) if p != rank])
         barrier(ws, timeout, timer)
         _copy_all([(piece[plo:phi], data[rank][plo:phi])
-                   for p, (plo, phi) in enumerate(bounds) if p != rank and phi > plo], lanes)
+                   for p, (plo, phi) in enumerate(bounds) if p != rank and phi > plo])
 
 
-def all_gather(ws, x: torch.Tensor, out: torch.Tensor, *, timeout: int, timer: bool,
-               lanes=()) -> None:
+def all_gather(ws, x: torch.Tensor, out: torch.Tensor, *, timeout: int, timer: bool) -> None:
     """``out`` (``world`` times the flat, contiguous ``x``) = every rank's ``x`` in rank
     order, with no SM work but the barriers::
 
@@ -140,8 +122,8 @@ def all_gather(ws, x: torch.Tensor, out: torch.Tensor, *, timeout: int, timer: b
         piece = x[off:off + m]
         barrier(ws, timeout, timer)
         _copy_all([(contribs[p][rank * slot:rank * slot + m], piece)
-                   for p in range(world) if p != rank], lanes)
+                   for p in range(world) if p != rank])
         barrier(ws, timeout, timer)
         _copy_all([(out[q * n + off:q * n + off + m],
                     piece if q == rank else contribs[rank][q * slot:q * slot + m])
-                   for q in range(world)], lanes)
+                   for q in range(world)])

@@ -358,26 +358,3 @@ def test_install_takes_a_bucket_cap():
         commrt.fx.uninstall()
     with pytest.raises(ValueError, match="bucket_cap"):
         commrt.fx.install(bucket_cap=0)
-
-
-def test_copy_engine_hidden_takes_only_the_all_reduces_with_room_to_spare(groups, monkeypatch):
-    """``copy_engine="hidden"``: an all-reduce with plenty of compute behind it moves to
-    the copy-engine group; one whose result is needed right away stays on NCCL."""
-    from commrt.fx import comm_groups
-
-    name = groups[2].group_name
-    monkeypatch.setitem(comm_groups._BY_NAME, (name, "ce"), "ce-copy")
-    def f(a, big):
-        early = fc.all_reduce(a @ a, "sum", groups[2])
-        y = big
-        for _ in range(8):  # milliseconds of matmuls before ``early`` is used
-            y = y @ big
-        late = fc.all_reduce(y, "sum", groups[2])
-        return early.sum() + late * 2
-
-    gm = trace(f, w(16, 16, seed=1), w(1024, 1024, seed=2))
-    rep = overlap_and_bucket(gm, copy_engine="hidden", bucket_cap=1)
-    gathers = [n for n in gm.graph.nodes if n.target == c10d.all_gather_into_tensor.default]
-    reduces = [n for n in gm.graph.nodes if n.target == c10d.all_reduce.default]
-    assert rep.limited == 1 and len(gathers) == 1 and len(reduces) == 1
-    assert gathers[0].args[0].meta["val"].shape == (16, 16)  # ``early``, not the 1024s

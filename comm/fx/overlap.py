@@ -116,13 +116,8 @@ def _find(graph: fx.Graph, report: OverlapReport) -> list[_Coll]:
     return colls
 
 
-CE_SLOWDOWN = 2.0  # the copy-engine group is priced at this many times NCCL's time
-
-
-def _simulate(order: list[fx.Node], colls: list[_Coll], model: _cost.CostModel,
-              on_ce=frozenset()):
-    """(exposed µs, total comm µs): one compute stream, one comm stream per group (and
-    one more for the collectives in ``on_ce``, priced at ``CE_SLOWDOWN`` times theirs)."""
+def _simulate(order: list[fx.Node], colls: list[_Coll], model: _cost.CostModel):
+    """(exposed µs, total comm µs): one compute stream, one comm stream per group."""
     by_start = {c.start: c for c in colls}
     by_end = {c.end: c for c in colls if c.end is not c.start}
     clock, exposed, total = 0.0, 0.0, 0.0
@@ -137,11 +132,8 @@ def _simulate(order: list[fx.Node], colls: list[_Coll], model: _cost.CostModel,
                 clock += us
                 exposed += us
                 continue
-            stream = c.group
-            if id(c) in on_ce:
-                stream, us = (c.group, "ce"), us * CE_SLOWDOWN
-            begin = max(clock, comm_free.get(stream, 0.0))
-            comm_free[stream] = done[id(c)] = begin + us
+            begin = max(clock, comm_free.get(c.group, 0.0))
+            comm_free[c.group] = done[id(c)] = begin + us
             continue
         c = by_end.get(n)
         if c is not None:
@@ -193,32 +185,14 @@ def _as_gather(graph: fx.Graph, c: _Coll, copy: str) -> None:
     c.start, c.end, c.kind = start, wait, "all_gather"
 
 
-def _hidden_on_ce(order, colls: list[_Coll], model: _cost.CostModel) -> set[int]:
-    """The collectives (ids) that the copy-engine group can take without adding exposed
-    time even at ``CE_SLOWDOWN`` times their NCCL time: greedily, in issue order, each
-    one that leaves the simulated exposed time where it was."""
-    on_ce: set[int] = set()
-    base, _ = _simulate(order, colls, model)
-    for c in colls:
-        trial = on_ce | {id(c)}
-        exposed, _ = _simulate(order, colls, model, frozenset(trial))
-        if exposed <= base + 1e-6:
-            on_ce = trial
-    return on_ce
-
-
-def _to_copies(graph: fx.Graph, colls: list[_Coll], kind: str, report: OverlapReport,
-               only=None) -> int:
+def _to_copies(graph: fx.Graph, colls: list[_Coll], kind: str, report: OverlapReport) -> int:
     """Move the functional collectives to their group's copy of ``kind`` (``comm_groups``).
-    The copy-engine group takes the sum and avg all-reduces (of at least one dimension)
-    in ``only`` (ids; None: all), as all-gathers whose sum the compute does
-    (``_as_gather``)."""
+    The copy-engine group takes the sum and avg all-reduces (of at least one dimension),
+    as all-gathers whose sum the compute does (``_as_gather``)."""
     from .comm_groups import COPY_ENGINE, copy_of
 
     moved, missing = 0, set()
     for c in colls:
-        if only is not None and id(c) not in only:
-            continue
         if c.kind == "commrt_all_reduce":
             continue
         if kind == COPY_ENGINE and (c.kind != "all_reduce" or c.key[2] not in ("sum", "avg")
@@ -244,16 +218,14 @@ def _to_copies(graph: fx.Graph, colls: list[_Coll], kind: str, report: OverlapRe
 def overlap_and_bucket(gm: fx.GraphModule | fx.Graph, *, profile=None,
                        memory_budget: int | None = None, bucket_cap: int = BUCKET_CAP_BYTES,
                        for_inductor: bool = False, comm_ctas: int = 0,
-                       copy_engine: bool | str = False) -> OverlapReport:
+                       copy_engine: bool = False) -> OverlapReport:
     """Bucket and reorder the collectives of ``gm`` in place; see the module docstring.
 
     ``for_inductor`` (set by ``commrt.fx.install()``) also pins the placement with
     Inductor's control dependencies, which only Inductor can run. ``comm_ctas`` moves the
     functional collectives to their group's copy limited to that many CTAs, and
     ``copy_engine`` the sum/avg all-reduces to its copy-engine group (both made by
-    ``install``, see ``comm_groups``); ``copy_engine="hidden"`` only those that stay
-    hidden at ``CE_SLOWDOWN`` times their NCCL time (``_hidden_on_ce``), ``"alternate"``
-    every other one in issue order.
+    ``install``, see ``comm_groups``).
     """
     t0 = time.perf_counter()
     graph = gm.graph if isinstance(gm, fx.GraphModule) else gm
@@ -289,18 +261,7 @@ def overlap_and_bucket(gm: fx.GraphModule | fx.Graph, *, profile=None,
 
         kind = variant(comm_ctas, copy_engine)
         if kind:
-            from .comm_groups import COPY_ENGINE
-
-            only = None
-            if kind == COPY_ENGINE and copy_engine == "hidden":
-                only = _hidden_on_ce(order, colls, model)
-            elif kind == COPY_ENGINE and copy_engine == "alternate":
-                # every other all-reduce in issue order: two transports at once, half the
-                # SM-based one's contention with the compute
-                issue = sorted((c for c in colls if c.kind == "all_reduce"),
-                               key=lambda c: order.index(c.start))
-                only = {id(c) for c in issue[::2]}
-            report.limited = _to_copies(graph, colls, kind, report, only)
+            report.limited = _to_copies(graph, colls, kind, report)
         if for_inductor:
             from .bucketing import pin_for_inductor
 

@@ -28,7 +28,7 @@ class CommrtPass(CustomGraphPass):
     """commrt's passes, after ``previous`` (another custom pass, or None)."""
 
     def __init__(self, passes: tuple[str, ...], previous=None, comm_ctas: int = 0,
-                 bucket_cap: int | None = None, copy_engine: bool | str = False):
+                 bucket_cap: int | None = None, copy_engine: bool = False):
         unknown = sorted(set(passes) - set(PASSES))
         if unknown:
             raise ValueError(f"unknown commrt FX pass {unknown}; known: {sorted(PASSES)}")
@@ -77,7 +77,7 @@ class CommrtPass(CustomGraphPass):
 def install(fuse_rmsnorm: bool = True, overlap: bool = True,
             partitioned_scatter: bool | None = None, comm_ctas: int | None = None,
             comm_groups=None, bucket_cap: int | None = None,
-            copy_engine: bool | str | None = None) -> CommrtPass:
+            copy_engine: bool | None = None) -> CommrtPass:
     """Register commrt's passes as Inductor's post-grad custom pass; returns the pass.
 
     ``partitioned_scatter`` defaults to ``COMMRT_PARTITIONED_SCATTER`` (off).
@@ -87,8 +87,8 @@ def install(fuse_rmsnorm: bool = True, overlap: bool = True,
     every rank must call ``install`` (in the same order, as for ``new_group``).
     ``copy_engine`` (default ``COMMRT_FX_COPY_ENGINE``, off) runs their sum and avg
     all-reduces on a copy-engine group instead (``commrt.copy_engine_group``; also made
-    here, with a symmetric workspace of ``COMMRT_MAX_CUSTOM_BYTES``); ``"hidden"``: only
-    those the cost model finds hidden even at twice their NCCL time.
+    here, with a symmetric workspace of ``COMMRT_MAX_CUSTOM_BYTES``), as all-gathers whose
+    sum the compute does.
     ``bucket_cap``: the largest bucket in bytes (default ``overlap.BUCKET_CAP_BYTES``).
     """
     import torch._inductor.config as inductor_config
@@ -108,9 +108,6 @@ def install(fuse_rmsnorm: bool = True, overlap: bool = True,
         raise ValueError(f"comm_ctas={comm_ctas!r}: expected 0 (no limit) to 64 CTAs")
     if bucket_cap is not None and (not isinstance(bucket_cap, int) or bucket_cap <= 0):
         raise ValueError(f"bucket_cap={bucket_cap!r}: expected a positive number of bytes")
-    if copy_engine not in (False, True, "hidden", "alternate"):
-        raise ValueError(f"copy_engine={copy_engine!r}: expected False, True, 'hidden' or "
-                         "'alternate'")
     kind = _groups.variant(comm_ctas, bool(copy_engine))
     notes = _groups.make_copies(kind, comm_groups) if kind and overlap else []
     wanted = {"fuse_rmsnorm": fuse_rmsnorm, "partitioned_scatter": partitioned_scatter,
@@ -120,7 +117,7 @@ def install(fuse_rmsnorm: bool = True, overlap: bool = True,
     if isinstance(current, CommrtPass):
         current = current.previous
     p = CommrtPass(passes, current, comm_ctas if overlap else 0, bucket_cap,
-                   copy_engine if overlap else False)
+                   bool(copy_engine) and overlap)
     p.notes = notes
     inductor_config.post_grad_custom_post_pass = p
     return p
