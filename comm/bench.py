@@ -19,6 +19,7 @@ import dataclasses
 import datetime
 import json
 import platform
+import random
 import statistics
 import sys
 import time
@@ -207,14 +208,22 @@ def measure(comm: Communicator, v: Variant, nbytes: int, dtype, mode: str,
     return statistics.median(_time(comm, fn, mode) for _ in range(repeats)), wrong
 
 
+def _round_order(labels: list[str], r: int) -> list[str]:
+    """Round ``r``'s order of the variants: as given in round 0, then a fixed shuffle per
+    round (the same on every rank), so that no variant always follows the same one."""
+    if r:
+        random.Random(r).shuffle(labels)
+    return labels
+
+
 def run_bench(comm: Communicator, sizes: Iterable[int], dtype, modes: Iterable[str],
               variants: list[Variant], progress: Callable[[str], None] | None = None,
               rounds: int = 3) -> list:
     """Every eligible variant per size and mode, checked, then timed in ``rounds``
-    interleaved rounds (all variants once a round). Per variant: graph mode, the median
-    over rounds; eager mode, the fastest round (host-bound bursts only ever get slower
-    from outside interference: one algorithm through one host path measured 13.3 and
-    14.0 µs, or 19.7 and 23.4, as two columns of one run)."""
+    interleaved rounds (all variants once a round, in ``_round_order``). Per variant:
+    graph mode, the median over rounds; eager mode, the fastest round (host-bound bursts
+    only ever get slower from outside interference: one algorithm through one host path
+    measured 13.3 and 14.0 µs, or 19.7 and 23.4, as two columns of one run)."""
     rows = []
     for mode in modes:
         for nbytes in sizes:
@@ -229,9 +238,9 @@ def run_bench(comm: Communicator, sizes: Iterable[int], dtype, modes: Iterable[s
                 calls[v.label] = _make_call(comm, v, _input(comm, v, numel, dtype, 0))
             _REFERENCE.clear()  # not held while timing
             samples: dict[str, list[float]] = {label: [] for label in calls}
-            for _ in range(rounds):
-                for label, fn in calls.items():
-                    samples[label].append(_time(comm, fn, mode))
+            for r in range(rounds):
+                for label in _round_order(list(calls), r):
+                    samples[label].append(_time(comm, calls[label], mode))
             pick = statistics.median if mode == "graph" else min
             row["us"] = {label: round(pick(t), 3) for label, t in samples.items()}
             row["auto_algorithm"] = comm.dispatcher.decide(nbytes, dtype, "sum", mode,

@@ -25,3 +25,14 @@ def test_ring_and_single_rounding_pass_a_dropped_rank_fails(dtype, world):
     stale = once.clone()
     stale[::7] = float("nan")
     assert int((~((stale.double() - exact).abs() <= bound)).sum()) == len(range(0, 100_003, 7))
+
+
+def test_bench_rounds_reorder_the_variants_alike_on_every_rank():
+    from commrt.bench import _round_order
+
+    labels = [f"v{i}" for i in range(12)]
+    orders = [_round_order(list(labels), r) for r in range(5)]
+    assert orders[0] == labels and all(sorted(o) == sorted(labels) for o in orders)
+    assert orders == [_round_order(list(labels), r) for r in range(5)]  # deterministic
+    before = {tuple(o[o.index("v5") - 1:o.index("v5")]) for o in orders}
+    assert len(before) > 1  # v5 does not always follow the same variant
