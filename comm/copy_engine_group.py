@@ -18,13 +18,13 @@ from commrt.errors import CommrtError, PeerTimeoutError
 from commrt.symm_mem import copy_engine
 
 BACKEND = "commrt_ce"
-GRAPHS = 128  # recorded all-reduces a group keeps (see ``CopyEngineGroup._run``)
+GRAPHS = 128  # recorded calls a group keeps (see ``CopyEngineGroup._run``)
 _pending: list = []  # the workspace the next group made by ``make`` takes
 
 
 class _Pending(dist.Work):
-    """The all-reduce queued on the group's stream; ``wait`` orders the caller's stream
-    after it and keeps the tensor alive until then."""
+    """The collective queued on the group's stream; ``wait`` orders the caller's stream
+    after it and keeps its tensors alive until then."""
 
     def __init__(self, done: torch.cuda.Event | None, keep, device: torch.device):
         super().__init__()
@@ -44,7 +44,8 @@ class _Pending(dist.Work):
 
 
 class CopyEngineGroup(dist.ProcessGroup):
-    """``all_reduce`` over ``ws``'s ranks by ``copy_engine`` (see the module docstring)."""
+    """``all_reduce`` and ``all_gather_into_tensor`` over ``ws``'s ranks by
+    ``symm_mem.copy_engine`` (see the module docstring)."""
 
     def __init__(self, rank: int, size: int, ws, spin_timeout: float):
         super().__init__(rank, size)

@@ -102,14 +102,19 @@ def _local_generation() -> str:
     return local_facts().generation
 
 
-def _world(group: str) -> int:
+def group_size(group: str) -> int | None:
+    """The size of the process group named ``group``; None if this process has none."""
     try:
         import torch.distributed as dist
         from torch.distributed.distributed_c10d import _resolve_process_group
 
         return dist.get_world_size(_resolve_process_group(group))
     except Exception:
-        return 2
+        return None
+
+
+def _world(group: str) -> int:
+    return group_size(group) or 2
 
 
 @functools.lru_cache(maxsize=64)

@@ -146,23 +146,11 @@ def _simulate(order: list[fx.Node], colls: list[_Coll], model: _cost.CostModel):
     return exposed, total
 
 
-def _group_size(*names: str) -> int | None:
-    import torch.distributed as dist
-    from torch.distributed.distributed_c10d import _resolve_process_group
-
-    for name in names:
-        try:
-            return dist.get_world_size(_resolve_process_group(name))
-        except Exception:  # noqa: BLE001 (not a group of this process)
-            continue
-    return None
-
-
 def _as_gather(graph: fx.Graph, c: _Coll, copy: str) -> None:
     """Replace the all-reduce ``c`` by an all-gather on ``copy`` and a sum over the ranks in
     rank order (every rank adds the same values alike: bitwise the same result), which
     Inductor fuses into the consumers. ``c`` then names the all-gather and its wait."""
-    world = _group_size(copy, c.group)
+    world = _cost.group_size(copy) or _cost.group_size(c.group)
     x = c.start.args[0]
     xv = _val(x)
     with graph.inserting_before(c.start):
@@ -199,10 +187,8 @@ def _to_copies(graph: fx.Graph, colls: list[_Coll], kind: str, report: OverlapRe
                                     or _val(c.start.args[0]).dim() == 0):
             continue
         copy = copy_of(c.group, kind)
-        if copy is None:
-            missing.add(c.group)
-            continue
-        if kind == COPY_ENGINE and _group_size(copy, c.group) is None:
+        if copy is None or (kind == COPY_ENGINE and not (_cost.group_size(copy) or
+                                                         _cost.group_size(c.group))):
             missing.add(c.group)
             continue
         if kind == COPY_ENGINE:
