@@ -25,20 +25,11 @@ c10d = torch.ops._c10d_functional
 
 
 def median_us(fn, iters: int = 30) -> float:
-    for _ in range(5):
-        fn()
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(iters):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        dist.barrier()
-        torch.cuda.synchronize()
-        s.record()
-        fn()
-        e.record()
-        e.synchronize()
-        samples.append(s.elapsed_time(e) * 1e3)
-    return statistics.median(samples)
+    """Median µs of one call timed alone (ranks meet before each)."""
+    from commrt.timing import time_eager
+
+    return time_eager(fn, torch.device("cuda", torch.cuda.current_device()), iters=iters,
+                      group=dist.group.WORLD, burst=1)
 
 
 def beside(matmuls, start_comm, rounds: int = 7) -> tuple[float, float]:

@@ -484,10 +484,11 @@ def fused_rmsnorm(rank, world):
 
 
 def copy_engine_group(rank, world, soak_calls=2000):
-    """The copy-engine group: functional all_reduce + wait on every dtype and odd sizes
-    (including more than its data region: pieces), sum and avg, against float64, ranks
-    bitwise alike; back-to-back calls with changing data, compute on the caller's stream
-    and NCCL calls between; a CUDA graph replayed with fresh data; torch.compile."""
+    """The copy-engine group: functional all_reduce (sum and avg) and all_gather on every
+    dtype and odd sizes (including more than its workspace holds: pieces), against float64
+    or the inputs, ranks bitwise alike; a call recorded and replayed as a graph;
+    back-to-back calls with changing data and NCCL calls between; a CUDA graph replayed
+    with fresh data; torch.compile."""
     from commrt import copy_engine_group as ceg
 
     dev = torch.device("cuda", rank)
