@@ -340,6 +340,34 @@ def test_only_sum_and_avg_all_reduces_move_to_the_copy_engine_group(groups, monk
                for n in gm.graph.nodes) == 1
 
 
+def test_kernel_blocks_move_sum_and_avg_all_reduces_to_the_kernel_group_as_they_are(
+        groups, monkeypatch):
+    from commrt.fx import comm_groups
+
+    name = groups[2].group_name
+    monkeypatch.setitem(comm_groups._BY_NAME, (name, "kernels32"), "k-copy")
+
+    def f(a, b, c, d):
+        s = fc.all_reduce(a @ a, "sum", groups[2])
+        m = fc.all_reduce(b @ b, "max", groups[2])
+        v = fc.all_reduce(d @ d, "avg", groups[2])
+        g = fc.all_gather_tensor(c @ c, 0, groups[2])
+        return s + m + v, g
+
+    gm = trace(f, *(w(16, 16, seed=i) for i in range(4)))
+    rep = overlap_and_bucket(gm, kernel_blocks=32, bucket_cap=1)
+    reduces = sorted((n.args[1], n.args[-1]) for n in gm.graph.nodes
+                     if n.target == c10d.all_reduce.default)
+    assert reduces == [("avg", "k-copy"), ("max", name), ("sum", "k-copy")]
+    assert [n.args[-1] for n in gm.graph.nodes
+            if n.target == c10d.all_gather_into_tensor.default] == [name]
+    assert rep.limited == 2
+    with pytest.raises(ValueError, match="exclude each other"):
+        commrt.fx.install(copy_engine=True, kernel_blocks=32)
+    with pytest.raises(ValueError, match="kernel_blocks"):
+        commrt.fx.install(kernel_blocks=-1)
+
+
 def test_a_wait_whose_result_lives_on_moves_within_a_zero_budget(groups):
     def f(a, b, wt):
         r = fc.all_reduce(a @ wt, "sum", groups[2])

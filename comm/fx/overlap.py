@@ -175,16 +175,18 @@ def _as_gather(graph: fx.Graph, c: _Coll, copy: str) -> None:
 
 def _to_copies(graph: fx.Graph, colls: list[_Coll], kind: str, report: OverlapReport) -> int:
     """Move the functional collectives to their group's copy of ``kind`` (``comm_groups``).
-    The copy-engine group takes the sum and avg all-reduces (of at least one dimension),
-    as all-gathers whose sum the compute does (``_as_gather``)."""
-    from .comm_groups import COPY_ENGINE, copy_of
+    commrt's side-stream groups take the sum and avg all-reduces (of at least one
+    dimension); the copy-engine group as all-gathers whose sum the compute does
+    (``_as_gather``)."""
+    from .comm_groups import COPY_ENGINE, copy_of, side_kind
 
+    side = side_kind(kind)
     moved, missing = 0, set()
     for c in colls:
         if c.kind == "commrt_all_reduce":
             continue
-        if kind == COPY_ENGINE and (c.kind != "all_reduce" or c.key[2] not in ("sum", "avg")
-                                    or _val(c.start.args[0]).dim() == 0):
+        if side and (c.kind != "all_reduce" or c.key[2] not in ("sum", "avg")
+                     or _val(c.start.args[0]).dim() == 0):
             continue
         copy = copy_of(c.group, kind)
         if copy is None or (kind == COPY_ENGINE and not (_cost.group_size(copy) or
@@ -204,14 +206,15 @@ def _to_copies(graph: fx.Graph, colls: list[_Coll], kind: str, report: OverlapRe
 def overlap_and_bucket(gm: fx.GraphModule | fx.Graph, *, profile=None,
                        memory_budget: int | None = None, bucket_cap: int = BUCKET_CAP_BYTES,
                        for_inductor: bool = False, comm_ctas: int = 0,
-                       copy_engine: bool = False) -> OverlapReport:
+                       copy_engine: bool = False, kernel_blocks: int = 0) -> OverlapReport:
     """Bucket and reorder the collectives of ``gm`` in place; see the module docstring.
 
     ``for_inductor`` (set by ``commrt.fx.install()``) also pins the placement with
     Inductor's control dependencies, which only Inductor can run. ``comm_ctas`` moves the
     functional collectives to their group's copy limited to that many CTAs, and
-    ``copy_engine`` the sum/avg all-reduces to its copy-engine group (both made by
-    ``install``, see ``comm_groups``).
+    ``copy_engine`` the sum/avg all-reduces to its copy-engine group, ``kernel_blocks`` to
+    its group running commrt's kernel on that many CTAs (all made by ``install``, see
+    ``comm_groups``).
     """
     t0 = time.perf_counter()
     graph = gm.graph if isinstance(gm, fx.GraphModule) else gm
@@ -245,7 +248,7 @@ def overlap_and_bucket(gm: fx.GraphModule | fx.Graph, *, profile=None,
         report.exposed_us_after, report.comm_us = _simulate(order, colls, model)
         from .comm_groups import variant
 
-        kind = variant(comm_ctas, copy_engine)
+        kind = variant(comm_ctas, copy_engine, kernel_blocks)
         if kind:
             report.limited = _to_copies(graph, colls, kind, report)
         if for_inductor:
