@@ -398,7 +398,7 @@ def copy_engine_group(rank, world, names, data_bytes, blocks=0):
     except Exception as exc:  # noqa: BLE001
         out["max"] = str(exc)
     out["gather_ok"] = []
-    for n in () if blocks else (1, 4097, 40_000):  # 40,000 float32 take several slots' worth: pieces
+    for n in () if blocks else (1, 4097, 40_000):  # 40,000 float32: pieces
         x = make(50 + n % 7, rank, (n,), torch.float32)
         y = c10d.wait_tensor(c10d.all_gather_into_tensor(x, world, g.group_name))
         out["gather_ok"].append(all(torch.equal(y[r * n:(r + 1) * n],
