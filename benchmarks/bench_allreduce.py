@@ -39,7 +39,7 @@ def main() -> None:
     comm, _ = bench.init_torchrun()
     sizes = bench.sizes_between(parse_bytes(args.min_bytes), parse_bytes(args.max_bytes))
     modes = args.modes.split(",")
-    show = bench.progress_printer(comm.rank, len(sizes) * len(modes))
+    show = bench.progress_printer(comm.rank, len(sizes) * len(modes) * args.rounds)
     rows = bench.run_bench(comm, sizes, bench.DTYPES[args.dtype], modes,
                            bench.standard_variants(comm), show, rounds=args.rounds)
     if comm.rank == 0:

@@ -225,7 +225,8 @@ def main() -> None:
                     help="extra row: commrt.fx with the all-reduces on a copy-engine group")
     ap.add_argument("--kernel-blocks", default="",
                     help="extra rows: commrt.fx with the all-reduces on a side-stream group "
-                         "running commrt's two_shot_push on each of these CTA counts")
+                         "running commrt's two_shot_push on each of these CTA counts; "
+                         "FEW+MANY: the last ones on MANY, the others on FEW")
     ap.add_argument("--bucket-caps", default="",
                     help="extra rows: commrt.fx with these largest bucket sizes in MiB, e.g. 256")
     ap.add_argument("--trace-dir", default="",
@@ -269,8 +270,10 @@ def main() -> None:
         variants[f"{COMMRT} (copy engine)"] = {"commrt": True, "ce": True}
     for n in (int(c) for c in args.comm_ctas.split(",") if c):
         variants[f"{COMMRT} (NCCL <= {n} CTAs)"] = {"commrt": True, "ctas": n}
-    for n in (int(c) for c in args.kernel_blocks.split(",") if c):
-        variants[f"{COMMRT} (commrt kernel, {n} CTAs)"] = {"commrt": True, "blocks": n}
+    for c in (c for c in args.kernel_blocks.split(",") if c):
+        n = tuple(int(b) for b in c.split("+"))
+        variants[f"{COMMRT} (commrt kernel, {c} CTAs)"] = {
+            "commrt": True, "blocks": n[0] if len(n) == 1 else n}
     for mib in (int(c) for c in args.bucket_caps.split(",") if c):
         variants[f"{COMMRT} (buckets <= {mib} MiB)"] = {"commrt": True, "cap": mib << 20}
     if not args.tp:  # not a contender: how far from perfect overlap each one is

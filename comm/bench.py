@@ -219,13 +219,16 @@ def _round_order(labels: list[str], r: int) -> list[str]:
 def run_bench(comm: Communicator, sizes: Iterable[int], dtype, modes: Iterable[str],
               variants: list[Variant], progress: Callable[[str], None] | None = None,
               rounds: int = 3) -> list:
-    """Every eligible variant per size and mode, checked, then timed in ``rounds``
-    interleaved rounds (all variants once a round, in ``_round_order``). Per variant:
+    """Every eligible variant per size and mode, checked, then timed in ``rounds`` rounds
+    over all sizes of the mode (each round times every size's variants once, in
+    ``_round_order``), so that a phase of slow host or clocks that lasts a few seconds
+    falls on one round of a few sizes rather than on every round of them. Per variant:
     graph mode, the median over rounds; eager mode, the fastest round (host-bound bursts
     only ever get slower from outside interference: one algorithm through one host path
     measured 13.3 and 14.0 µs, or 19.7 and 23.4, as two columns of one run)."""
     rows = []
     for mode in modes:
+        todo = []
         for nbytes in sizes:
             numel = nbytes // torch.empty((), dtype=dtype).element_size()
             row = {"bytes": nbytes, "count": numel, "dtype": str(dtype).replace("torch.", ""),
@@ -236,18 +239,20 @@ def run_bench(comm: Communicator, sizes: Iterable[int], dtype, modes: Iterable[s
                     continue
                 row["wrong"][v.label] = _wrong(comm, v, numel, dtype, 0)
                 calls[v.label] = _make_call(comm, v, _input(comm, v, numel, dtype, 0))
-            _REFERENCE.clear()  # not held while timing
-            samples: dict[str, list[float]] = {label: [] for label in calls}
-            for r in range(rounds):
+            todo.append((row, calls, {label: [] for label in calls}))
+        _REFERENCE.clear()  # not held while timing
+        for r in range(rounds):
+            for row, calls, samples in todo:
                 for label in _round_order(list(calls), r):
                     samples[label].append(_time(comm, calls[label], mode))
-            pick = statistics.median if mode == "graph" else min
+                if progress:
+                    progress(f"{mode} {row['bytes']} B, round {r + 1} of {rounds}")
+        pick = statistics.median if mode == "graph" else min
+        for row, _, samples in todo:
             row["us"] = {label: round(pick(t), 3) for label, t in samples.items()}
-            row["auto_algorithm"] = comm.dispatcher.decide(nbytes, dtype, "sum", mode,
+            row["auto_algorithm"] = comm.dispatcher.decide(row["bytes"], dtype, "sum", mode,
                                                            comm.device.type).algorithm
             rows.append(row)
-            if progress:
-                progress(f"{mode} {nbytes} B done")
     return rows
 
 

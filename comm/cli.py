@@ -142,8 +142,9 @@ def _bench(comm, args) -> None:
     variants = bench.standard_variants(comm) if args.all else [
         bench.Variant("nccl", "nccl"), bench.Variant("auto", "auto")]
     sizes = bench.sizes_between(lo, hi)
-    show = bench.progress_printer(comm.rank, len(sizes) * len(modes))
-    rows = bench.run_bench(comm, sizes, dtype, modes, variants, show)
+    rounds = 3
+    show = bench.progress_printer(comm.rank, len(sizes) * len(modes) * rounds)
+    rows = bench.run_bench(comm, sizes, dtype, modes, variants, show, rounds=rounds)
     _say(comm, bench.format_table(rows, comm.world_size))
     if args.out and comm.rank == 0:
         bench.write_results(args.out, bench.meta(comm, "commrt " + " ".join(sys.argv[1:])), rows)

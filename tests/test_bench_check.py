@@ -36,3 +36,33 @@ def test_bench_rounds_reorder_the_variants_alike_on_every_rank():
     assert orders == [_round_order(list(labels), r) for r in range(5)]  # deterministic
     before = {tuple(o[o.index("v5") - 1:o.index("v5")]) for o in orders}
     assert len(before) > 1  # v5 does not always follow the same variant
+
+
+def test_bench_rounds_go_over_every_size_before_the_next_round(monkeypatch):
+    from types import SimpleNamespace
+
+    from commrt import bench
+
+    timed = []
+    fake = {"eager": {"a": [9, 5, 7], "b": [4, 6, 8]}, "graph": {"a": [9, 5, 7], "b": [4, 6, 8]}}
+
+    def time_(comm, fn, mode):
+        timed.append((mode, *fn))
+        label, nbytes = fn
+        return fake[mode][label][sum(1 for t in timed if t == (mode, label, nbytes)) - 1]
+
+    monkeypatch.setattr(bench, "_eligible", lambda *a: True)
+    monkeypatch.setattr(bench, "_wrong", lambda *a: 0)
+    monkeypatch.setattr(bench, "_input", lambda comm, v, numel, dtype, seed: numel * 4)
+    monkeypatch.setattr(bench, "_make_call", lambda comm, v, nbytes: (v.label, nbytes))
+    monkeypatch.setattr(bench, "_time", time_)
+    comm = SimpleNamespace(device=torch.device("cpu"), dispatcher=SimpleNamespace(
+        decide=lambda *a: SimpleNamespace(algorithm="a")))
+    variants = [bench.Variant("a", "a"), bench.Variant("b", "b")]
+    rows = bench.run_bench(comm, [64, 128], torch.float32, ["eager", "graph"], variants,
+                           rounds=3)
+    sizes = [nbytes for mode, _, nbytes in timed if mode == "eager"]
+    assert sizes == [64, 64, 128, 128] * 3  # round-major: every size once a round
+    assert [r["us"] for r in rows] == [{"a": 5, "b": 4}] * 2 + [{"a": 7, "b": 6}] * 2
+    assert [(r["mode"], r["bytes"]) for r in rows] == [("eager", 64), ("eager", 128),
+                                                       ("graph", 64), ("graph", 128)]

@@ -79,7 +79,8 @@ class CommrtPass(CustomGraphPass):
 def install(fuse_rmsnorm: bool = True, overlap: bool = True,
             partitioned_scatter: bool | None = None, comm_ctas: int | None = None,
             comm_groups=None, bucket_cap: int | None = None,
-            copy_engine: bool | None = None, kernel_blocks: int = 0) -> CommrtPass:
+            copy_engine: bool | None = None,
+            kernel_blocks: int | tuple[int, int] = 0) -> CommrtPass:
     """Register commrt's passes as Inductor's post-grad custom pass; returns the pass.
 
     ``partitioned_scatter`` defaults to ``COMMRT_PARTITIONED_SCATTER`` (off).
@@ -91,7 +92,8 @@ def install(fuse_rmsnorm: bool = True, overlap: bool = True,
     all-reduces on a copy-engine group instead (``commrt.copy_engine_group``; also made
     here, with a symmetric workspace of ``COMMRT_MAX_CUSTOM_BYTES``), as all-gathers whose
     sum the compute does. ``kernel_blocks`` > 0 runs them on a group of the same kind
-    whose all-reduces are commrt's ``two_shot_push`` kernel on that many CTAs.
+    whose all-reduces are commrt's ``two_shot_push`` kernel on that many CTAs;
+    ``(few, many)``: the last of a graph on ``many``, the others on ``few``.
     ``bucket_cap``: the largest bucket in bytes (default ``overlap.BUCKET_CAP_BYTES``).
     """
     import torch._inductor.config as inductor_config
@@ -111,11 +113,16 @@ def install(fuse_rmsnorm: bool = True, overlap: bool = True,
         raise ValueError(f"comm_ctas={comm_ctas!r}: expected 0 (no limit) to 64 CTAs")
     if bucket_cap is not None and (not isinstance(bucket_cap, int) or bucket_cap <= 0):
         raise ValueError(f"bucket_cap={bucket_cap!r}: expected a positive number of bytes")
-    if isinstance(kernel_blocks, bool) or not isinstance(kernel_blocks, int) or \
-            not 0 <= kernel_blocks <= 1024:
-        raise ValueError(f"kernel_blocks={kernel_blocks!r}: expected 0 (off) to 1024 CTAs")
-    kind = _groups.variant(comm_ctas, bool(copy_engine), kernel_blocks)
-    notes = _groups.make_copies(kind, comm_groups) if kind and overlap else []
+    counts = (kernel_blocks,) if isinstance(kernel_blocks, int) else tuple(kernel_blocks)
+    whole = all(isinstance(b, int) and not isinstance(b, bool) and 0 <= b <= 1024
+                for b in counts)
+    if not whole or len(counts) not in (1, 2) or (len(counts) == 2 and
+                                                   not 0 < counts[0] <= counts[1]):
+        raise ValueError(f"kernel_blocks={kernel_blocks!r}: expected 0 (off) to 1024 CTAs, "
+                         "or (few, many)")
+    kind = _groups.variant(comm_ctas, bool(copy_engine), counts[-1])
+    kinds = [f"{_groups.KERNELS}{b}" for b in counts[:-1]] + [kind] if kind else []
+    notes = [n for k in kinds for n in _groups.make_copies(k, comm_groups)] if overlap else []
     wanted = {"fuse_rmsnorm": fuse_rmsnorm, "partitioned_scatter": partitioned_scatter,
               "overlap": overlap}
     passes = tuple(n for n in PASSES if wanted[n])
