@@ -223,10 +223,6 @@ def main() -> None:
                          "of the group limited to each of these CTA counts, e.g. 4,8,16")
     ap.add_argument("--copy-engine", action="store_true",
                     help="extra row: commrt.fx with the all-reduces on a copy-engine group")
-    ap.add_argument("--kernel-blocks", default="",
-                    help="extra rows: commrt.fx with the all-reduces on a side-stream group "
-                         "running commrt's two_shot_push on each of these CTA counts; "
-                         "FEW+MANY: the last ones on MANY, the others on FEW")
     ap.add_argument("--bucket-caps", default="",
                     help="extra rows: commrt.fx with these largest bucket sizes in MiB, e.g. 256")
     ap.add_argument("--trace-dir", default="",
@@ -270,10 +266,6 @@ def main() -> None:
         variants[f"{COMMRT} (copy engine)"] = {"commrt": True, "ce": True}
     for n in (int(c) for c in args.comm_ctas.split(",") if c):
         variants[f"{COMMRT} (NCCL <= {n} CTAs)"] = {"commrt": True, "ctas": n}
-    for c in (c for c in args.kernel_blocks.split(",") if c):
-        n = tuple(int(b) for b in c.split("+"))
-        variants[f"{COMMRT} (commrt kernel, {c} CTAs)"] = {
-            "commrt": True, "blocks": n[0] if len(n) == 1 else n}
     for mib in (int(c) for c in args.bucket_caps.split(",") if c):
         variants[f"{COMMRT} (buckets <= {mib} MiB)"] = {"commrt": True, "cap": mib << 20}
     if not args.tp:  # not a contender: how far from perfect overlap each one is
@@ -290,8 +282,6 @@ def main() -> None:
             limit["bucket_cap"] = opts["cap"]
         if "ce" in opts:
             limit["copy_engine"] = True
-        if "blocks" in opts:
-            limit["kernel_blocks"] = opts["blocks"]
         with ic.patch(patches), (commrt.fx.installed(**limit) if opts.get("commrt") else
                                  contextlib.nullcontext()):
             fn = torch.compile(make_step(args.layers, args.heads, world, reduce=False)

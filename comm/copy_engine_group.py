@@ -47,11 +47,10 @@ class CopyEngineGroup(dist.ProcessGroup):
     """``all_reduce`` and ``all_gather_into_tensor`` over ``ws``'s ranks by
     ``symm_mem.copy_engine`` (see the module docstring)."""
 
-    def __init__(self, rank: int, size: int, ws, spin_timeout: float, blocks: int = 0):
+    def __init__(self, rank: int, size: int, ws, spin_timeout: float):
         super().__init__(rank, size)
         self.ws = ws
         self.spin_timeout = spin_timeout
-        self.blocks = blocks  # > 0: all-reduces by commrt's two_shot_push on this many CTAs
         cuda = ws.device.type == "cuda"
         # high priority: its sums and barriers go ahead of queued compute blocks, so the
         # copies are not held up behind a long matmul
@@ -92,8 +91,6 @@ class CopyEngineGroup(dist.ProcessGroup):
 
     def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):  # noqa: ARG002
         """Each ``outputs[i]`` = every rank's ``inputs[i]``, in rank order (dim 0)."""
-        if self.blocks:
-            raise CommrtError(f"{BACKEND} group on {self.blocks} CTAs: all_reduce only")
         pairs = []
         for out, x in zip(outputs, inputs, strict=True):
             if x.device != self.ws.device or not (x.is_contiguous() and out.is_contiguous()):
@@ -125,14 +122,6 @@ class CopyEngineGroup(dist.ProcessGroup):
     def _call(self, kind: str, args: tuple, timer: bool) -> None:
         if kind == "all_gather":
             copy_engine.all_gather(self.ws, *args, timeout=self._timeout, timer=timer)
-        elif self.blocks:
-            from commrt import custom
-
-            x, average = args
-            custom.run("two_shot_push", self.ws, x, x, {"blocks": self.blocks},
-                       self.spin_timeout)
-            if average:
-                x.div_(self.size())
         else:
             copy_engine.all_reduce(self.ws, args[0], timeout=self._timeout, timer=timer,
                                    average=args[1])
@@ -180,18 +169,17 @@ def _create(store, rank, size, timeout):  # noqa: ARG001 (c10d's creator signatu
     if not _pending:
         raise CommrtError(f"a {BACKEND} group is made by commrt.copy_engine_group.make(), "
                           "not by dist.new_group")
-    ws, spin_timeout, blocks = _pending.pop()
+    ws, spin_timeout = _pending.pop()
     if (ws.rank, ws.world) != (rank, size):
         raise CommrtError(f"{BACKEND}: workspace of rank {ws.rank}/{ws.world} for group rank "
                           f"{rank}/{size}")
-    return CopyEngineGroup(rank, size, ws, spin_timeout, blocks)
+    return CopyEngineGroup(rank, size, ws, spin_timeout)
 
 
-def make(base: dist.ProcessGroup, ws=None, blocks: int = 0) -> CopyEngineGroup:
+def make(base: dist.ProcessGroup, ws=None) -> CopyEngineGroup:
     """A copy-engine group over ``base``'s ranks; collective (every rank of ``base``, in
     the same order). ``ws``: its workspace (default: a new symmetric one rendezvoused on
-    ``base``, ``COMMRT_MAX_CUSTOM_BYTES`` of data). ``blocks`` > 0: its all-reduces run
-    commrt's ``two_shot_push`` kernel on at most that many CTAs instead (no all-gather)."""
+    ``base``, ``COMMRT_MAX_CUSTOM_BYTES`` of data)."""
     from commrt import config
 
     cfg = config.get()
@@ -202,7 +190,7 @@ def make(base: dist.ProcessGroup, ws=None, blocks: int = 0) -> CopyEngineGroup:
         ws = Workspace.allocate(base, device, cfg.max_custom_bytes, 256)
     if BACKEND.upper() not in dist.Backend._plugins:
         dist.Backend.register_backend(BACKEND, _create, devices=["cpu", "cuda"])
-    _pending.append((ws, cfg.spin_timeout, blocks))
+    _pending.append((ws, cfg.spin_timeout))
     try:
         group = dist.new_group(dist.get_process_group_ranks(base), backend=BACKEND,
                                group_desc="commrt_copy_engine")

@@ -356,24 +356,23 @@ def tuner_gate(rank, world):
     return out
 
 
-def copy_engine_group(rank, world, names, data_bytes, blocks=0):
-    """The copy-engine group (``blocks`` > 0: its two_shot_push transport) over
-    shared-memory workspaces: functional all_reduce + wait, dist.all_reduce, sum and avg,
-    pieces, against float64; results bitwise alike."""
+def copy_engine_group(rank, world, names, data_bytes):
+    """The copy-engine group over shared-memory workspaces: functional all_reduce + wait,
+    dist.all_reduce, sum and avg, pieces, against float64; results bitwise alike."""
     from multiprocessing import shared_memory
 
     from commrt import copy_engine_group as ceg
     from commrt.symm_mem.workspace import Workspace
 
-    shm = [shared_memory.SharedMemory(name=n) for n in names]
-    buffers = [torch.frombuffer(b.buf, dtype=torch.uint8) for b in shm]
+    blocks = [shared_memory.SharedMemory(name=n) for n in names]
+    buffers = [torch.frombuffer(b.buf, dtype=torch.uint8) for b in blocks]
     ws = Workspace(buffers, rank, data_bytes, 256, "ce-test")
     ws.clear()
     dist.barrier()
     # as under init_process_group(device_id=...): new_group asks the new group's backend
     dist.group.WORLD.bound_device_id = torch.device("cuda", rank)
     try:
-        g = ceg.make(dist.group.WORLD, ws, blocks=blocks)
+        g = ceg.make(dist.group.WORLD, ws)
     finally:
         dist.group.WORLD.bound_device_id = None
     c10d = torch.ops._c10d_functional
@@ -398,38 +397,31 @@ def copy_engine_group(rank, world, names, data_bytes, blocks=0):
     except Exception as exc:  # noqa: BLE001
         out["max"] = str(exc)
     out["gather_ok"] = []
-    for n in () if blocks else (1, 4097, 40_000):  # 40,000 float32: pieces
+    for n in (1, 4097, 40_000):  # 40,000 float32 take several slots' worth: pieces
         x = make(50 + n % 7, rank, (n,), torch.float32)
         y = c10d.wait_tensor(c10d.all_gather_into_tensor(x, world, g.group_name))
         out["gather_ok"].append(all(torch.equal(y[r * n:(r + 1) * n],
                                                 make(50 + n % 7, r, (n,), torch.float32))
                                     for r in range(world)))
-    if blocks:
-        try:
-            c10d.all_gather_into_tensor(torch.ones(3), world, g.group_name)
-        except Exception as exc:  # noqa: BLE001
-            out["gather"] = str(exc)
-    out.update(_compiled_on_copy_engine(rank, world, g, blocks))
+    out.update(_compiled_on_copy_engine(rank, world, g))
     out["err"] = int(ws.err.item())
     dist.barrier()
     del ws, buffers
-    for b in shm:
+    for b in blocks:
         b.close()
     return out
 
 
-def _compiled_on_copy_engine(rank, world, g, blocks=0):
+def _compiled_on_copy_engine(rank, world, g):
     """commrt.fx with copy_engine=True on a compiled step: its sum and avg all-reduces run
-    as all-gathers on ``g`` plus a sum (``blocks``: kernel_blocks=blocks, as all-reduces
-    on ``g``); against float64, and alike on every rank."""
+    as all-gathers on ``g`` plus a sum; against float64, and alike on every rank."""
     import torch._inductor.config as ic
     import torch.distributed._functional_collectives as fc
 
     import commrt.fx
     from commrt.fx import comm_groups
 
-    kind = comm_groups.variant(copy_engine=not blocks, kernel_blocks=blocks)
-    comm_groups._BY_NAME[(dist.group.WORLD.group_name, kind)] = g.group_name
+    comm_groups._BY_NAME[(dist.group.WORLD.group_name, comm_groups.COPY_ENGINE)] = g.group_name
     ws = [make(80 + i, 0, (32, 32), torch.bfloat16) for i in range(2)]
 
     def step(x):
@@ -442,8 +434,7 @@ def _compiled_on_copy_engine(rank, world, g, blocks=0):
     ref_b = sum(torch.relu(x.double() @ ws[1].double()) for x in xs) / world + 1
     commrt.fx.last_reports.clear()
     torch._dynamo.reset()
-    with commrt.fx.installed(fuse_rmsnorm=False, copy_engine=not blocks,
-                             kernel_blocks=blocks), \
+    with commrt.fx.installed(fuse_rmsnorm=False, copy_engine=True), \
             ic.patch(fx_graph_cache=False):
         a, b = torch.compile(step, fullgraph=True)(xs[rank])
     reps = [r for n, r in commrt.fx.last_reports if n == "overlap"]

@@ -483,9 +483,8 @@ def fused_rmsnorm(rank, world):
     return {"failures": failures, "ran": ran}
 
 
-def copy_engine_group(rank, world, soak_calls=2000, blocks=0):
-    """The copy-engine group (``blocks`` > 0: its two_shot_push transport on that many
-    CTAs, all-reduce only): functional all_reduce (sum and avg) and all_gather on every
+def copy_engine_group(rank, world, soak_calls=2000):
+    """The copy-engine group: functional all_reduce (sum and avg) and all_gather on every
     dtype and odd sizes (including more than its workspace holds: pieces), against float64
     or the inputs, ranks bitwise alike; a call recorded and replayed as a graph;
     back-to-back calls with changing data and NCCL calls between; a CUDA graph replayed
@@ -493,7 +492,7 @@ def copy_engine_group(rank, world, soak_calls=2000, blocks=0):
     from commrt import copy_engine_group as ceg
 
     dev = torch.device("cuda", rank)
-    g = ceg.make(dist.group.WORLD, blocks=blocks)
+    g = ceg.make(dist.group.WORLD)
     name = g.group_name
     c10d = torch.ops._c10d_functional
     failures = []
@@ -508,7 +507,7 @@ def copy_engine_group(rank, world, soak_calls=2000, blocks=0):
                 if err > TOL[dtype] or not same_on_all_ranks(y):
                     failures.append(f"{op} {dtype} n={n}: {err:.2e}")
     slot = 2 * g.ws.capacity(torch.float32) // (16 * world) * 16
-    for dtype in () if blocks else DTYPES:  # all-gather (the overlap pass's on this group)
+    for dtype in DTYPES:  # all-gather (what the overlap pass runs on this group)
         for n in (1, 7, 4097, MIB + 3, slot + 5):
             xs = inputs(n + 11, world, n, dtype, dev)
             y = c10d.wait_tensor(c10d.all_gather_into_tensor(xs[rank], world, name))

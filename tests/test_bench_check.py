@@ -38,7 +38,7 @@ def test_bench_rounds_reorder_the_variants_alike_on_every_rank():
     assert len(before) > 1  # v5 does not always follow the same variant
 
 
-def test_bench_rounds_go_over_every_size_before_the_next_round(monkeypatch):
+def test_eager_rounds_go_over_every_size_graph_rounds_stay_with_one(monkeypatch):
     from types import SimpleNamespace
 
     from commrt import bench
@@ -62,7 +62,9 @@ def test_bench_rounds_go_over_every_size_before_the_next_round(monkeypatch):
     rows = bench.run_bench(comm, [64, 128], torch.float32, ["eager", "graph"], variants,
                            rounds=3)
     sizes = [nbytes for mode, _, nbytes in timed if mode == "eager"]
-    assert sizes == [64, 64, 128, 128] * 3  # round-major: every size once a round
+    assert sizes == [64, 64, 128, 128] * 3  # every size once a round
+    sizes = [nbytes for mode, _, nbytes in timed if mode == "graph"]
+    assert sizes == [64] * 6 + [128] * 6  # a size's rounds back to back
     assert [r["us"] for r in rows] == [{"a": 5, "b": 4}] * 2 + [{"a": 7, "b": 6}] * 2
     assert [(r["mode"], r["bytes"]) for r in rows] == [("eager", 64), ("eager", 128),
                                                        ("graph", 64), ("graph", 128)]

@@ -340,63 +340,6 @@ def test_only_sum_and_avg_all_reduces_move_to_the_copy_engine_group(groups, monk
                for n in gm.graph.nodes) == 1
 
 
-def test_kernel_blocks_move_sum_and_avg_all_reduces_to_the_kernel_group_as_they_are(
-        groups, monkeypatch):
-    from commrt.fx import comm_groups
-
-    name = groups[2].group_name
-    monkeypatch.setitem(comm_groups._BY_NAME, (name, "kernels32"), "k-copy")
-
-    def f(a, b, c, d):
-        s = fc.all_reduce(a @ a, "sum", groups[2])
-        m = fc.all_reduce(b @ b, "max", groups[2])
-        v = fc.all_reduce(d @ d, "avg", groups[2])
-        g = fc.all_gather_tensor(c @ c, 0, groups[2])
-        return s + m + v, g
-
-    gm = trace(f, *(w(16, 16, seed=i) for i in range(4)))
-    rep = overlap_and_bucket(gm, kernel_blocks=32, bucket_cap=1)
-    reduces = sorted((n.args[1], n.args[-1]) for n in gm.graph.nodes
-                     if n.target == c10d.all_reduce.default)
-    assert reduces == [("avg", "k-copy"), ("max", name), ("sum", "k-copy")]
-    assert [n.args[-1] for n in gm.graph.nodes
-            if n.target == c10d.all_gather_into_tensor.default] == [name]
-    assert rep.limited == 2
-    with pytest.raises(ValueError, match="exclude each other"):
-        commrt.fx.install(copy_engine=True, kernel_blocks=32)
-    with pytest.raises(ValueError, match="kernel_blocks"):
-        commrt.fx.install(kernel_blocks=-1)
-
-
-def test_few_and_many_kernel_blocks_keep_the_last_all_reduces_fast(groups, monkeypatch):
-    from commrt.fx import comm_groups
-
-    name = groups[2].group_name
-    monkeypatch.setitem(comm_groups._BY_NAME, (name, "kernels64"), "k-many")
-    monkeypatch.setitem(comm_groups._BY_NAME, (name, "kernels16"), "k-few")
-    ws = [w(256, 256, seed=i) for i in range(12)]
-    x = w(64, 256, seed=99)
-
-    def placed(factor_ok):
-        gm = trace(lambda x, *ws: layer_grads(x, ws, groups[2]), x, *ws)
-        rep = overlap_and_bucket(gm, kernel_blocks=(16, 64) if factor_ok else 64,
-                                 bucket_cap=1)
-        return rep, [n.args[-1] for n in gm.graph.nodes
-                     if n.target == c10d.all_reduce.default]
-
-    rep, copies = placed(True)
-    assert rep.limited == 12 and set(copies) <= {"k-few", "k-many"}
-    # in issue order: the early ones on the few CTAs, the last ones on the many
-    assert copies == ["k-few"] * rep.slow + ["k-many"] * (12 - rep.slow)
-    assert 0 < rep.slow < 12, copies
-    rep1, copies1 = placed(False)
-    assert rep1.slow == 0 and copies1 == ["k-many"] * 12
-    assert placed(True)[1] == copies  # deterministic
-    for bad in ((64, 16), (0, 64), (16, 32, 64), -1):
-        with pytest.raises(ValueError, match="kernel_blocks"):
-            commrt.fx.install(kernel_blocks=bad)
-
-
 def test_a_wait_whose_result_lives_on_moves_within_a_zero_budget(groups):
     def f(a, b, wt):
         r = fc.all_reduce(a @ wt, "sum", groups[2])

@@ -21,29 +21,18 @@ _BY_NAME: dict[tuple[str, str], str] = {}  # (group name, variant) -> copy's nam
 COPY_ENGINE = "ce"
 
 
-KERNELS = "kernels"
-
-
-def variant(comm_ctas: int = 0, copy_engine: bool = False, kernel_blocks: int = 0) -> str:
+def variant(comm_ctas: int = 0, copy_engine: bool = False) -> str:
     """The copy the overlap pass moves collectives to ("" for none)."""
-    if sum(map(bool, (comm_ctas, copy_engine, kernel_blocks))) > 1:
-        raise ValueError("comm_ctas, copy_engine and kernel_blocks exclude each other: "
-                         "pick one")
-    return COPY_ENGINE if copy_engine else f"ctas{comm_ctas}" if comm_ctas else \
-        f"{KERNELS}{kernel_blocks}" if kernel_blocks else ""
-
-
-def side_kind(kind: str) -> bool:
-    """Whether copies of ``kind`` are commrt's side-stream groups (sum/avg all-reduces)."""
-    return kind == COPY_ENGINE or kind.startswith(KERNELS)
+    if copy_engine and comm_ctas:
+        raise ValueError("comm_ctas and copy_engine exclude each other: pick one")
+    return COPY_ENGINE if copy_engine else f"ctas{comm_ctas}" if comm_ctas else ""
 
 
 def _new_copy(g, kind: str):
-    if side_kind(kind):
+    if kind == COPY_ENGINE:
         from commrt import copy_engine_group
 
-        blocks = 0 if kind == COPY_ENGINE else int(kind.removeprefix(KERNELS))
-        return copy_engine_group.make(g, blocks=blocks)
+        return copy_engine_group.make(g)
     opts = dist.ProcessGroupNCCL.Options()
     opts.config.min_ctas = 1
     opts.config.max_ctas = int(kind.removeprefix("ctas"))

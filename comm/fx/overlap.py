@@ -29,7 +29,6 @@ import torch
 import torch.fx as fx
 
 from . import cost as _cost
-from .comm_groups import KERNELS
 
 c10d = torch.ops._c10d_functional
 aten = torch.ops.aten
@@ -56,7 +55,6 @@ class OverlapReport:
     peak_in_flight_bytes: int = 0
     deferred: int = 0  # waits moved after work that does not need them (``stalls``)
     limited: int = 0  # collectives moved to a copy of their group (``comm_groups``)
-    slow: int = 0  # of those, on the copy with fewer CTAs (``kernel_blocks=(few, many)``)
     pinned: int = 0  # collectives whose placement Inductor is made to keep
     seconds: float = 0.0
     skipped: list[str] = dataclasses.field(default_factory=list)
@@ -177,18 +175,16 @@ def _as_gather(graph: fx.Graph, c: _Coll, copy: str) -> None:
 
 def _to_copies(graph: fx.Graph, colls: list[_Coll], kind: str, report: OverlapReport) -> int:
     """Move the functional collectives to their group's copy of ``kind`` (``comm_groups``).
-    commrt's side-stream groups take the sum and avg all-reduces (of at least one
-    dimension); the copy-engine group as all-gathers whose sum the compute does
-    (``_as_gather``)."""
-    from .comm_groups import COPY_ENGINE, copy_of, side_kind
+    The copy-engine group takes the sum and avg all-reduces (of at least one dimension),
+    as all-gathers whose sum the compute does (``_as_gather``)."""
+    from .comm_groups import COPY_ENGINE, copy_of
 
-    side = side_kind(kind)
     moved, missing = 0, set()
     for c in colls:
         if c.kind == "commrt_all_reduce":
             continue
-        if side and (c.kind != "all_reduce" or c.key[2] not in ("sum", "avg")
-                     or _val(c.start.args[0]).dim() == 0):
+        if kind == COPY_ENGINE and (c.kind != "all_reduce" or c.key[2] not in ("sum", "avg")
+                                    or _val(c.start.args[0]).dim() == 0):
             continue
         copy = copy_of(c.group, kind)
         if copy is None or (kind == COPY_ENGINE and not (_cost.group_size(copy) or
@@ -205,66 +201,17 @@ def _to_copies(graph: fx.Graph, colls: list[_Coll], kind: str, report: OverlapRe
     return moved
 
 
-SLOW_TOLERANCE = 0.02  # slow copies may add this fraction of the comm time to exposure
-
-
-def _exposed_with(order: list[fx.Node], colls: list[_Coll], model: _cost.CostModel,
-                  slow: set[int], factor: float) -> float:
-    """Simulated exposed µs when the collectives in ``slow`` (ids) take ``factor`` times
-    their predicted time on a stream of their own and the others share one."""
-    by_start = {c.start: c for c in colls}
-    by_end = {c.end: c for c in colls}
-    clock, exposed = 0.0, 0.0
-    free = {True: 0.0, False: 0.0}
-    done: dict[int, float] = {}
-    for n in order:
-        c = by_start.get(n)
-        if c is not None:
-            lane = id(c) in slow
-            us = model.comm_us(c.kind, c.nbytes, c.key[3], c.group) * (factor if lane else 1)
-            free[lane] = done[id(c)] = max(clock, free[lane]) + us
-        elif (c := by_end.get(n)) is not None:
-            end = done.get(id(c), clock)
-            exposed += max(0.0, end - clock)
-            clock = max(clock, end)
-        else:
-            clock += model.compute_us(n)
-    return exposed
-
-
-def _slow_down(order: list[fx.Node], colls: list[_Coll], model: _cost.CostModel,
-               fast: str, copy: str, factor: float) -> int:
-    """Move to ``copy`` (the same transport on fewer CTAs, ``factor`` times slower) every
-    all-reduce on ``fast`` but the last ones, as few last ones as keep the simulated exposed time
-    within ``SLOW_TOLERANCE`` of the comm time above running them all fast: the hidden
-    early ones then hold fewer SMs, the last ones still finish soon after the compute."""
-    ours = sorted((c for c in colls if c.kind == "all_reduce" and c.start.args[-1] == fast),
-                  key=lambda c: order.index(c.start))
-    base = _exposed_with(order, ours, model, set(), factor)
-    tol = SLOW_TOLERANCE * sum(model.comm_us(c.kind, c.nbytes, c.key[3], c.group)
-                               for c in ours)
-    slow = [id(c) for c in ours]
-    while slow and _exposed_with(order, ours, model, set(slow), factor) > base + tol:
-        slow.pop()
-    for c in ours[:len(slow)]:
-        c.start.update_arg(len(c.start.args) - 1, copy)
-    return len(slow)
-
-
 def overlap_and_bucket(gm: fx.GraphModule | fx.Graph, *, profile=None,
                        memory_budget: int | None = None, bucket_cap: int = BUCKET_CAP_BYTES,
                        for_inductor: bool = False, comm_ctas: int = 0,
-                       copy_engine: bool = False,
-                       kernel_blocks: int | tuple[int, int] = 0) -> OverlapReport:
+                       copy_engine: bool = False) -> OverlapReport:
     """Bucket and reorder the collectives of ``gm`` in place; see the module docstring.
 
     ``for_inductor`` (set by ``commrt.fx.install()``) also pins the placement with
     Inductor's control dependencies, which only Inductor can run. ``comm_ctas`` moves the
     functional collectives to their group's copy limited to that many CTAs, and
-    ``copy_engine`` the sum/avg all-reduces to its copy-engine group, ``kernel_blocks`` to
-    its group running commrt's kernel on that many CTAs (all made by ``install``, see
-    ``comm_groups``); ``kernel_blocks=(few, many)`` runs the last of them on ``many`` and
-    the others on ``few`` (``_slow_down``).
+    ``copy_engine`` the sum/avg all-reduces to its copy-engine group (both made by
+    ``install``, see ``comm_groups``).
     """
     t0 = time.perf_counter()
     graph = gm.graph if isinstance(gm, fx.GraphModule) else gm
@@ -298,20 +245,9 @@ def overlap_and_bucket(gm: fx.GraphModule | fx.Graph, *, profile=None,
         report.exposed_us_after, report.comm_us = _simulate(order, colls, model)
         from .comm_groups import variant
 
-        few, many = (kernel_blocks, kernel_blocks) if isinstance(kernel_blocks, int) \
-            else kernel_blocks
-        kind = variant(comm_ctas, copy_engine, many)
+        kind = variant(comm_ctas, copy_engine)
         if kind:
             report.limited = _to_copies(graph, colls, kind, report)
-        if few != many and report.limited:
-            from .comm_groups import copy_of
-
-            pairs = {(copy_of(c.group, kind), copy_of(c.group, f"{KERNELS}{few}"))
-                     for c in colls if c.kind == "all_reduce"}
-            if len(pairs) == 1 and None not in (pair := pairs.pop()):
-                report.slow = _slow_down(order, colls, model, *pair, many / few)
-            else:
-                report.skipped.append(f"no single {KERNELS}{few} copy: all on {kind}")
         if for_inductor:
             from .bucketing import pin_for_inductor
 

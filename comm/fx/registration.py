@@ -28,8 +28,7 @@ class CommrtPass(CustomGraphPass):
     """commrt's passes, after ``previous`` (another custom pass, or None)."""
 
     def __init__(self, passes: tuple[str, ...], previous=None, comm_ctas: int = 0,
-                 bucket_cap: int | None = None, copy_engine: bool = False,
-                 kernel_blocks: int = 0):
+                 bucket_cap: int | None = None, copy_engine: bool = False):
         unknown = sorted(set(passes) - set(PASSES))
         if unknown:
             raise ValueError(f"unknown commrt FX pass {unknown}; known: {sorted(PASSES)}")
@@ -37,7 +36,6 @@ class CommrtPass(CustomGraphPass):
         self.previous = previous
         self.comm_ctas = comm_ctas
         self.copy_engine = copy_engine
-        self.kernel_blocks = kernel_blocks
         self.bucket_cap = bucket_cap
         self.notes: list[str] = []  # why a group got no copy (``comm_groups``)
 
@@ -48,7 +46,7 @@ class CommrtPass(CustomGraphPass):
             kw = {}
             if name == "overlap":
                 kw = {"for_inductor": True, "comm_ctas": self.comm_ctas,
-                      "copy_engine": self.copy_engine, "kernel_blocks": self.kernel_blocks}
+                      "copy_engine": self.copy_engine}
                 if self.bucket_cap is not None:
                     kw["bucket_cap"] = self.bucket_cap
             report = PASSES[name](graph, **kw)
@@ -70,7 +68,7 @@ class CommrtPass(CustomGraphPass):
             fuse_rmsnorm, overlap, bucketing, cost, scatter, stalls, comm_groups,
             copy_engine_group, copy_engine)) + (__file__,))
         blob = (f"commrt-fx/{','.join(self.passes)}/{prev!r}/{self.comm_ctas}/"
-                f"{self.copy_engine}/{self.kernel_blocks}/"
+                f"{self.copy_engine}/"
                 f"{self.bucket_cap}/"
                 f"{comm_groups.known()!r}").encode() + code
         return hashlib.sha256(blob).digest()
@@ -79,8 +77,7 @@ class CommrtPass(CustomGraphPass):
 def install(fuse_rmsnorm: bool = True, overlap: bool = True,
             partitioned_scatter: bool | None = None, comm_ctas: int | None = None,
             comm_groups=None, bucket_cap: int | None = None,
-            copy_engine: bool | None = None,
-            kernel_blocks: int | tuple[int, int] = 0) -> CommrtPass:
+            copy_engine: bool | None = None) -> CommrtPass:
     """Register commrt's passes as Inductor's post-grad custom pass; returns the pass.
 
     ``partitioned_scatter`` defaults to ``COMMRT_PARTITIONED_SCATTER`` (off).
@@ -91,9 +88,7 @@ def install(fuse_rmsnorm: bool = True, overlap: bool = True,
     ``copy_engine`` (default ``COMMRT_FX_COPY_ENGINE``, off) runs their sum and avg
     all-reduces on a copy-engine group instead (``commrt.copy_engine_group``; also made
     here, with a symmetric workspace of ``COMMRT_MAX_CUSTOM_BYTES``), as all-gathers whose
-    sum the compute does. ``kernel_blocks`` > 0 runs them on a group of the same kind
-    whose all-reduces are commrt's ``two_shot_push`` kernel on that many CTAs;
-    ``(few, many)``: the last of a graph on ``many``, the others on ``few``.
+    sum the compute does.
     ``bucket_cap``: the largest bucket in bytes (default ``overlap.BUCKET_CAP_BYTES``).
     """
     import torch._inductor.config as inductor_config
@@ -113,16 +108,8 @@ def install(fuse_rmsnorm: bool = True, overlap: bool = True,
         raise ValueError(f"comm_ctas={comm_ctas!r}: expected 0 (no limit) to 64 CTAs")
     if bucket_cap is not None and (not isinstance(bucket_cap, int) or bucket_cap <= 0):
         raise ValueError(f"bucket_cap={bucket_cap!r}: expected a positive number of bytes")
-    counts = (kernel_blocks,) if isinstance(kernel_blocks, int) else tuple(kernel_blocks)
-    whole = all(isinstance(b, int) and not isinstance(b, bool) and 0 <= b <= 1024
-                for b in counts)
-    if not whole or len(counts) not in (1, 2) or (len(counts) == 2 and
-                                                   not 0 < counts[0] <= counts[1]):
-        raise ValueError(f"kernel_blocks={kernel_blocks!r}: expected 0 (off) to 1024 CTAs, "
-                         "or (few, many)")
-    kind = _groups.variant(comm_ctas, bool(copy_engine), counts[-1])
-    kinds = [f"{_groups.KERNELS}{b}" for b in counts[:-1]] + [kind] if kind else []
-    notes = [n for k in kinds for n in _groups.make_copies(k, comm_groups)] if overlap else []
+    kind = _groups.variant(comm_ctas, bool(copy_engine))
+    notes = _groups.make_copies(kind, comm_groups) if kind and overlap else []
     wanted = {"fuse_rmsnorm": fuse_rmsnorm, "partitioned_scatter": partitioned_scatter,
               "overlap": overlap}
     passes = tuple(n for n in PASSES if wanted[n])
@@ -130,7 +117,7 @@ def install(fuse_rmsnorm: bool = True, overlap: bool = True,
     if isinstance(current, CommrtPass):
         current = current.previous
     p = CommrtPass(passes, current, comm_ctas if overlap else 0, bucket_cap,
-                   bool(copy_engine) and overlap, kernel_blocks if overlap else 0)
+                   bool(copy_engine) and overlap)
     p.notes = notes
     inductor_config.post_grad_custom_post_pass = p
     return p
