@@ -141,13 +141,19 @@ def forced_view(comm: Communicator, algorithm: str) -> Communicator:
     return view
 
 
-def _input(comm: Communicator, v: Variant, numel: int, dtype, seed: int) -> torch.Tensor:
+_SHIFT_BYTES = 128  # a round's input starts this much further into its allocation
+
+
+def _input(comm: Communicator, v: Variant, numel: int, dtype, seed: int,
+           shift: int = 0) -> torch.Tensor:
     """This rank's input for ``seed``: drawn on the device (a CPU draw of a 256 MiB input
-    takes about a second, and the tuner draws a few per variant)."""
+    takes about a second, and the tuner draws a few per variant). An ordinary tensor
+    starts ``shift * _SHIFT_BYTES`` into its allocation (16-byte aligned)."""
     g = torch.Generator(device=comm.device).manual_seed(seed * 1009 + comm.rank)
     src = torch.randn(numel, generator=g, dtype=torch.float32, device=comm.device)
-    x = comm.empty(numel, dtype) if v.on_workspace else torch.empty(numel, dtype=dtype,
-                                                                        device=comm.device)
+    pad = shift * _SHIFT_BYTES // torch.empty((), dtype=dtype).element_size()
+    x = comm.empty(numel, dtype) if v.on_workspace else \
+        torch.empty(numel + pad, dtype=dtype, device=comm.device)[pad:]
     x.copy_(src)
     return x
 
@@ -220,14 +226,15 @@ def run_bench(comm: Communicator, sizes: Iterable[int], dtype, modes: Iterable[s
               variants: list[Variant], progress: Callable[[str], None] | None = None,
               rounds: int = 3) -> list:
     """Every eligible variant per size and mode, checked, then timed in ``rounds`` rounds
-    (each round times the variants once, in ``_round_order``). Graph mode: a size's rounds
-    back to back, the median over rounds. Eager mode: rounds over all sizes, so that a
-    phase of slow host lasting seconds falls on one round of a few sizes rather than on
-    every round of them, and the fastest round (host-bound bursts only ever get slower
-    from outside interference). Measured on 2 x H200 (``benchmarks/results``, session
-    12): ``auto`` against the algorithm it runs differed by up to 1.2% in graph mode and
-    77% in eager mode with back-to-back rounds, by up to 5% in graph mode and 1% in eager
-    mode with rounds over all sizes."""
+    (each round times the variants once, in ``_round_order``, on fresh inputs: an
+    ordinary tensor at another offset into its allocation, so that no column keeps one
+    placement). Graph mode: a size's rounds back to back, the median over rounds. Eager
+    mode: rounds over all sizes, so that a phase of slow host lasting seconds falls on one
+    round of a few sizes rather than on every round of them, and the fastest round
+    (host-bound bursts only ever get slower from outside interference). On 2 x H200
+    (``benchmarks/results``, session 12) ``auto`` and the algorithm it runs, timed as two
+    columns, differed by up to 77% in eager mode with a size's rounds back to back, and
+    by up to 6% in graph mode with one input per column."""
     rows = []
     for mode in modes:
         todo = []
@@ -235,20 +242,21 @@ def run_bench(comm: Communicator, sizes: Iterable[int], dtype, modes: Iterable[s
             numel = nbytes // torch.empty((), dtype=dtype).element_size()
             row = {"bytes": nbytes, "count": numel, "dtype": str(dtype).replace("torch.", ""),
                    "mode": mode, "us": {}, "wrong": {}, "rounds": rounds}
-            calls = {}
+            chosen = {}
             for v in variants:
                 if not _eligible(comm, v, nbytes, dtype, mode):
                     continue
                 row["wrong"][v.label] = _wrong(comm, v, numel, dtype, 0)
-                calls[v.label] = _make_call(comm, v, _input(comm, v, numel, dtype, 0))
-            todo.append((row, calls, {label: [] for label in calls}))
+                chosen[v.label] = v
+            todo.append((row, chosen, {label: [] for label in chosen}))
         _REFERENCE.clear()  # not held while timing
         steps = [(r, i) for i in range(len(todo)) for r in range(rounds)] if mode == "graph" \
             else [(r, i) for r in range(rounds) for i in range(len(todo))]
         for r, i in steps:
-            row, calls, samples = todo[i]
-            for label in _round_order(list(calls), r):
-                samples[label].append(_time(comm, calls[label], mode))
+            row, chosen, samples = todo[i]
+            for label in _round_order(list(chosen), r):
+                x = _input(comm, chosen[label], row["count"], dtype, 0, shift=r)
+                samples[label].append(_time(comm, _make_call(comm, chosen[label], x), mode))
             if progress:
                 progress(f"{mode} {row['bytes']} B, round {r + 1} of {rounds}")
         pick = statistics.median if mode == "graph" else min

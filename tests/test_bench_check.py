@@ -27,6 +27,19 @@ def test_ring_and_single_rounding_pass_a_dropped_rank_fails(dtype, world):
     assert int((~((stale.double() - exact).abs() <= bound)).sum()) == len(range(0, 100_003, 7))
 
 
+def test_bench_inputs_start_at_the_rounds_offset_16_byte_aligned():
+    from types import SimpleNamespace
+
+    from commrt import bench
+
+    comm = SimpleNamespace(device=torch.device("cpu"), rank=1)
+    for dtype in (torch.bfloat16, torch.float32):
+        xs = [bench._input(comm, bench.Variant("a", "a"), 1001, dtype, 3, shift=r)
+              for r in range(3)]
+        assert all(torch.equal(x, xs[0]) and x.numel() == 1001 for x in xs)
+        assert [x.storage_offset() * x.element_size() for x in xs] == [0, 128, 256]
+
+
 def test_bench_rounds_reorder_the_variants_alike_on_every_rank():
     from commrt.bench import _round_order
 
@@ -53,7 +66,13 @@ def test_eager_rounds_go_over_every_size_graph_rounds_stay_with_one(monkeypatch)
 
     monkeypatch.setattr(bench, "_eligible", lambda *a: True)
     monkeypatch.setattr(bench, "_wrong", lambda *a: 0)
-    monkeypatch.setattr(bench, "_input", lambda comm, v, numel, dtype, seed: numel * 4)
+    shifts = []
+
+    def input_(comm, v, numel, dtype, seed, shift=0):
+        shifts.append(shift)
+        return numel * 4
+
+    monkeypatch.setattr(bench, "_input", input_)
     monkeypatch.setattr(bench, "_make_call", lambda comm, v, nbytes: (v.label, nbytes))
     monkeypatch.setattr(bench, "_time", time_)
     comm = SimpleNamespace(device=torch.device("cpu"), dispatcher=SimpleNamespace(
@@ -65,6 +84,7 @@ def test_eager_rounds_go_over_every_size_graph_rounds_stay_with_one(monkeypatch)
     assert sizes == [64, 64, 128, 128] * 3  # every size once a round
     sizes = [nbytes for mode, _, nbytes in timed if mode == "graph"]
     assert sizes == [64] * 6 + [128] * 6  # a size's rounds back to back
+    assert shifts[-12:] == [0, 0, 1, 1, 2, 2] * 2  # fresh inputs, a new offset each round
     assert [r["us"] for r in rows] == [{"a": 5, "b": 4}] * 2 + [{"a": 7, "b": 6}] * 2
     assert [(r["mode"], r["bytes"]) for r in rows] == [("eager", 64), ("eager", 128),
                                                        ("graph", 64), ("graph", 128)]
