@@ -32,14 +32,7 @@ from commrt import __version__
 from commrt.communicator import Communicator
 from commrt.dispatch.dispatcher import ALGORITHMS, Dispatcher, Query, why_not
 from commrt.dispatch.profile import has_pdl
-from commrt.timing import (
-    agree_max,
-    agree_median,
-    busbw_factor,
-    time_eager,
-    time_eager_each,
-    time_graph,
-)
+from commrt.timing import agree_median, busbw_factor, time_eager, time_graph
 
 OURS = ("one_shot_push", "one_shot", "two_shot", "two_shot_push")
 # Launch configs the tuner tries per algorithm (block = elements per tile).
@@ -236,10 +229,9 @@ def run_bench(comm: Communicator, sizes: Iterable[int], dtype, modes: Iterable[s
     (each round times the variants once, in ``_round_order``, on fresh inputs: an
     ordinary tensor at another offset into its allocation, so that no column keeps one
     placement). Graph mode: a size's rounds back to back, the median over rounds. Eager
-    mode: the variants' bursts interleaved (``time_eager_each``) and rounds over all sizes,
-    so that a phase of slow host lasting seconds falls on every variant of one round of a
-    few sizes rather than on some variants or every round; the fastest round (host-bound
-    bursts only ever get slower from outside interference). On 2 x H200
+    mode: rounds over all sizes, so that a phase of slow host lasting seconds falls on one
+    round of a few sizes rather than on every round of them, and the fastest round
+    (host-bound bursts only ever get slower from outside interference). On 2 x H200
     (``benchmarks/results``, session 12) ``auto`` and the algorithm it runs, timed as two
     columns, differed by up to 77% in eager mode with a size's rounds back to back, and
     by up to 6% in graph mode with one input per column."""
@@ -262,19 +254,9 @@ def run_bench(comm: Communicator, sizes: Iterable[int], dtype, modes: Iterable[s
             else [(r, i) for r in range(rounds) for i in range(len(todo))]
         for r, i in steps:
             row, chosen, samples = todo[i]
-            labels = _round_order(list(chosen), r)
-            calls = [_make_call(comm, chosen[label],
-                                _input(comm, chosen[label], row["count"], dtype, 0, shift=r))
-                     for label in labels]
-            if mode == "eager":  # interleaved bursts: a slow host phase hits all alike
-                dist.barrier(comm.group)
-                us = agree_max(time_eager_each(calls, comm.device, group=comm.group),
-                               comm.group, comm.device)
-            else:
-                us = [_time(comm, call, mode) for call in calls]
-            for label, t in zip(labels, us, strict=True):
-                samples[label].append(t)
-            del calls
+            for label in _round_order(list(chosen), r):
+                x = _input(comm, chosen[label], row["count"], dtype, 0, shift=r)
+                samples[label].append(_time(comm, _make_call(comm, chosen[label], x), mode))
             if progress:
                 progress(f"{mode} {row['bytes']} B, round {r + 1} of {rounds}")
         pick = statistics.median if mode == "graph" else min

@@ -4,8 +4,7 @@ Graph mode: ``ops`` calls captured in one CUDA graph, replayed ``replays`` times
 CUDA events around each replay, median per op. Eager mode: bursts of back-to-back
 calls between an event pair, synchronised (and, given a group, the ranks aligned by a
 barrier) before each burst, median per call over bursts (host cost included, as a user
-pays it); calls compared with each other are timed in interleaved bursts. On the CPU
-(gloo) wall-clock time of the bursts.
+pays it). On the CPU (gloo) wall-clock time of the bursts.
 """
 
 from __future__ import annotations
@@ -31,44 +30,31 @@ def time_eager(fn: Callable[[], None], device: torch.device, iters: int = 200,
     the device is synchronised and, given a group, the ranks meet at a barrier, so every
     burst starts from a common point; a single call timed alone swings with the ranks'
     host lag by tens of µs, a burst averages it out."""
-    return time_eager_each([fn], device, iters, warmup, group, burst)[0]
-
-
-def time_eager_each(fns: list[Callable[[], None]], device: torch.device, iters: int = 200,
-                    warmup: int = 5, group: dist.ProcessGroup | None = None,
-                    burst: int = 10) -> list[float]:
-    """``time_eager`` of each of ``fns``, their bursts interleaved (one burst of each in
-    turn, the turn's order rotating), so that a slow phase of the host falls on all of
-    them alike: two columns of one call then differ by the host's noise within seconds,
-    not by the phase each one happened to fall in."""
-    for fn in fns:
-        for _ in range(warmup):
-            fn()
-    samples: list[list[float]] = [[] for _ in fns]
-    cuda = device.type == "cuda"
-    if cuda:
+    for _ in range(warmup):
+        fn()
+    samples = []
+    if device.type == "cuda":
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    for k in range(max(1, iters // burst)):
-        for j in range(len(fns)):
-            i = (j + k) % len(fns)
-            if cuda:
-                torch.cuda.synchronize(device)
+        for _ in range(max(1, iters // burst)):
+            torch.cuda.synchronize(device)
             if group is not None:
                 dist.barrier(group)
-                if cuda:
-                    torch.cuda.synchronize(device)
-            if cuda:
-                start.record()
+                torch.cuda.synchronize(device)
+            start.record()
+            for _ in range(burst):
+                fn()
+            end.record()
+            end.synchronize()
+            samples.append(start.elapsed_time(end) * 1e3 / burst)
+    else:
+        for _ in range(max(1, iters // burst)):
+            if group is not None:
+                dist.barrier(group)
             t0 = time.perf_counter()
             for _ in range(burst):
-                fns[i]()
-            if cuda:
-                end.record()
-                end.synchronize()
-                samples[i].append(start.elapsed_time(end) * 1e3 / burst)
-            else:
-                samples[i].append((time.perf_counter() - t0) * 1e6 / burst)
-    return [statistics.median(s) for s in samples]
+                fn()
+            samples.append((time.perf_counter() - t0) * 1e6 / burst)
+    return statistics.median(samples)
 
 
 def time_graph(fn: Callable[[], None], device: torch.device, ops: int = 20,
@@ -104,11 +90,6 @@ def time_graph(fn: Callable[[], None], device: torch.device, ops: int = 20,
 
 def agree_median(us: float, group: dist.ProcessGroup, device: torch.device) -> float:
     """The slowest rank's number: a collective is as fast as its last rank."""
-    return agree_max([us], group, device)[0]
-
-
-def agree_max(us: list[float], group: dist.ProcessGroup, device: torch.device) -> list[float]:
-    """Each of ``us``, the slowest rank's (one collective)."""
-    t = torch.tensor(us, dtype=torch.float64, device=device)
+    t = torch.tensor([us], dtype=torch.float64, device=device)
     dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
-    return t.tolist()
+    return float(t.item())

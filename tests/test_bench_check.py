@@ -75,11 +75,7 @@ def test_eager_rounds_go_over_every_size_graph_rounds_stay_with_one(monkeypatch)
     monkeypatch.setattr(bench, "_input", input_)
     monkeypatch.setattr(bench, "_make_call", lambda comm, v, nbytes: (v.label, nbytes))
     monkeypatch.setattr(bench, "_time", time_)
-    monkeypatch.setattr(bench, "time_eager_each",
-                        lambda fns, device, group=None: [time_(None, f, "eager") for f in fns])
-    monkeypatch.setattr(bench, "agree_max", lambda us, group, device: us)
-    monkeypatch.setattr(bench.dist, "barrier", lambda group=None: None)
-    comm = SimpleNamespace(device=torch.device("cpu"), group=None, dispatcher=SimpleNamespace(
+    comm = SimpleNamespace(device=torch.device("cpu"), dispatcher=SimpleNamespace(
         decide=lambda *a: SimpleNamespace(algorithm="a")))
     variants = [bench.Variant("a", "a"), bench.Variant("b", "b")]
     rows = bench.run_bench(comm, [64, 128], torch.float32, ["eager", "graph"], variants,
@@ -92,15 +88,3 @@ def test_eager_rounds_go_over_every_size_graph_rounds_stay_with_one(monkeypatch)
     assert [r["us"] for r in rows] == [{"a": 5, "b": 4}] * 2 + [{"a": 7, "b": 6}] * 2
     assert [(r["mode"], r["bytes"]) for r in rows] == [("eager", 64), ("eager", 128),
                                                        ("graph", 64), ("graph", 128)]
-
-
-def test_interleaved_eager_bursts_time_each_call_alike():
-    from commrt.timing import time_eager_each
-
-    calls = []
-    fns = [lambda i=i: calls.append(i) for i in range(3)]
-    us = time_eager_each(fns, torch.device("cpu"), iters=40, warmup=2, burst=4)
-    assert len(us) == 3 and all(u > 0 for u in us)
-    assert calls[:6] == [0, 0, 1, 1, 2, 2]  # warm-up, then one burst of each in turn
-    bursts = [calls[k] for k in range(6, len(calls), 4)]
-    assert bursts == [(j + k) % 3 for k in range(10) for j in range(3)]  # rotating turns
