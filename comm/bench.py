@@ -233,8 +233,8 @@ def run_bench(comm: Communicator, sizes: Iterable[int], dtype, modes: Iterable[s
     round of a few sizes rather than on every round of them, and the fastest round
     (host-bound bursts only ever get slower from outside interference). On 2 x H200
     (``benchmarks/results``, session 12) ``auto`` and the algorithm it runs, timed as two
-    columns, differed by up to 77% in eager mode with a size's rounds back to back, and
-    by up to 6% in graph mode with one input per column."""
+    columns, differed by up to 77% in eager mode with a size's rounds back to back and
+    by up to 7% with rounds over all sizes; in graph mode by up to 7% either way."""
     rows = []
     for mode in modes:
         todo = []
