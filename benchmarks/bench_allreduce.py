@@ -1,13 +1,14 @@
-"""All-reduce benchmark: every variant side by side, checked against NCCL, then timed.
+"""All-reduce benchmark: every variant side by side, checked against a float64 sum, then timed.
 
     torchrun --nproc-per-node 2 benchmarks/bench_allreduce.py [--out-dir benchmarks/results]
 
 Per size (4 KB to 256 MB by default): NCCL, PyTorch's symm-mem ops in place on their
 symmetric buffer, each of commrt's kernels on an ordinary tensor and on a ``comm.empty``
 tensor, and ``auto``; CUDA-graph mode (20 ops a graph, 10 replays) and eager mode (20
-bursts of 10 back-to-back calls), all variants of a size timed in ``--rounds``
-interleaved rounds; graph mode: the median over rounds, eager mode: the fastest round
-(host-bound timings only get slower from interference).
+bursts of 10 back-to-back calls), every variant timed in ``--rounds`` rounds on fresh
+inputs (``commrt.bench.run_bench``): graph mode a size's rounds back to back, the median
+over rounds; eager mode rounds over all sizes, the fastest round (host-bound timings only
+get slower from interference).
 Writes ``allreduce_<device>_ws<N>.json`` and ``.md`` with device, versions, date and
 command.
 """
@@ -30,7 +31,7 @@ def main() -> None:
     p.add_argument("--out-dir", default="benchmarks/results")
     p.add_argument("--tag", default="", help="suffix for the result file names")
     p.add_argument("--rounds", type=int, default=3,
-                   help="interleaved timing rounds per size (graph: median, eager: fastest)")
+                   help="timing rounds per variant and size (graph: median, eager: fastest)")
     args = p.parse_args()
 
     from commrt import bench
