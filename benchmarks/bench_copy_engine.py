@@ -29,7 +29,7 @@ def median_us(fn, iters: int = 30) -> float:
     from commrt.timing import time_eager
 
     return time_eager(fn, torch.device("cuda", torch.cuda.current_device()), iters=iters,
-                      group=dist.group.WORLD, burst=1)
+                      group=dist.group.WORLD, burst=1, barrier_each=True)
 
 
 def beside(matmuls, start_comm, rounds: int = 7) -> tuple[float, float]:

@@ -88,3 +88,19 @@ def test_eager_rounds_go_over_every_size_graph_rounds_stay_with_one(monkeypatch)
     assert [r["us"] for r in rows] == [{"a": 5, "b": 4}] * 2 + [{"a": 7, "b": 6}] * 2
     assert [(r["mode"], r["bytes"]) for r in rows] == [("eager", 64), ("eager", 128),
                                                        ("graph", 64), ("graph", 128)]
+
+
+def test_eager_timing_runs_the_calls_without_stopping_and_drops_the_first_burst():
+    import time
+
+    from commrt.timing import time_eager
+
+    calls = []
+
+    def fn():  # slow until the first timed burst is under way: only that burst pays
+        calls.append(None)
+        time.sleep(0.05 if len(calls) <= 5 + 4 else 0.001)
+
+    us = time_eager(fn, torch.device("cpu"), iters=4, warmup=5, burst=4)
+    assert len(calls) == 5 + 4 + 4  # warm-up, the untimed burst, the timed one
+    assert 1_000 <= us < 20_000
