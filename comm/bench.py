@@ -32,7 +32,7 @@ from commrt import __version__
 from commrt.communicator import Communicator
 from commrt.dispatch.dispatcher import ALGORITHMS, Dispatcher, Query, why_not
 from commrt.dispatch.profile import has_pdl
-from commrt.timing import agree_median, busbw_factor, time_eager, time_graph
+from commrt.timing import agree_median, busbw_factor, time_eager, time_graph, time_pair
 
 OURS = ("one_shot_push", "one_shot", "two_shot", "two_shot_push")
 # Launch configs the tuner tries per algorithm (block = elements per tile).
@@ -224,7 +224,7 @@ def _round_order(labels: list[str], r: int) -> list[str]:
 
 def run_bench(comm: Communicator, sizes: Iterable[int], dtype, modes: Iterable[str],
               variants: list[Variant], progress: Callable[[str], None] | None = None,
-              rounds: int = 3) -> list:
+              rounds: int = 3, pairs: int = 30) -> list:
     """Every eligible variant per size and mode, checked, then timed in ``rounds`` rounds
     (each round times the variants once, in ``_round_order``, on fresh inputs: an
     ordinary tensor at another offset into its allocation, so that no column keeps one
@@ -234,7 +234,11 @@ def run_bench(comm: Communicator, sizes: Iterable[int], dtype, modes: Iterable[s
     (host-bound bursts only ever get slower from outside interference). On 2 x H200
     (``benchmarks/results``, session 12) ``auto`` and the algorithm it runs, timed as two
     columns, differed by up to 77% in eager mode with a size's rounds back to back and
-    by up to 7% with rounds over all sizes; in graph mode by up to 7% either way."""
+    by up to 7% with rounds over all sizes; in graph mode by up to 7% either way.
+
+    Then, where ``auto`` is not the fastest variant callable on an ordinary tensor, the
+    two are timed side by side (``time_pair``, ``pairs`` alternating bursts): the row's
+    ``paired`` entry holds that variant and the median of auto's time over its."""
     rows = []
     for mode in modes:
         todo = []
@@ -264,8 +268,33 @@ def run_bench(comm: Communicator, sizes: Iterable[int], dtype, modes: Iterable[s
             row["us"] = {label: round(pick(t), 3) for label, t in samples.items()}
             row["auto_algorithm"] = comm.dispatcher.decide(row["bytes"], dtype, "sum", mode,
                                                            comm.device.type).algorithm
+            row["paired"] = _paired(comm, row, chosen, dtype, mode, pairs, rounds)
             rows.append(row)
     return rows
+
+
+def _paired(comm: Communicator, row: dict, chosen: dict, dtype, mode: str, pairs: int,
+            shift: int) -> dict | None:
+    """``auto`` timed beside the fastest other variant callable on an ordinary tensor,
+    or None where ``auto`` is that fastest (or absent). Bursts of at least 20 calls and,
+    in eager mode, of about a millisecond (a host-bound call takes about 15 µs)."""
+    plain = {k: v for k, v in row["us"].items() if "@ws" not in k and k != "auto"}
+    if "auto" not in row["us"] or not plain or min(plain.values()) >= row["us"]["auto"]:
+        return None
+    best = min(plain, key=plain.get)
+    burst = 20 if mode == "graph" else max(20, min(100, round(1000 / plain[best])))
+    fa, fb = (_make_call(comm, chosen[k], _input(comm, chosen[k], row["count"], dtype, 0,
+                                                 shift=shift)) for k in ("auto", best))
+    dist.barrier(comm.group)
+    ratio = agree_median(time_pair(fa, fb, comm.device, mode, burst, pairs, comm.group),
+                         comm.group, comm.device)
+    return {"against": best, "auto_over": round(ratio, 4), "pairs": pairs, "burst": burst}
+
+
+def auto_paired(row: dict) -> str:
+    """The paired ratio as the tables print it (``-`` where auto was the fastest)."""
+    p = row.get("paired")
+    return f"{p['auto_over']:.3f} ({p['against']})" if p else "-"
 
 
 def init_torchrun() -> tuple[Communicator, torch.device]:
@@ -343,13 +372,16 @@ def write_results(path: str, meta_: dict, rows: list) -> None:
                 labels += [k for k in r["us"] if k not in labels]
             f.write(f"## {mode} mode, median µs per all-reduce\n\n")
             f.write("auto / best: auto on an ordinary tensor against the fastest variant a user "
-                    "can call on one (no `@ws`).\n\n")
-            f.write("| bytes | " + " | ".join(labels) + " | auto picks | auto / best |\n")
-            f.write("|" + "---:|" * (len(labels) + 3) + "\n")
+                    "can call on one (no `@ws`). paired: where that variant is not auto, the "
+                    "median of auto over it timed side by side in alternating bursts.\n\n")
+            f.write("| bytes | " + " | ".join(labels)
+                    + " | auto picks | auto / best | paired |\n")
+            f.write("|" + "---:|" * (len(labels) + 4) + "\n")
             for r in sub:
                 f.write(f"| {r['bytes']} | " + " | ".join(
                     f"{r['us'][lb]:.1f}" if lb in r["us"] else "-" for lb in labels)
-                    + f" | {r.get('auto_algorithm', '')} | {auto_ratio(r):.3f} |\n")
+                    + f" | {r.get('auto_algorithm', '')} | {auto_ratio(r):.3f} | "
+                    f"{auto_paired(r)} |\n")
             f.write("\n")
 
 

@@ -80,11 +80,9 @@ def _meet(device: torch.device, group: dist.ProcessGroup | None) -> None:
         torch.cuda.synchronize(device)
 
 
-def time_graph(fn: Callable[[], None], device: torch.device, ops: int = 20,
-               replays: int = 10, group: dist.ProcessGroup | None = None) -> float:
-    """Median µs per call of ``ops`` calls captured in one CUDA graph, the replays queued
-    back to back with an event between two (the first, in which the ranks fall into
-    step, not counted)."""
+def _capture(fn: Callable[[], None], device: torch.device, ops: int) -> torch.cuda.CUDAGraph:
+    """``ops`` calls of ``fn`` captured in one CUDA graph (after a warm-up on the side
+    stream that captures them)."""
     stream = torch.cuda.Stream(device)
     stream.wait_stream(torch.cuda.current_stream(device))
     with torch.cuda.stream(stream):
@@ -96,6 +94,15 @@ def time_graph(fn: Callable[[], None], device: torch.device, ops: int = 20,
     with torch.cuda.graph(graph, stream=stream):
         for _ in range(ops):
             fn()
+    return graph
+
+
+def time_graph(fn: Callable[[], None], device: torch.device, ops: int = 20,
+               replays: int = 10, group: dist.ProcessGroup | None = None) -> float:
+    """Median µs per call of ``ops`` calls captured in one CUDA graph, the replays queued
+    back to back with an event between two (the first, in which the ranks fall into
+    step, not counted)."""
+    graph = _capture(fn, device, ops)
     _meet(device, group)
     graph.replay()  # the first replay uploads the graph
     events = [torch.cuda.Event(enable_timing=True) for _ in range(replays + 2)]
@@ -108,6 +115,61 @@ def time_graph(fn: Callable[[], None], device: torch.device, ops: int = 20,
     del graph
     return statistics.median(events[i].elapsed_time(events[i + 1]) * 1e3 / ops
                              for i in range(1, replays + 1))
+
+
+def time_pair(fa: Callable[[], None], fb: Callable[[], None], device: torch.device,
+              mode: str, burst: int = 20, pairs: int = 30,
+              group: dist.ProcessGroup | None = None) -> float:
+    """Median over ``pairs`` of (time of ``burst`` calls of ``fa``) / (the same of ``fb``),
+    timed in alternating bursts, which of the two goes first alternating too: a drift of
+    the host or the device that outlasts two bursts falls on both.
+
+    Graph mode: a graph of ``burst`` calls each, replayed in turn back to back. Eager
+    mode: the device idles before each burst (a device-bound burst would otherwise leave
+    a queue that the next burst's first calls skip), and the ranks, having finished the
+    same collectives, leave that synchronisation together. This rank's median: agree
+    across ranks with ``agree_median``."""
+    order = [(0, 1) if p % 2 == 0 else (1, 0) for p in range(pairs)]
+    fns = (fa, fb)
+    if device.type != "cuda":  # gloo: wall clock, eager only
+        if group is not None:
+            dist.barrier(group)
+        us = [[0.0, 0.0] for _ in range(pairs)]
+        for p, turn in enumerate(order):
+            for which in turn:
+                t0 = time.perf_counter()
+                for _ in range(burst):
+                    fns[which]()
+                us[p][which] = time.perf_counter() - t0
+        return statistics.median(a / b for a, b in us)
+    events = [[(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+               for _ in range(2)] for _ in range(pairs)]
+    if mode == "graph":
+        graphs = [_capture(f, device, burst) for f in fns]
+        _meet(device, group)
+        for g in graphs:  # the first replay uploads the graph
+            g.replay()
+        _meet(device, group)
+        for p, turn in enumerate(order):
+            for which in turn:
+                events[p][which][0].record()
+                graphs[which].replay()
+                events[p][which][1].record()
+    else:
+        for _ in range(3):
+            fa()
+            fb()
+        _meet(device, group)
+        for p, turn in enumerate(order):
+            for which in turn:
+                torch.cuda.synchronize(device)
+                events[p][which][0].record()
+                for _ in range(burst):
+                    fns[which]()
+                events[p][which][1].record()
+    torch.cuda.synchronize(device)
+    return statistics.median(ea[0].elapsed_time(ea[1]) / eb[0].elapsed_time(eb[1])
+                             for ea, eb in events)
 
 
 def agree_median(us: float, group: dist.ProcessGroup, device: torch.device) -> float:

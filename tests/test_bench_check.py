@@ -104,3 +104,51 @@ def test_eager_timing_runs_the_calls_without_stopping_and_drops_the_first_burst(
     us = time_eager(fn, torch.device("cpu"), iters=4, warmup=5, burst=4)
     assert len(calls) == 5 + 4 + 4  # warm-up, the untimed burst, the timed one
     assert 1_000 <= us < 20_000
+
+
+def test_pair_timing_alternates_which_goes_first_and_gives_the_ratio():
+    import time
+
+    from commrt.timing import time_pair
+
+    calls = []
+
+    def slow():
+        calls.append("a")
+        time.sleep(0.004)
+
+    def fast():
+        calls.append("b")
+        time.sleep(0.002)
+
+    ratio = time_pair(slow, fast, torch.device("cpu"), "eager", burst=2, pairs=4)
+    assert "".join(calls) == "aabb" "bbaa" "aabb" "bbaa"
+    assert 1.5 < ratio < 2.5
+
+
+def test_auto_is_paired_with_the_fastest_ordinary_variant_unless_it_is_that(monkeypatch):
+    from types import SimpleNamespace
+
+    from commrt import bench
+
+    paired = []
+    monkeypatch.setattr(bench, "_input", lambda comm, v, *a, **k: v.label)
+    monkeypatch.setattr(bench, "_make_call", lambda comm, v, x: x)
+    monkeypatch.setattr(bench.dist, "barrier", lambda group: None)
+    monkeypatch.setattr(bench, "agree_median", lambda us, group, device: us)
+
+    def pair(fa, fb, device, mode, burst, pairs, group):
+        paired.append((fa, fb, mode, burst))
+        return 1.01
+
+    monkeypatch.setattr(bench, "time_pair", pair)
+    comm = SimpleNamespace(device=torch.device("cpu"), group=None)
+    chosen = {k: bench.Variant(k, k) for k in ("auto", "nccl", "x", "x@ws")}
+    row = {"count": 4, "us": {"auto": 10.2, "nccl": 20.0, "x": 10.0, "x@ws": 5.0}}
+    got = bench._paired(comm, row, chosen, torch.bfloat16, "eager", 30, 7)
+    assert got == {"against": "x", "auto_over": 1.01, "pairs": 30, "burst": 100}
+    assert paired == [("auto", "x", "eager", 100)]
+    assert bench.auto_paired({"paired": got}) == "1.010 (x)"
+    row["us"]["auto"] = 9.9  # auto is the fastest: nothing to pair
+    assert bench._paired(comm, row, chosen, torch.bfloat16, "graph", 30, 7) is None
+    assert bench.auto_paired({"paired": None}) == "-" and len(paired) == 1
