@@ -264,7 +264,7 @@ def run_bench(comm: Communicator, sizes: Iterable[int], dtype, modes: Iterable[s
             if progress:
                 progress(f"{mode} {row['bytes']} B, round {r + 1} of {rounds}")
         pick = statistics.median if mode == "graph" else min
-        for row, _, samples in todo:
+        for row, chosen, samples in todo:
             row["us"] = {label: round(pick(t), 3) for label, t in samples.items()}
             row["auto_algorithm"] = comm.dispatcher.decide(row["bytes"], dtype, "sum", mode,
                                                            comm.device.type).algorithm
