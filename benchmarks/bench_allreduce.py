@@ -32,6 +32,8 @@ def main() -> None:
     p.add_argument("--tag", default="", help="suffix for the result file names")
     p.add_argument("--rounds", type=int, default=3,
                    help="timing rounds per variant and size (graph: median, eager: fastest)")
+    p.add_argument("--pairs", type=int, default=100,
+                   help="alternating bursts of auto and the fastest other variant per size")
     args = p.parse_args()
 
     from commrt import bench
@@ -42,7 +44,8 @@ def main() -> None:
     modes = args.modes.split(",")
     show = bench.progress_printer(comm.rank, len(sizes) * len(modes) * args.rounds)
     rows = bench.run_bench(comm, sizes, bench.DTYPES[args.dtype], modes,
-                           bench.standard_variants(comm), show, rounds=args.rounds)
+                           bench.standard_variants(comm), show, rounds=args.rounds,
+                           pairs=args.pairs)
     if comm.rank == 0:
         print(bench.format_table(rows, comm.world_size), flush=True)
         device = comm.profile.generation.replace("/", "-")

@@ -224,7 +224,7 @@ def _round_order(labels: list[str], r: int) -> list[str]:
 
 def run_bench(comm: Communicator, sizes: Iterable[int], dtype, modes: Iterable[str],
               variants: list[Variant], progress: Callable[[str], None] | None = None,
-              rounds: int = 3, pairs: int = 30) -> list:
+              rounds: int = 3, pairs: int = 100) -> list:
     """Every eligible variant per size and mode, checked, then timed in ``rounds`` rounds
     (each round times the variants once, in ``_round_order``, on fresh inputs: an
     ordinary tensor at another offset into its allocation, so that no column keeps one
