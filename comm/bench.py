@@ -276,13 +276,13 @@ def run_bench(comm: Communicator, sizes: Iterable[int], dtype, modes: Iterable[s
 def _paired(comm: Communicator, row: dict, chosen: dict, dtype, mode: str, pairs: int,
             shift: int) -> dict | None:
     """``auto`` timed beside the fastest other variant callable on an ordinary tensor,
-    or None where ``auto`` is that fastest (or absent). Bursts of at least 20 calls and,
-    in eager mode, of about a millisecond (a host-bound call takes about 15 µs)."""
+    or None where ``auto`` is that fastest (or absent). Bursts of about 2 ms, at most
+    100 calls."""
     plain = {k: v for k, v in row["us"].items() if "@ws" not in k and k != "auto"}
     if "auto" not in row["us"] or not plain or min(plain.values()) >= row["us"]["auto"]:
         return None
     best = min(plain, key=plain.get)
-    burst = 20 if mode == "graph" else max(20, min(100, round(1000 / plain[best])))
+    burst = max(1, min(100, round(2000 / plain[best])))
     fa, fb = (_make_call(comm, chosen[k], _input(comm, chosen[k], row["count"], dtype, 0,
                                                  shift=shift)) for k in ("auto", best))
     dist.barrier(comm.group)
