@@ -232,9 +232,11 @@ def run_bench(comm: Communicator, sizes: Iterable[int], dtype, modes: Iterable[s
     mode: rounds over all sizes, so that a phase of slow host lasting seconds falls on one
     round of a few sizes rather than on every round of them, and the fastest round
     (host-bound bursts only ever get slower from outside interference). On 2 x H200
-    (``benchmarks/results``, session 12) ``auto`` and the algorithm it runs, timed as two
-    columns, differed by up to 77% in eager mode with a size's rounds back to back and
-    by up to 7% with rounds over all sizes; in graph mode by up to 7% either way.
+    (``benchmarks/results``) ``auto`` and the algorithm it runs, timed as two columns,
+    differed in session 12 by up to 77% in eager mode with a size's rounds back to back
+    and by up to 7% with rounds over all sizes, and by up to 7% either way in graph mode;
+    in session 13, with replays back to back (``time_graph``), by at most 0.5% in graph
+    mode, and still by up to 8% in eager mode.
 
     Then, where ``auto`` is not the fastest variant callable on an ordinary tensor, the
     two are timed side by side (``time_pair``, ``pairs`` alternating bursts): the row's
