@@ -135,14 +135,14 @@ def time_pair(fa: Callable[[], None], fb: Callable[[], None], device: torch.devi
     if device.type != "cuda":  # gloo: wall clock, eager only
         if group is not None:
             dist.barrier(group)
-        us = [[0.0, 0.0] for _ in range(pairs)]
+        secs = [[0.0, 0.0] for _ in range(pairs)]
         for p, turn in enumerate(order):
             for which in turn:
                 t0 = time.perf_counter()
                 for _ in range(burst):
                     fns[which]()
-                us[p][which] = time.perf_counter() - t0
-        return statistics.median(a / b for a, b in us)
+                secs[p][which] = time.perf_counter() - t0
+        return statistics.median(a / b for a, b in secs)
     events = [[(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
                for _ in range(2)] for _ in range(pairs)]
     if mode == "graph":

@@ -97,7 +97,7 @@ def test_eager_timing_runs_the_calls_without_stopping_and_drops_the_first_burst(
 
     calls = []
 
-    def fn():  # slow until the first timed burst is under way: only that burst pays
+    def fn():  # slow through the warm-up and the untimed burst, fast in the timed one
         calls.append(None)
         time.sleep(0.05 if len(calls) <= 5 + 4 else 0.001)
 
