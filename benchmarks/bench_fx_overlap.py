@@ -223,8 +223,6 @@ def main() -> None:
                          "of the group limited to each of these CTA counts, e.g. 4,8,16")
     ap.add_argument("--copy-engine", action="store_true",
                     help="extra row: commrt.fx with the all-reduces on a copy-engine group")
-    ap.add_argument("--ce-flags", action="store_true",
-                    help="the copy-engine group's barriers by stream memory operations")
     ap.add_argument("--bucket-caps", default="",
                     help="extra rows: commrt.fx with these largest bucket sizes in MiB, e.g. 256")
     ap.add_argument("--trace-dir", default="",
@@ -265,11 +263,7 @@ def main() -> None:
     variants = {"compiled": {}, "compiled + Inductor overlap": {"inductor": True},
                 COMMRT: {"commrt": True}}
     if args.copy_engine:
-        from commrt.symm_mem import copy_engine
-
-        copy_engine.FLAGS = args.ce_flags
-        label = "copy engine, flag barriers" if args.ce_flags else "copy engine"
-        variants[f"{COMMRT} ({label})"] = {"commrt": True, "ce": True}
+        variants[f"{COMMRT} (copy engine)"] = {"commrt": True, "ce": True}
     for n in (int(c) for c in args.comm_ctas.split(",") if c):
         variants[f"{COMMRT} (NCCL <= {n} CTAs)"] = {"commrt": True, "ctas": n}
     for mib in (int(c) for c in args.bucket_caps.split(",") if c):

@@ -26,9 +26,8 @@ import torch
 import triton
 import triton.language as tl
 
-from . import stream_ops
 from .launch import Launcher, int_spec
-from .signals import MAX_BLOCKS, block_barrier
+from .signals import block_barrier
 
 
 @triton.jit(do_not_specialize=["rank", "timeout"])
@@ -44,41 +43,6 @@ def barrier(ws, timeout: int, timer: bool) -> None:
     consts = (("WS", ws.world), ("TIMER", timer))
     key = (consts, ws.rank, ws.pad_addr, int_spec(timeout))
     _launch(key, 1, (ws.err, ws.pad_addr, ws.rank, timeout), consts, 1)
-
-
-def flag_barrier(ws, position: int) -> None:
-    """Meet every rank of ``ws`` on the current stream with stream memory operations (no
-    SM): write 1 to this rank's flag on every peer, wait for every peer's flag here to be
-    1, reset it to 0. ``position`` (0, 1, 2, ...) picks the flags: two barriers in a row
-    must use different ones (a peer may signal the next barrier before this rank has
-    reset the flag of this one, never the one after), which a fixed sequence of positions
-    per call gives, also replayed from a CUDA graph. Waits without a time limit."""
-    stream = torch.cuda.current_stream(ws.device).cuda_stream
-    block = MAX_BLOCKS - 1 - position  # program slots the kernel barrier never uses
-    world, rank = ws.world, ws.rank
-
-    def slot(owner, peer):
-        return ws.buffers[owner].data_ptr() + ws.pad_off + (block * world + peer) * 4
-
-    for p in range(world):
-        if p != rank:
-            stream_ops.write32(stream, slot(p, rank), 1)
-    for p in range(world):
-        if p != rank:
-            stream_ops.wait32(stream, slot(rank, p), 1)
-            stream_ops.write32(stream, slot(rank, p), 0)
-
-
-def meet(ws, position: int, timeout: int, timer: bool) -> None:
-    """``flag_barrier`` where the driver has stream memory operations and ``FLAGS`` is
-    set, else ``barrier`` (one program, bounded spin)."""
-    if FLAGS and ws.device.type == "cuda" and stream_ops.available():
-        flag_barrier(ws, position)
-    else:
-        barrier(ws, timeout, timer)
-
-
-FLAGS = False  # the barriers by stream memory operations (no SM; no time limit)
 
 
 def chunks(n: int, world: int) -> list[tuple[int, int]]:
@@ -122,16 +86,16 @@ def all_reduce(ws, x: torch.Tensor, *, timeout: int, timer: bool,
         bounds = chunks(piece.numel(), world)
         lo, hi = bounds[rank]
         size = bounds[0][1] - bounds[0][0]  # a contribution slot: the longest chunk
-        meet(ws, 0, timeout, timer)
+        barrier(ws, timeout, timer)
         _copy_all([(contribs[p][rank * size:rank * size + phi - plo], piece[plo:phi])
                    for p, (plo, phi) in enumerate(bounds) if p != rank and phi > plo])
-        meet(ws, 1, timeout, timer)
+        barrier(ws, timeout, timer)
         if hi > lo:
             parts = [piece[lo:hi] if q == rank else contribs[rank][q * size:q * size + hi - lo]
                      for q in range(world)]
             _reduce(parts, piece[lo:hi], average)
             _copy_all([(data[p][lo:hi], piece[lo:hi]) for p in range(world) if p != rank])
-        meet(ws, 2, timeout, timer)
+        barrier(ws, timeout, timer)
         _copy_all([(piece[plo:phi], data[rank][plo:phi])
                    for p, (plo, phi) in enumerate(bounds) if p != rank and phi > plo])
 
@@ -156,10 +120,10 @@ def all_gather(ws, x: torch.Tensor, out: torch.Tensor, *, timeout: int, timer: b
     for off in range(0, n, slot):
         m = min(slot, n - off)
         piece = x[off:off + m]
-        meet(ws, 0, timeout, timer)
+        barrier(ws, timeout, timer)
         _copy_all([(contribs[p][rank * slot:rank * slot + m], piece)
                    for p in range(world) if p != rank])
-        meet(ws, 1, timeout, timer)
+        barrier(ws, timeout, timer)
         _copy_all([(out[q * n + off:q * n + off + m],
                     piece if q == rank else contribs[rank][q * slot:q * slot + m])
                    for q in range(world)])

@@ -483,16 +483,13 @@ def fused_rmsnorm(rank, world):
     return {"failures": failures, "ran": ran}
 
 
-def copy_engine_group(rank, world, soak_calls=2000, flags=False):
+def copy_engine_group(rank, world, soak_calls=2000):
     """The copy-engine group: functional all_reduce (sum and avg) and all_gather on every
     dtype and odd sizes (including more than its workspace holds: pieces), against float64
     or the inputs, ranks bitwise alike; a call recorded and replayed as a graph;
     back-to-back calls with changing data and NCCL calls between; a CUDA graph replayed
-    with fresh data; torch.compile. ``flags``: with the stream-memory-operation barriers."""
+    with fresh data; torch.compile."""
     from commrt import copy_engine_group as ceg
-    from commrt.symm_mem import copy_engine
-
-    copy_engine.FLAGS = flags
 
     dev = torch.device("cuda", rank)
     g = ceg.make(dist.group.WORLD)
