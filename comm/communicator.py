@@ -226,7 +226,9 @@ class Communicator:
             return _DoneWork(target) if async_op else None
         mode = self._mode(target)
         devtype = "cuda" if target.is_cuda else target.device.type  # no torch.device made
-        d = self.dispatcher.decide(numel * target.element_size(), target.dtype, opn, mode, devtype)
+        ws = self.workspace
+        d = self.dispatcher.decide(numel * target.element_size(), target.dtype, opn, mode,
+                                   devtype, resident=ws is not None and ws.holds(target))
         if self.config.log and self.rank == 0:
             log.info("commrt all_reduce %s %s %s: %s", tuple(target.shape), target.dtype, mode, d)
         if d.algorithm == "nccl":

@@ -30,6 +30,13 @@ MAX_FUSED_HIDDEN = 16384  # a row must fit one program's registers
 # Without a table for this hardware: our one_shot only where any NVLink/xGMI pair wins
 # (launch-bound sizes), the process group beyond. Conservative by design.
 UNTUNED_CUSTOM_WINDOW = 64 * 1024
+# Algorithms that cannot write their result into the workspace: one_shot reads every
+# rank's workspace until its last barrier, so a ``comm.empty`` tensor reduced in place goes
+# through a temporary and a copy (``commrt.custom``). ``auto`` passes them over for such a
+# tensor (measured on 2 x H200, session 13: one_shot on a ``comm.empty`` tensor took 35 µs
+# in eager mode at 512 KiB-4 MiB against two_shot's 17-21, and was slower in graph mode at
+# every size from 512 KiB to 8 MiB).
+NOT_IN_PLACE = frozenset({"one_shot"})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,6 +50,7 @@ class Query:
     device_type: str = "cuda"
     kind: str = "all_reduce"  # or all_reduce_residual_rmsnorm
     row: int = 0  # elements per row (hidden size) for the fused kind
+    resident: bool = False  # the result lands in the workspace (a ``comm.empty`` tensor)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -194,6 +202,8 @@ def _from_table(q: Query, f: Facts, table: Table) -> Decision:
     skipped = []
     for choice in row.ranking:
         why = why_not(choice.algorithm, q, f)
+        if why is None and q.resident and choice.algorithm in NOT_IN_PLACE:
+            why = "reduces a comm.empty tensor in place only through a temporary"
         if why is None:
             where = "≤" if q.nbytes <= row.max_bytes else ">"
             reason = (f"{_fmt(q.nbytes)} {where} {_fmt(row.max_bytes)} row of the {key} "
@@ -228,18 +238,21 @@ def _untuned(q: Query, f: Facts, gap: str | None = None) -> Decision:
 
 
 class Dispatcher:
-    """``decide`` with a per-(bytes, dtype, op, mode, kind) cache: the hot path is one dict get."""
+    """``decide`` with a per-(bytes, dtype, op, mode, kind, residency) cache: the hot path
+    is one dict get."""
 
     def __init__(self, facts: Facts):
         self.facts = facts
         self._cache: dict[tuple, Decision] = {}
 
     def decide(self, nbytes: int, dtype: torch.dtype, op: str = "sum", mode: str = "eager",
-               device_type: str = "cuda", kind: str = "all_reduce", row: int = 0) -> Decision:
-        key = (nbytes, dtype, op, mode, device_type, kind, row)
+               device_type: str = "cuda", kind: str = "all_reduce", row: int = 0,
+               resident: bool = False) -> Decision:
+        key = (nbytes, dtype, op, mode, device_type, kind, row, resident)
         d = self._cache.get(key)
         if d is None:
-            d = decide(Query(nbytes, dtype, op, mode, device_type, kind, row), self.facts)
+            d = decide(Query(nbytes, dtype, op, mode, device_type, kind, row, resident),
+                       self.facts)
             self._cache[key] = d
         return d
 

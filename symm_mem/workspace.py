@@ -59,6 +59,7 @@ class Workspace:
         self.pad_addr = self.pad_tab.data_ptr()
         self.push_addr = self.push_tab.data_ptr()
         self.push_mine = ptrs[rank] + self.push_off
+        self.data_start = ptrs[rank]
         self.meta = torch.zeros(META_INTS, dtype=torch.int32, device=self.device)
         self.err = torch.zeros(1, dtype=torch.int32, device=self.device)
         # programs that are surely resident at once: one per SM (None: the interpreter)
@@ -131,13 +132,11 @@ class Workspace:
 
     def holds(self, t: torch.Tensor) -> bool:
         """True when ``t`` overlaps this rank's data region."""
-        base = self.buf.data_ptr()
-        start = t.data_ptr()
-        return base <= start < base + self.data_bytes
+        return self.data_start <= t.data_ptr() < self.data_start + self.data_bytes
 
     def is_data_start(self, t: torch.Tensor) -> bool:
         """True when ``t`` is a contiguous tensor at the start of the data region."""
-        return t.is_contiguous() and t.data_ptr() == self.buf.data_ptr()
+        return t.is_contiguous() and t.data_ptr() == self.data_start
 
     def empty(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
         numel = 1

@@ -1,6 +1,7 @@
 """Tables, the dispatcher's decisions and eligibility (multicast gating included), on the CPU."""
 
 import copy
+import dataclasses
 import json
 
 import pytest
@@ -137,6 +138,22 @@ def test_dtype_the_measured_best_lacks_falls_to_the_next_measured():
 def test_odd_sizes_skip_torch_ops():
     d = decide(q(512 * KIB + 2), facts())
     assert d.algorithm == "two_shot" and "multiple of 16" in d.reason
+
+
+def test_a_comm_empty_tensor_passes_over_algorithms_that_cannot_reduce_in_place():
+    data = table_data()
+    data["ops"]["all_reduce"]["eager"] = [{"max_bytes": 4096 * KIB, "ranking": [
+        choice("one_shot", 16.0), choice("two_shot", 17.0), choice("nccl", 30.0)]}]
+    f = dataclasses.replace(facts(), table=tbl.parse(data))
+    assert decide(q(2048 * KIB, mode="eager"), f).algorithm == "one_shot"
+    d = decide(q(2048 * KIB, mode="eager", resident=True), f)
+    assert d.algorithm == "two_shot" and "skipped one_shot" in d.reason
+    forced = facts(env={"COMMRT_ALGO": "one_shot"})  # forcing it still runs it
+    assert decide(q(2048 * KIB, mode="eager", resident=True), forced).algorithm == "one_shot"
+    disp = Dispatcher(f)  # residency is part of the cache key
+    assert disp.decide(2048 * KIB, torch.bfloat16, "sum", "eager").algorithm == "one_shot"
+    assert disp.decide(2048 * KIB, torch.bfloat16, "sum", "eager",
+                       resident=True).algorithm == "two_shot"
 
 
 def test_modes_have_their_own_rows():
