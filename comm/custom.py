@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 
+from commrt.dispatch.dispatcher import NOT_IN_PLACE
 from commrt.symm_mem import fused_rmsnorm as fused
 from commrt.symm_mem import torch_ops
 from commrt.symm_mem.one_shot import one_shot
@@ -79,10 +80,10 @@ def _scatter_gather(ws: Workspace, inp: torch.Tensor, out: torch.Tensor, config,
 def run(algorithm: str, ws: Workspace, inp: torch.Tensor, out: torch.Tensor,
         config: dict, timeout: float) -> None:
     """Sum the flat, contiguous ``inp`` over the group into the flat ``out``."""
-    if algorithm == "one_shot":
-        _pull(one_shot, ws, inp, out, config, timeout, out_may_alias=False)
-    elif algorithm == "two_shot":
-        _pull(two_shot, ws, inp, out, config, timeout, out_may_alias=True)
+    if algorithm in ("one_shot", "two_shot"):
+        kernel = one_shot if algorithm == "one_shot" else two_shot
+        _pull(kernel, ws, inp, out, config, timeout,
+              out_may_alias=algorithm not in NOT_IN_PLACE)
     elif algorithm == "two_shot_push":
         _scatter_gather(ws, inp, out, config, timeout)
     elif algorithm == "one_shot_push":
