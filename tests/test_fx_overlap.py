@@ -358,3 +358,65 @@ def test_install_takes_a_bucket_cap():
         commrt.fx.uninstall()
     with pytest.raises(ValueError, match="bucket_cap"):
         commrt.fx.install(bucket_cap=0)
+
+
+def test_matmuls_write_straight_into_their_bucket_and_the_bits_stay(groups):
+    """A bucketed gradient that a matmul makes is written by that matmul into the bucket
+    (no cat copy); other members are copied in; the values are bitwise the same. A zero
+    memory budget keeps the cat (the bucket would be allocated earlier)."""
+    ws = [w(33, 33, seed=i) for i in range(4)]
+    x = w(40, 33, seed=9)
+
+    def step(x, *ws):  # a matmul gradient and a reduction gradient per layer
+        outs, h = [], x
+        for wt in reversed(ws):
+            outs.append(fc.all_reduce(h.t() @ h @ wt, "sum", groups[2]))
+            outs.append(fc.all_reduce(h.sum(0), "sum", groups[2]))
+            h = torch.relu(h @ wt.t())
+        return outs
+    gm = trace(step, x, *ws)
+    ref = gm(x, *ws)
+    rep = overlap_and_bucket(gm, memory_budget=1 << 30)
+    mm_into = torch.ops.commrt.mm_into_.default
+    assert rep.buckets >= 1 and rep.written_in_place == 4 == names(gm).count(mm_into)
+    assert names(gm).count(torch.ops.commrt.copy_into_.default) == rep.buckets
+    for n in gm.graph.nodes:  # each written member starts on a 256-byte boundary
+        if n.target == mm_into:
+            assert n.args[3] * 4 % 256 == 0
+    got = gm(x, *ws)
+    assert all(torch.equal(a, b) for a, b in zip(got, ref, strict=True))
+    tight = trace(step, x, *ws)
+    rep = overlap_and_bucket(tight, memory_budget=0)
+    assert rep.buckets >= 1 and rep.written_in_place == 0
+    assert mm_into not in names(tight) and torch.ops.aten.cat.default in names(tight)
+
+
+def test_inductor_reduces_the_bucket_where_the_matmuls_wrote_it(groups):
+    """Compiled: the gradient matmuls write into one buffer, which the all-reduce then
+    reduces in place (Inductor's reinplacing): no copy kernel between them."""
+    from torch._inductor.utils import run_and_get_code
+
+    ws = [w(64, 64, seed=i) for i in range(2)]
+    x = w(256, 64, seed=9)
+
+    def f(x, *ws):
+        big = torch.relu(x @ x.t())  # the graph's peak memory comes first
+        h = big[:, :64] + x
+        grads = [fc.all_reduce(h.t() @ h @ wt, "sum", groups[8]) for wt in ws]
+        return [wt - 0.1 * g for wt, g in zip(ws, grads, strict=True)]
+    import torch._inductor.config as inductor_config
+
+    with inductor_config.patch(fx_graph_cache=False):
+        torch._dynamo.reset()
+        plain = torch.compile(f, fullgraph=True)(x, *ws)
+        torch._dynamo.reset()
+        commrt.fx.last_reports.clear()
+        with commrt.fx.installed(fuse_rmsnorm=False):
+            out, (code, *_) = run_and_get_code(torch.compile(f, fullgraph=True), x, *ws)
+    rep = [r for name, r in commrt.fx.last_reports if name == "overlap"][-1]
+    assert rep.buckets == 1 and rep.written_in_place == 2, rep
+    calls = [ln.strip() for ln in code.splitlines() if "mm_into_" in ln or "all_reduce" in ln]
+    bucket = calls[0].split(", ")[-2]
+    assert len(calls) == 3 and all(f", {bucket}, " in c for c in calls[:2]), calls
+    assert calls[2].startswith(f"torch.ops._c10d_functional.all_reduce_.default({bucket},")
+    assert all(torch.equal(a, b) for a, b in zip(out, plain, strict=True))
