@@ -229,10 +229,6 @@ def main() -> None:
     ap.add_argument("--cat-buckets", action="store_true",
                     help="extra row: commrt.fx with its buckets packed by cat (no matmul "
                          "writing into its bucket), the pass before session 14")
-    ap.add_argument("--sm-margins", default="",
-                    help="extra rows: commrt.fx with its bucket-writing matmuls leaving this "
-                         "many SMs to the collectives; MARGIN:CTAS also limits NCCL to CTAS, "
-                         "e.g. 24,16:16")
     ap.add_argument("--trace-dir", default="",
                     help="write rank 0's GPU trace of one step of each commrt.fx row here")
     ap.add_argument("--out-dir", default="benchmarks/results")
@@ -274,12 +270,6 @@ def main() -> None:
         variants[f"{COMMRT} (copy engine)"] = {"commrt": True, "ce": True}
     if args.cat_buckets:
         variants[f"{COMMRT} (cat buckets)"] = {"commrt": True, "cat": True}
-    for spec in (c for c in args.sm_margins.split(",") if c):
-        margin, _, ctas = spec.partition(":")
-        opts = {"commrt": True, "margin": int(margin)}
-        if ctas:
-            opts["ctas"] = int(ctas)
-        variants[f"{COMMRT} (matmuls leave {spec} SMs)"] = opts
     for n in (int(c) for c in args.comm_ctas.split(",") if c):
         variants[f"{COMMRT} (NCCL <= {n} CTAs)"] = {"commrt": True, "ctas": n}
     for mib in (int(c) for c in args.bucket_caps.split(",") if c):
@@ -296,8 +286,6 @@ def main() -> None:
         limit = {"comm_ctas": opts["ctas"]} if "ctas" in opts else {}
         if "cap" in opts:
             limit["bucket_cap"] = opts["cap"]
-        if "margin" in opts:
-            limit["gemm_sm_margin"] = opts["margin"]
         if "ce" in opts:
             limit["copy_engine"] = True
         no_writes = mock.patch("commrt.fx.in_place.write_into_buckets", lambda *a: 0) \

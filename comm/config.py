@@ -108,16 +108,6 @@ def _ctas(text: str) -> int:
     return value
 
 
-def _sms(text: str) -> int:
-    try:
-        value = int(text.strip() or "0")
-    except ValueError:
-        raise ValueError("expected a whole number of SMs, 0 for none") from None
-    if not 0 <= value <= 64:
-        raise ValueError("expected 0 (none) to 64 SMs")
-    return value
-
-
 def _path(text: str) -> str | None:
     text = text.strip()
     if not text:
@@ -159,9 +149,6 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("COMMRT_FX_COPY_ENGINE", "fx_copy_engine", "0", _bool,
              "commrt.fx.install(): run the graphs' sum/avg all-reduces on a copy-engine group "
              "(data moved by the copy engines, not the SMs)"),
-    Variable("COMMRT_FX_GEMM_SM_MARGIN", "fx_gemm_sm_margin", "0", _sms,
-             "commrt.fx.install(): SMs the gradient matmuls that write into a bucket leave "
-             "to the collectives beside them (0: none)"),
 )
 
 
@@ -177,7 +164,6 @@ class Config:
     partitioned_scatter: bool = False
     fx_comm_ctas: int = 0
     fx_copy_engine: bool = False
-    fx_gemm_sm_margin: int = 0
 
     def describe(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)

@@ -29,28 +29,13 @@ ALIGN_BYTES = 256
 _RESHAPES = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)
 
 lib = torch.library.Library("commrt", "FRAGMENT")
-lib.define("mm_into_(Tensor a, Tensor b, Tensor(a!) out, int offset, int sm_margin=0) -> ()")
+lib.define("mm_into_(Tensor a, Tensor b, Tensor(a!) out, int offset) -> ()")
 lib.define("copy_into_(Tensor src, Tensor(a!) out, int offset) -> ()")
 
 
-def _mm_into(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, offset: int,
-             sm_margin: int = 0) -> None:
+def _mm_into(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, offset: int) -> None:
     rows, cols = a.shape[0], b.shape[1]
-    dst = out[offset:offset + rows * cols].view(rows, cols)
-    if not (sm_margin and a.is_cuda):
-        torch.mm(a, b, out=dst)
-        return
-    # leave ``sm_margin`` SMs to the collectives running beside: cuBLASLt honours the
-    # carveout (its SM count target), so the matmul also takes the Lt path here
-    carveout = torch._C._get_sm_carveout_experimental()
-    backend = torch._C._get_blas_preferred_backend()
-    torch._C._set_sm_carveout_experimental(sm_margin)
-    torch._C._set_blas_preferred_backend(torch._C._BlasBackend.Cublaslt)
-    try:
-        torch.mm(a, b, out=dst)
-    finally:
-        torch._C._set_blas_preferred_backend(backend)
-        torch._C._set_sm_carveout_experimental(carveout)
+    torch.mm(a, b, out=out[offset:offset + rows * cols].view(rows, cols))
 
 
 def _copy_into(src: torch.Tensor, out: torch.Tensor, offset: int) -> None:
@@ -90,7 +75,7 @@ def _align(elems: int, itemsize: int) -> int:
     return -(-elems // step) * step
 
 
-def write_into_buckets(graph: fx.Graph, colls: list, budget: int, sm_margin: int = 0) -> int:
+def write_into_buckets(graph: fx.Graph, colls: list, budget: int) -> int:
     """Rewrite the merged all-reduces of ``colls`` (see the module docstring) while the
     graph's peak stays within ``budget`` bytes of what it is now. Returns how many
     members' matmuls now write into their bucket."""
@@ -135,12 +120,12 @@ def write_into_buckets(graph: fx.Graph, colls: list, budget: int, sm_margin: int
             continue
         for k, d in enumerate(grown):
             live[first + k] += d
-        _rewrite(graph, fake, c, found, offsets, total, order[first], sm_margin)
+        _rewrite(graph, fake, c, found, offsets, total, order[first])
         written += len(direct)
     return written
 
 
-def _rewrite(graph, fake, c, found, offsets, total, first_mm, sm_margin) -> None:
+def _rewrite(graph, fake, c, found, offsets, total, first_mm) -> None:
     from .bucketing import _call, _fake_val
 
     pk = c.packing
@@ -156,7 +141,7 @@ def _rewrite(graph, fake, c, found, offsets, total, first_mm, sm_margin) -> None
         mm, chain = f
         with graph.inserting_before(mm):
             graph.call_function(torch.ops.commrt.mm_into_.default,
-                                (mm.args[0], mm.args[1], bucket, offsets[i], sm_margin))
+                                (mm.args[0], mm.args[1], bucket, offsets[i]))
     if rest:
         with graph.inserting_before(cat):
             src = rest[0] if len(rest) == 1 else _call(

@@ -206,15 +206,14 @@ def _to_copies(graph: fx.Graph, colls: list[_Coll], kind: str, report: OverlapRe
 def overlap_and_bucket(gm: fx.GraphModule | fx.Graph, *, profile=None,
                        memory_budget: int | None = None, bucket_cap: int = BUCKET_CAP_BYTES,
                        for_inductor: bool = False, comm_ctas: int = 0,
-                       copy_engine: bool = False, gemm_sm_margin: int = 0) -> OverlapReport:
+                       copy_engine: bool = False) -> OverlapReport:
     """Bucket and reorder the collectives of ``gm`` in place; see the module docstring.
 
     ``for_inductor`` (set by ``commrt.fx.install()``) also pins the placement with
     Inductor's control dependencies, which only Inductor can run. ``comm_ctas`` moves the
     functional collectives to their group's copy limited to that many CTAs, and
     ``copy_engine`` the sum/avg all-reduces to its copy-engine group (both made by
-    ``install``, see ``comm_groups``). ``gemm_sm_margin``: the matmuls that write into a
-    bucket leave that many SMs free (cuBLAS SM carveout) to the collectives beside them.
+    ``install``, see ``comm_groups``).
     """
     t0 = time.perf_counter()
     graph = gm.graph if isinstance(gm, fx.GraphModule) else gm
@@ -249,7 +248,7 @@ def overlap_and_bucket(gm: fx.GraphModule | fx.Graph, *, profile=None,
         from .in_place import write_into_buckets
 
         report.written_in_place = write_into_buckets(
-            graph, colls, max(0, peak + budget - peak_bytes(order)), gemm_sm_margin)
+            graph, colls, max(0, peak + budget - peak_bytes(order)))
         from .comm_groups import variant
 
         kind = variant(comm_ctas, copy_engine)

@@ -28,8 +28,7 @@ class CommrtPass(CustomGraphPass):
     """commrt's passes, after ``previous`` (another custom pass, or None)."""
 
     def __init__(self, passes: tuple[str, ...], previous=None, comm_ctas: int = 0,
-                 bucket_cap: int | None = None, copy_engine: bool = False,
-                 gemm_sm_margin: int = 0):
+                 bucket_cap: int | None = None, copy_engine: bool = False):
         unknown = sorted(set(passes) - set(PASSES))
         if unknown:
             raise ValueError(f"unknown commrt FX pass {unknown}; known: {sorted(PASSES)}")
@@ -38,7 +37,6 @@ class CommrtPass(CustomGraphPass):
         self.comm_ctas = comm_ctas
         self.copy_engine = copy_engine
         self.bucket_cap = bucket_cap
-        self.gemm_sm_margin = gemm_sm_margin
         self.notes: list[str] = []  # why a group got no copy (``comm_groups``)
 
     def __call__(self, graph: torch.fx.Graph) -> None:
@@ -48,7 +46,7 @@ class CommrtPass(CustomGraphPass):
             kw = {}
             if name == "overlap":
                 kw = {"for_inductor": True, "comm_ctas": self.comm_ctas,
-                      "copy_engine": self.copy_engine, "gemm_sm_margin": self.gemm_sm_margin}
+                      "copy_engine": self.copy_engine}
                 if self.bucket_cap is not None:
                     kw["bucket_cap"] = self.bucket_cap
             report = PASSES[name](graph, **kw)
@@ -80,7 +78,7 @@ class CommrtPass(CustomGraphPass):
             fuse_rmsnorm, overlap, bucketing, in_place, memory, cost, scatter, stalls, comm_groups,
             copy_engine_group, copy_engine)) + (__file__,))
         blob = (f"commrt-fx/{','.join(self.passes)}/{prev!r}/{self.comm_ctas}/"
-                f"{self.copy_engine}/{self.gemm_sm_margin}/"
+                f"{self.copy_engine}/"
                 f"{self.bucket_cap}/"
                 f"{comm_groups.known()!r}").encode() + code
         return hashlib.sha256(blob).digest()
@@ -89,7 +87,7 @@ class CommrtPass(CustomGraphPass):
 def install(fuse_rmsnorm: bool = True, overlap: bool = True,
             partitioned_scatter: bool | None = None, comm_ctas: int | None = None,
             comm_groups=None, bucket_cap: int | None = None,
-            copy_engine: bool | None = None, gemm_sm_margin: int | None = None) -> CommrtPass:
+            copy_engine: bool | None = None) -> CommrtPass:
     """Register commrt's passes as Inductor's post-grad custom pass; returns the pass.
 
     ``partitioned_scatter`` defaults to ``COMMRT_PARTITIONED_SCATTER`` (off).
@@ -102,8 +100,6 @@ def install(fuse_rmsnorm: bool = True, overlap: bool = True,
     here, with a symmetric workspace of ``COMMRT_MAX_CUSTOM_BYTES``), as all-gathers whose
     sum the compute does.
     ``bucket_cap``: the largest bucket in bytes (default ``overlap.BUCKET_CAP_BYTES``).
-    ``gemm_sm_margin`` (default ``COMMRT_FX_GEMM_SM_MARGIN``, 0: off): SMs the gradient
-    matmuls that write into a bucket leave to the collectives overlapping them.
     """
     import torch._inductor.config as inductor_config
 
@@ -117,11 +113,6 @@ def install(fuse_rmsnorm: bool = True, overlap: bool = True,
         comm_ctas = config.get().fx_comm_ctas
     if copy_engine is None:
         copy_engine = config.get().fx_copy_engine
-    if gemm_sm_margin is None:
-        gemm_sm_margin = config.get().fx_gemm_sm_margin
-    if isinstance(gemm_sm_margin, bool) or not isinstance(gemm_sm_margin, int) or \
-            not 0 <= gemm_sm_margin <= 64:
-        raise ValueError(f"gemm_sm_margin={gemm_sm_margin!r}: expected 0 (off) to 64 SMs")
     if isinstance(comm_ctas, bool) or not isinstance(comm_ctas, int) or \
             not 0 <= comm_ctas <= 64:
         raise ValueError(f"comm_ctas={comm_ctas!r}: expected 0 (no limit) to 64 CTAs")
@@ -136,7 +127,7 @@ def install(fuse_rmsnorm: bool = True, overlap: bool = True,
     if isinstance(current, CommrtPass):
         current = current.previous
     p = CommrtPass(passes, current, comm_ctas if overlap else 0, bucket_cap,
-                   bool(copy_engine) and overlap, gemm_sm_margin)
+                   bool(copy_engine) and overlap)
     p.notes = notes
     inductor_config.post_grad_custom_post_pass = p
     return p
