@@ -31,13 +31,10 @@ def _call(graph: fx.Graph, fake, target, args, like: torch.Tensor, shape) -> fx.
     device), made from a meta tensor: running every new op in fake mode costs ~1 ms a node."""
     node = graph.call_function(target, args)
     if fake is not None:
-        node.meta["val"] = _fake_val(fake, like, shape)
+        meta = torch.empty(shape, dtype=like.dtype, device="meta")
+        node.meta["val"] = fake.fake_tensor_converter.from_meta_and_device(fake, meta,
+                                                                          like.device)
     return node
-
-
-def _fake_val(fake, like: torch.Tensor, shape) -> torch.Tensor:
-    meta = torch.empty(shape, dtype=like.dtype, device="meta")
-    return fake.fake_tensor_converter.from_meta_and_device(fake, meta, like.device)
 
 
 def _span(c, pos) -> tuple[int, int]:
@@ -125,7 +122,6 @@ def _merge(graph: fx.Graph, members: list, pos: dict, fake):
                              [world * total])
         else:
             last = _call(graph, fake, aten.cat.default, (parts, 0), like, [total])
-    cat = last
     out_numel = world * total if kind == "all_gather" else total
     with graph.inserting_after(last):
         args = {"commrt_all_reduce": (last, key[1]), "all_reduce": (last, key[2], key[1]),
@@ -142,7 +138,7 @@ def _merge(graph: fx.Graph, members: list, pos: dict, fake):
         with graph.inserting_after(last):
             last = grid = _call(graph, fake, aten.view.default, (end, [world, total]), like,
                                 [world, total])
-    views, outs, off = [], [], 0
+    views, off = [], 0
     for m, n in zip(members, sizes, strict=True):
         shape = list(m.end.meta["val"].shape)
         with graph.inserting_after(last):
@@ -154,7 +150,6 @@ def _merge(graph: fx.Graph, members: list, pos: dict, fake):
                     sl.kwargs = {"memory_format": torch.contiguous_format}
             else:
                 sl = _call(graph, fake, aten.slice.Tensor, (end, 0, off, off + n), like, [n])
-                outs.append(sl)
         with graph.inserting_after(sl):
             v = _call(graph, fake, aten.view.default, (sl, shape), like, shape)
         views.append(v)
@@ -164,10 +159,7 @@ def _merge(graph: fx.Graph, members: list, pos: dict, fake):
         if m.end is not m.start:
             graph.erase_node(m.end)
         graph.erase_node(m.start)
-    packing = None
-    if kind in ("all_reduce", "commrt_all_reduce"):  # what ``in_place`` may rewrite
-        packing = {"cat": cat, "parts": parts, "sizes": sizes, "outs": outs}
-    return _Coll(start, end, kind, key[1], key, sum(m.nbytes for m in members), packing)
+    return _Coll(start, end, kind, key[1], key, sum(m.nbytes for m in members))
 
 
 def place(graph: fx.Graph, colls: list, budget: int) -> tuple[list, int, int]:

@@ -12,12 +12,7 @@ _WAIT = torch.ops._c10d_functional.wait_tensor.default
 
 
 def peak_bytes(order: list[fx.Node]) -> int:
-    """Peak of live tensor bytes along ``order`` (``live_bytes``)."""
-    return max(live_bytes(order), default=0)
-
-
-def live_bytes(order: list[fx.Node]) -> list[int]:
-    """Live tensor bytes at each node of ``order``: a tensor lives from the node that makes
+    """Peak of live tensor bytes along ``order``: a tensor lives from the node that makes
     it to the last use of it or of any alias of it (views, the wait of a collective), so
     moving a wait to the first use of a result that lives on anyway costs nothing."""
     pos = {n: i for i, n in enumerate(order)}
@@ -31,12 +26,12 @@ def live_bytes(order: list[fx.Node]) -> list[int]:
         end = max((pos[u] for u in n.users if u in pos), default=i)
         last[r] = max(last.get(r, pos.get(r, i)), end)
     frees: dict[int, int] = {}
-    live, out = 0, []
+    live = peak = 0
     for i, n in enumerate(order):
         if root[n] is n:
             b = _static_bytes(_val(n)) or 0
             live += b
             frees[last[n]] = frees.get(last[n], 0) + b
-        out.append(live)
+        peak = max(peak, live)
         live -= frees.pop(i, 0)
-    return out
+    return peak

@@ -56,7 +56,6 @@ class OverlapReport:
     deferred: int = 0  # waits moved after work that does not need them (``stalls``)
     limited: int = 0  # collectives moved to a copy of their group (``comm_groups``)
     pinned: int = 0  # collectives whose placement Inductor is made to keep
-    written_in_place: int = 0  # bucket members whose matmul writes into the bucket
     seconds: float = 0.0
     skipped: list[str] = dataclasses.field(default_factory=list)
 
@@ -69,7 +68,6 @@ class _Coll:
     group: str
     key: tuple  # (kind, group, op, dtype): what may share a bucket
     nbytes: int
-    packing: dict | None = None  # a merged all-reduce's cat, parts and result slices
 
 
 def _val(n):
@@ -245,10 +243,6 @@ def overlap_and_bucket(gm: fx.GraphModule | fx.Graph, *, profile=None,
             order = deferred
         # simulated before pinning, which replaces the nodes that ``colls`` names
         report.exposed_us_after, report.comm_us = _simulate(order, colls, model)
-        from .in_place import write_into_buckets
-
-        report.written_in_place = write_into_buckets(
-            graph, colls, max(0, peak + budget - peak_bytes(order)))
         from .comm_groups import variant
 
         kind = variant(comm_ctas, copy_engine)
