@@ -27,6 +27,7 @@ import json
 import os
 import statistics
 import sys
+from unittest import mock
 
 import torch
 import torch.distributed as dist
@@ -225,6 +226,9 @@ def main() -> None:
                     help="extra row: commrt.fx with the all-reduces on a copy-engine group")
     ap.add_argument("--bucket-caps", default="",
                     help="extra rows: commrt.fx with these largest bucket sizes in MiB, e.g. 256")
+    ap.add_argument("--no-hoist", action="store_true",
+                    help="extra row: commrt.fx leaving each collective's producer in place "
+                         "(the pass before session 14)")
     ap.add_argument("--trace-dir", default="",
                     help="write rank 0's GPU trace of one step of each commrt.fx row here")
     ap.add_argument("--out-dir", default="benchmarks/results")
@@ -264,13 +268,15 @@ def main() -> None:
                 COMMRT: {"commrt": True}}
     if args.copy_engine:
         variants[f"{COMMRT} (copy engine)"] = {"commrt": True, "ce": True}
+    if args.no_hoist:
+        variants[f"{COMMRT} (producers in place)"] = {"commrt": True, "no_hoist": True}
     for n in (int(c) for c in args.comm_ctas.split(",") if c):
         variants[f"{COMMRT} (NCCL <= {n} CTAs)"] = {"commrt": True, "ctas": n}
     for mib in (int(c) for c in args.bucket_caps.split(",") if c):
         variants[f"{COMMRT} (buckets <= {mib} MiB)"] = {"commrt": True, "cap": mib << 20}
     if not args.tp:  # not a contender: how far from perfect overlap each one is
         variants[FLOOR] = {"floor": True}
-    reports, ref_new = {}, None
+    reports, ref_new, diffs = {}, None, {}
     for name, opts in variants.items():
         torch._dynamo.reset()
         commrt.fx.last_reports.clear()
@@ -282,8 +288,10 @@ def main() -> None:
             limit["bucket_cap"] = opts["cap"]
         if "ce" in opts:
             limit["copy_engine"] = True
-        with ic.patch(patches), (commrt.fx.installed(**limit) if opts.get("commrt") else
-                                 contextlib.nullcontext()):
+        no_hoist = mock.patch("commrt.fx.hoist.hoist_producers", lambda *a: 0) \
+            if opts.get("no_hoist") else contextlib.nullcontext()
+        with ic.patch(patches), no_hoist, (commrt.fx.installed(**limit) if opts.get("commrt")
+                                           else contextlib.nullcontext()):
             fn = torch.compile(make_step(args.layers, args.heads, world, reduce=False)
                                if opts.get("floor") else step, fullgraph=True)
             if args.tp:  # the same step as eager's
@@ -295,6 +303,7 @@ def main() -> None:
                 worst = max(float((new[k].float() - ref_new[k].float()).abs().max())
                             for k in new)
                 assert worst <= 1e-3, (name, "parameters differ from plain compiled", worst)
+                diffs[name] = worst
             trace = ""
             if args.trace_dir and comm.rank == 0 and name.startswith(COMMRT):
                 os.makedirs(args.trace_dir, exist_ok=True)
@@ -309,6 +318,8 @@ def main() -> None:
             print(f"{k:<30} {ms:8.2f} ms/step  hidden {st['hidden_fraction']:.2f}  "
                   f"comm {st['comm_ms']:.2f} ms  compute busy {st['compute_busy_ms']:.2f} ms",
                   flush=True)
+        print("largest difference of the updated parameters from plain compiled: " +
+              ", ".join(f"{k} {v:.3g}" for k, v in diffs.items()), flush=True)
         ratio = ratios[COMMRT]
         for k, r in ratios.items():
             print(f"{k} / best other: {r:.3f}", flush=True)
@@ -321,6 +332,7 @@ def main() -> None:
             json.dump({"meta": m, "results": {k: {"ms": v[0], **v[1]}
                                               for k, v in rows.items()},
                        "commrt_over_best_other": ratio, "ratios": ratios,
+                       "max_abs_diff_vs_compiled": diffs,
                        "reports": reports}, f, indent=1,
                       default=str)
         print(f"wrote {path}", flush=True)

@@ -246,6 +246,41 @@ def fx_overlap_numerics(rank, world):
                                                                   for r in reps)}
 
 
+def dp_training_step(rank, world):
+    """``bench_fx_overlap.py``'s data-parallel step (2 layers, small): compiled with
+    commrt's passes against compiled without (bitwise) and the same step eager
+    (tolerance)."""
+    import os
+    import sys
+
+    import torch._inductor.config as ic
+
+    import commrt.fx
+
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
+    import bench_fx_overlap as b
+
+    layers, heads = 2, 4
+    p = b.init_params(layers, 64, 128, torch.device("cpu"))
+    x = make(80, rank, (2, 64, 64), torch.float32).to(torch.bfloat16)
+    step = b.make_step(layers, heads, world)
+    results = {}
+    for name, on in (("plain", False), ("commrt", True)):
+        torch._dynamo.reset()
+        commrt.fx.last_reports.clear()
+        with commrt.fx.installed(overlap=on), ic.patch(fx_graph_cache=False):
+            results[name] = torch.compile(step, fullgraph=True)(p, x)
+        if on:
+            reps = [r for n, r in commrt.fx.last_reports if n == "overlap"]
+    eager = step(p, x)
+    new, plain = results["commrt"][0], results["plain"][0]
+    return {"bitwise": all(torch.equal(new[k], plain[k]) for k in p),
+            "close": all(torch.allclose(new[k].float(), eager[0][k].float(), atol=1e-2)
+                         for k in p),
+            "hoisted": sum(r.hoisted for r in reps),
+            "buckets": sum(r.buckets for r in reps)}
+
+
 def tp_training_step(rank, world):
     """``bench_fx_overlap.py --tp``'s step: its TP gradients against the unsharded model's,
     and the step compiled with commrt's passes against eager."""

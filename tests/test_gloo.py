@@ -56,6 +56,12 @@ def test_fx_overlap_pass_keeps_numerics_with_two_ranks():
         assert r["bitwise"] and r["close"] and r["before"] == 4, r
 
 
+def test_data_parallel_bench_step_is_bitwise_the_plain_compile():
+    res = spawn.run(ranks_gloo.dp_training_step, 2)
+    for r in res:
+        assert r["bitwise"] and r["close"] and r["buckets"] >= 1, r
+
+
 def test_tensor_parallel_bench_step_is_the_unsharded_models_and_compiles():
     res = spawn.run(ranks_gloo.tp_training_step, 2)
     for r in res:  # 2 layers x (2 forward + 2 backward all-reduces)

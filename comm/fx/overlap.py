@@ -56,6 +56,7 @@ class OverlapReport:
     deferred: int = 0  # waits moved after work that does not need them (``stalls``)
     limited: int = 0  # collectives moved to a copy of their group (``comm_groups``)
     pinned: int = 0  # collectives whose placement Inductor is made to keep
+    hoisted: int = 0  # collectives whose input is now computed as early as it can be
     seconds: float = 0.0
     skipped: list[str] = dataclasses.field(default_factory=list)
 
@@ -228,9 +229,12 @@ def overlap_and_bucket(gm: fx.GraphModule | fx.Graph, *, profile=None,
         budget = int(peak * MEMORY_HEADROOM) if memory_budget is None else memory_budget
         report.memory_budget_bytes = budget
         from .bucketing import bucket, place
+        from .hoist import hoist_producers
 
+        report.hoisted = hoist_producers(graph, colls, budget)
+        left = max(0, peak + budget - peak_bytes(list(graph.nodes)))
         colls, report.buckets = bucket(graph, colls, model, bucket_cap)
-        order, report.moved, report.peak_in_flight_bytes = place(graph, colls, budget)
+        order, report.moved, report.peak_in_flight_bytes = place(graph, colls, left)
         from .stalls import defer_stalls, relink
 
         deferred, report.deferred = defer_stalls(graph, colls, model)

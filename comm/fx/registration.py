@@ -61,11 +61,21 @@ class CommrtPass(CustomGraphPass):
 
         from .. import copy_engine_group
         from ..symm_mem import copy_engine
-        from . import bucketing, comm_groups, cost, fuse_rmsnorm, overlap, scatter, stalls
+        from . import (
+            bucketing,
+            comm_groups,
+            cost,
+            fuse_rmsnorm,
+            hoist,
+            memory,
+            overlap,
+            scatter,
+            stalls,
+        )
 
         prev = self.previous.uuid() if isinstance(self.previous, CustomGraphPass) else None
         code = get_hash_for_files(tuple(m.__file__ for m in (
-            fuse_rmsnorm, overlap, bucketing, cost, scatter, stalls, comm_groups,
+            fuse_rmsnorm, overlap, hoist, bucketing, memory, cost, scatter, stalls, comm_groups,
             copy_engine_group, copy_engine)) + (__file__,))
         blob = (f"commrt-fx/{','.join(self.passes)}/{prev!r}/{self.comm_ctas}/"
                 f"{self.copy_engine}/"
