@@ -288,7 +288,7 @@ def main() -> None:
             limit["bucket_cap"] = opts["cap"]
         if "ce" in opts:
             limit["copy_engine"] = True
-        no_hoist = mock.patch("commrt.fx.hoist.hoist_producers", lambda *a: 0) \
+        no_hoist = mock.patch("commrt.fx.hoist.hoist_producers", lambda *a: (0, 0)) \
             if opts.get("no_hoist") else contextlib.nullcontext()
         with ic.patch(patches), no_hoist, (commrt.fx.installed(**limit) if opts.get("commrt")
                                            else contextlib.nullcontext()):

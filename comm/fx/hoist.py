@@ -24,9 +24,11 @@ def _movable(n) -> bool:
         "c10d" not in str(n.target)
 
 
-def hoist_producers(graph: fx.Graph, colls: list, budget: int) -> int:
-    """Move each collective's producer (see the module docstring) unless the graph's peak
-    would grow by more than ``budget`` bytes. Returns how many producers moved."""
+def hoist_producers(graph: fx.Graph, colls: list, budget: int) -> tuple[int, int]:
+    """Move collectives' producers (see the module docstring) while the graph's peak grows
+    by at most ``budget`` bytes: those that move least first (a gradient made early lives
+    beside the activations still held), as many as fit. Returns (producers moved, those
+    left in place for memory)."""
     from .memory import peak_bytes
     from .stalls import relink
 
@@ -34,49 +36,59 @@ def hoist_producers(graph: fx.Graph, colls: list, budget: int) -> int:
     pos = {n: i for i, n in enumerate(order)}
     inputs_end = max((i for i, n in enumerate(order) if n.op == "placeholder"), default=-1)
     anchor: dict[fx.Node, int] = {}  # moved node -> position of the node it now follows
-    moved: list[fx.Node] = []
+    needs: dict[fx.Node, frozenset] = {}  # moved node -> the moved nodes it needs, itself too
 
     def place(n: fx.Node) -> int:
         """Where ``n`` can go: after its inputs, the views it reads through and the work
         only it uses placed as early first."""
         if n in anchor:
             return anchor[n]
-        at = inputs_end
+        at, need = inputs_end, set()
         for a in n.all_input_nodes:
             if _movable(a) and (a.target in _VIEWS or len(a.users) == 1):
                 at = max(at, place(a))
+                need |= needs.get(a, frozenset())
             else:
                 at = max(at, pos[a])
         if at < pos[n] - 1:
             anchor[n] = at
-            moved.append(n)
-            return at
-        return pos[n]
+            needs[n] = frozenset(need | {n})
+        return anchor.get(n, pos[n])
 
-    hoisted = 0
+    candidates = []
     for c in sorted(colls, key=lambda c: pos[c.start]):
         if c.kind == "commrt_all_reduce":  # runs on the compute stream: nothing to gain
             continue
         src = c.start.args[0]
         while isinstance(src, fx.Node) and src.target in _VIEWS:  # to the computing node
             src = src.args[0]
-        if not _movable(src) or src.target in _VIEWS:
-            continue
-        before = pos[src]
-        if place(src) < before - 1:
-            hoisted += 1
-    if not hoisted:
-        return 0
-    after: dict[int, list] = {}
-    for n in moved:  # inputs were placed before their users: a topological order
-        after.setdefault(anchor[n], []).append(n)
-    skip = set(moved)
-    new = []
-    for i, n in enumerate(order):
-        if n not in skip:
-            new.append(n)
-        new += after.get(i, [])
-    if peak_bytes(new) > peak_bytes(order) + budget:
-        return 0
-    relink(graph, new)
-    return hoisted
+        if _movable(src) and src.target not in _VIEWS and place(src) < pos[src] - 1:
+            candidates.append(src)
+    if not candidates:
+        return 0, 0
+    candidates.sort(key=lambda n: (-anchor[n], pos[n]))  # least moved first
+    base = peak_bytes(order)
+
+    def arranged(k: int) -> list:
+        chosen = set().union(*(needs[n] for n in candidates[:k]))
+        after: dict[int, list] = {}
+        for n in sorted(chosen, key=lambda n: (anchor[n], pos[n])):
+            after.setdefault(anchor[n], []).append(n)  # inputs before users (their anchors
+        new = []                                         # are no later, their positions
+        for i, n in enumerate(order):                    # earlier)
+            if n not in chosen:
+                new.append(n)
+            new += after.get(i, [])
+        return new
+
+    lo, hi, best = 0, len(candidates), None  # the most candidates that fit the budget
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        new = arranged(mid)
+        if peak_bytes(new) <= base + budget:
+            lo, best = mid, new
+        else:
+            hi = mid - 1
+    if best is not None:
+        relink(graph, best)
+    return lo, len(candidates) - lo

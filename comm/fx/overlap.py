@@ -231,7 +231,10 @@ def overlap_and_bucket(gm: fx.GraphModule | fx.Graph, *, profile=None,
         from .bucketing import bucket, place
         from .hoist import hoist_producers
 
-        report.hoisted = hoist_producers(graph, colls, budget)
+        report.hoisted, kept = hoist_producers(graph, colls, budget)
+        if kept:
+            report.skipped.append(f"{kept} collectives' inputs left where the graph makes "
+                                  "them: computing them sooner would exceed the memory budget")
         left = max(0, peak + budget - peak_bytes(list(graph.nodes)))
         colls, report.buckets = bucket(graph, colls, model, bucket_cap)
         order, report.moved, report.peak_in_flight_bytes = place(graph, colls, left)
