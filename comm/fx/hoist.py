@@ -81,7 +81,11 @@ def hoist_producers(graph: fx.Graph, colls: list, budget: int) -> tuple[int, int
             new += after.get(i, [])
         return new
 
-    lo, hi, best = 0, len(candidates), None  # the most candidates that fit the budget
+    lo, hi, best = 0, len(candidates), arranged(len(candidates))
+    if peak_bytes(best) <= base + budget:  # all of them (also where the peak falls)
+        lo = hi
+    else:  # the most, least moved first, that fit the budget
+        best = None
     while lo < hi:
         mid = (lo + hi + 1) // 2
         new = arranged(mid)
