@@ -229,6 +229,9 @@ def main() -> None:
     ap.add_argument("--no-hoist", action="store_true",
                     help="extra row: commrt.fx leaving each collective's producer in place "
                          "(the pass before session 14)")
+    ap.add_argument("--memory-budgets", default="",
+                    help="extra rows: commrt.fx allowed to add this many MiB to the graph's "
+                         "peak (default budget: 5%% of it), e.g. 4096")
     ap.add_argument("--trace-dir", default="",
                     help="write rank 0's GPU trace of one step of each commrt.fx row here")
     ap.add_argument("--out-dir", default="benchmarks/results")
@@ -270,6 +273,8 @@ def main() -> None:
         variants[f"{COMMRT} (copy engine)"] = {"commrt": True, "ce": True}
     if args.no_hoist:
         variants[f"{COMMRT} (producers in place)"] = {"commrt": True, "no_hoist": True}
+    for mib in (int(c) for c in args.memory_budgets.split(",") if c):
+        variants[f"{COMMRT} (memory budget {mib} MiB)"] = {"commrt": True, "budget": mib << 20}
     for n in (int(c) for c in args.comm_ctas.split(",") if c):
         variants[f"{COMMRT} (NCCL <= {n} CTAs)"] = {"commrt": True, "ctas": n}
     for mib in (int(c) for c in args.bucket_caps.split(",") if c):
@@ -286,6 +291,8 @@ def main() -> None:
         limit = {"comm_ctas": opts["ctas"]} if "ctas" in opts else {}
         if "cap" in opts:
             limit["bucket_cap"] = opts["cap"]
+        if "budget" in opts:
+            limit["memory_budget"] = opts["budget"]
         if "ce" in opts:
             limit["copy_engine"] = True
         no_hoist = mock.patch("commrt.fx.hoist.hoist_producers", lambda *a: (0, 0)) \

@@ -360,6 +360,21 @@ def test_install_takes_a_bucket_cap():
         commrt.fx.install(bucket_cap=0)
 
 
+def test_install_takes_a_memory_budget_and_the_pass_gets_it(groups, monkeypatch):
+    seen = []
+    monkeypatch.setitem(commrt.fx.registration.PASSES, "overlap",
+                        lambda g, **kw: seen.append(kw.get("memory_budget")) or
+                        commrt.fx.OverlapReport())
+    p = commrt.fx.install(fuse_rmsnorm=False, memory_budget=1 << 20)
+    try:
+        p(trace(lambda a: a + 1, w(2, 2)).graph)
+        assert seen == [1 << 20] and p.uuid() != commrt.fx.CommrtPass(("overlap",)).uuid()
+    finally:
+        commrt.fx.uninstall()
+    with pytest.raises(ValueError, match="memory_budget"):
+        commrt.fx.install(memory_budget=-1)
+
+
 def test_gradients_made_at_the_end_are_computed_as_soon_as_their_inputs_exist(groups):
     """A graph that makes every weight gradient at its end (as the post-grad graph of
     ``grad_and_value`` does): the pass moves each gradient's matmul to just after its

@@ -28,7 +28,8 @@ class CommrtPass(CustomGraphPass):
     """commrt's passes, after ``previous`` (another custom pass, or None)."""
 
     def __init__(self, passes: tuple[str, ...], previous=None, comm_ctas: int = 0,
-                 bucket_cap: int | None = None, copy_engine: bool = False):
+                 bucket_cap: int | None = None, copy_engine: bool = False,
+                 memory_budget: int | None = None):
         unknown = sorted(set(passes) - set(PASSES))
         if unknown:
             raise ValueError(f"unknown commrt FX pass {unknown}; known: {sorted(PASSES)}")
@@ -37,6 +38,7 @@ class CommrtPass(CustomGraphPass):
         self.comm_ctas = comm_ctas
         self.copy_engine = copy_engine
         self.bucket_cap = bucket_cap
+        self.memory_budget = memory_budget
         self.notes: list[str] = []  # why a group got no copy (``comm_groups``)
 
     def __call__(self, graph: torch.fx.Graph) -> None:
@@ -49,6 +51,8 @@ class CommrtPass(CustomGraphPass):
                       "copy_engine": self.copy_engine}
                 if self.bucket_cap is not None:
                     kw["bucket_cap"] = self.bucket_cap
+                if self.memory_budget is not None:
+                    kw["memory_budget"] = self.memory_budget
             report = PASSES[name](graph, **kw)
             if name == "overlap":
                 report.skipped += self.notes
@@ -79,7 +83,7 @@ class CommrtPass(CustomGraphPass):
             copy_engine_group, copy_engine)) + (__file__,))
         blob = (f"commrt-fx/{','.join(self.passes)}/{prev!r}/{self.comm_ctas}/"
                 f"{self.copy_engine}/"
-                f"{self.bucket_cap}/"
+                f"{self.bucket_cap}/{self.memory_budget}/"
                 f"{comm_groups.known()!r}").encode() + code
         return hashlib.sha256(blob).digest()
 
@@ -87,7 +91,7 @@ class CommrtPass(CustomGraphPass):
 def install(fuse_rmsnorm: bool = True, overlap: bool = True,
             partitioned_scatter: bool | None = None, comm_ctas: int | None = None,
             comm_groups=None, bucket_cap: int | None = None,
-            copy_engine: bool | None = None) -> CommrtPass:
+            copy_engine: bool | None = None, memory_budget: int | None = None) -> CommrtPass:
     """Register commrt's passes as Inductor's post-grad custom pass; returns the pass.
 
     ``partitioned_scatter`` defaults to ``COMMRT_PARTITIONED_SCATTER`` (off).
@@ -100,6 +104,7 @@ def install(fuse_rmsnorm: bool = True, overlap: bool = True,
     here, with a symmetric workspace of ``COMMRT_MAX_CUSTOM_BYTES``), as all-gathers whose
     sum the compute does.
     ``bucket_cap``: the largest bucket in bytes (default ``overlap.BUCKET_CAP_BYTES``).
+    ``memory_budget``: bytes the pass may add to a graph's peak (default: 5% of it).
     """
     import torch._inductor.config as inductor_config
 
@@ -116,6 +121,9 @@ def install(fuse_rmsnorm: bool = True, overlap: bool = True,
     if isinstance(comm_ctas, bool) or not isinstance(comm_ctas, int) or \
             not 0 <= comm_ctas <= 64:
         raise ValueError(f"comm_ctas={comm_ctas!r}: expected 0 (no limit) to 64 CTAs")
+    if memory_budget is not None and (isinstance(memory_budget, bool) or
+                                      not isinstance(memory_budget, int) or memory_budget < 0):
+        raise ValueError(f"memory_budget={memory_budget!r}: expected a number of bytes >= 0")
     if bucket_cap is not None and (not isinstance(bucket_cap, int) or bucket_cap <= 0):
         raise ValueError(f"bucket_cap={bucket_cap!r}: expected a positive number of bytes")
     kind = _groups.variant(comm_ctas, bool(copy_engine))
@@ -127,7 +135,7 @@ def install(fuse_rmsnorm: bool = True, overlap: bool = True,
     if isinstance(current, CommrtPass):
         current = current.previous
     p = CommrtPass(passes, current, comm_ctas if overlap else 0, bucket_cap,
-                   bool(copy_engine) and overlap)
+                   bool(copy_engine) and overlap, memory_budget)
     p.notes = notes
     inductor_config.post_grad_custom_post_pass = p
     return p
