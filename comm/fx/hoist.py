@@ -6,9 +6,10 @@ input gradients (the post-grad graph of ``torch.func.grad_and_value`` does): the
 gradient all-reduce must run within the last stretch of the backward, beside the
 weight-gradient matmuls alone. Moving the node that makes a collective's input (and the
 views it reads through) to just after the last of its own inputs lets the collectives
-start during the rest of the backward too. Only the producer and views move: the values,
-and so the bits, stay the same. Memory: the producer's result lives longer and its inputs
-may be freed sooner; if the graph's peak would grow beyond the budget, nothing moves.
+start during the rest of the backward too. Only the producer, the views it reads
+through and the work only it uses move: the values, and so the bits, stay the same.
+Memory: the producer's result lives longer and its inputs may be freed sooner; producers
+move while the graph's peak stays within the budget, those that move least first.
 """
 
 from __future__ import annotations
@@ -17,11 +18,15 @@ import torch.fx as fx
 
 from .cost import _VIEWS
 
+MAX_DEPTH = 64  # how far back through views and private work one producer is followed
+
 
 def _movable(n) -> bool:
     """Pure compute or a view: never a collective, a wait or anything with side effects."""
-    return isinstance(n, fx.Node) and n.op == "call_function" and not n.is_impure() and \
-        "c10d" not in str(n.target)
+    if not (isinstance(n, fx.Node) and n.op == "call_function") or n.is_impure():
+        return False
+    namespace = getattr(n.target, "namespace", "")
+    return "c10d" not in namespace and namespace != "commrt"
 
 
 def hoist_producers(graph: fx.Graph, colls: list, budget: int) -> tuple[int, int]:
@@ -38,15 +43,15 @@ def hoist_producers(graph: fx.Graph, colls: list, budget: int) -> tuple[int, int
     anchor: dict[fx.Node, int] = {}  # moved node -> position of the node it now follows
     needs: dict[fx.Node, frozenset] = {}  # moved node -> the moved nodes it needs, itself too
 
-    def place(n: fx.Node) -> int:
+    def place(n: fx.Node, depth: int = 0) -> int:
         """Where ``n`` can go: after its inputs, the views it reads through and the work
         only it uses placed as early first."""
         if n in anchor:
             return anchor[n]
         at, need = inputs_end, set()
         for a in n.all_input_nodes:
-            if _movable(a) and (a.target in _VIEWS or len(a.users) == 1):
-                at = max(at, place(a))
+            if depth < MAX_DEPTH and _movable(a) and (a.target in _VIEWS or len(a.users) == 1):
+                at = max(at, place(a, depth + 1))
                 need |= needs.get(a, frozenset())
             else:
                 at = max(at, pos[a])
@@ -70,12 +75,14 @@ def hoist_producers(graph: fx.Graph, colls: list, budget: int) -> tuple[int, int
     base = peak_bytes(order)
 
     def arranged(k: int) -> list:
+        """The order with the first ``k`` candidates moved. A moved node's moved inputs
+        have no later anchor and an earlier position, so they come first."""
         chosen = set().union(*(needs[n] for n in candidates[:k]))
         after: dict[int, list] = {}
         for n in sorted(chosen, key=lambda n: (anchor[n], pos[n])):
-            after.setdefault(anchor[n], []).append(n)  # inputs before users (their anchors
-        new = []                                         # are no later, their positions
-        for i, n in enumerate(order):                    # earlier)
+            after.setdefault(anchor[n], []).append(n)
+        new = []
+        for i, n in enumerate(order):
             if n not in chosen:
                 new.append(n)
             new += after.get(i, [])
