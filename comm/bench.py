@@ -333,13 +333,17 @@ def meta(comm: Communicator, command: str) -> dict:
 
 
 def format_table(rows: list, world: int) -> str:
-    """nccl-tests-like lines: size, count, type, mode, then time/algbw/busbw per variant."""
+    """nccl-tests-like lines: size, count, type, mode, then time/algbw/busbw per variant,
+    and auto timed beside the fastest other variant where that is not auto (``paired``:
+    on a busy host, separate columns of one call differ more than the variants do)."""
     labels: list[str] = []
     for r in rows:
         labels += [k for k in r["us"] if k not in labels]
     head = f"{'size(B)':>11} {'count':>10} {'type':>8} {'mode':>5} {'auto-pick':>13} " + \
-        " ".join(f"{lb[:14]:>14}" for lb in labels) + f" {'best algbw':>10} {'busbw':>7} #wrong"
-    lines = [head, "(times in µs; algbw/busbw in GB/s for the fastest variant)"]
+        " ".join(f"{lb[:14]:>14}" for lb in labels) + \
+        f" {'best algbw':>10} {'busbw':>7} #wrong  auto/paired"
+    lines = [head, "(times in µs; algbw/busbw in GB/s for the fastest variant; auto/paired: "
+                   "auto's time over the fastest other variant's, timed side by side)"]
     for r in rows:
         cells = " ".join(f"{r['us'][lb]:>14.2f}" if lb in r["us"] else f"{'-':>14}"
                          for lb in labels)
@@ -347,7 +351,8 @@ def format_table(rows: list, world: int) -> str:
         algbw = r["bytes"] / best / 1e3 if best else 0.0
         lines.append(f"{r['bytes']:>11} {r['count']:>10} {r['dtype']:>8} {r['mode']:>5} "
                      f"{r.get('auto_algorithm', ''):>13} {cells} {algbw:>10.2f} "
-                     f"{algbw * busbw_factor(world):>7.2f} {sum(r['wrong'].values())}")
+                     f"{algbw * busbw_factor(world):>7.2f} {sum(r['wrong'].values()):>6}  "
+                     f"{auto_paired(r)}")
     return "\n".join(lines)
 
 

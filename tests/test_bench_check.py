@@ -152,3 +152,17 @@ def test_auto_is_paired_with_the_fastest_ordinary_variant_unless_it_is_that(monk
     row["us"]["auto"] = 9.9  # auto is the fastest: nothing to pair
     assert bench._paired(comm, row, chosen, torch.bfloat16, "graph", 30, 7) is None
     assert bench.auto_paired({"paired": None}) == "-" and len(paired) == 1
+
+
+def test_the_printed_table_shows_auto_timed_beside_the_fastest_other_variant():
+    from commrt import bench
+
+    rows = [{"bytes": 4096, "count": 1024, "dtype": "float32", "mode": "eager",
+             "auto_algorithm": "nccl", "us": {"auto": 600.0, "nccl": 500.0}, "wrong": {},
+             "paired": {"against": "nccl", "auto_over": 1.004, "pairs": 100, "burst": 4}},
+            {"bytes": 8192, "count": 2048, "dtype": "float32", "mode": "eager",
+             "auto_algorithm": "nccl", "us": {"auto": 400.0, "nccl": 500.0}, "wrong": {},
+             "paired": None}]
+    lines = bench.format_table(rows, 2).splitlines()
+    assert lines[0].endswith("auto/paired")
+    assert lines[2].endswith("1.004 (nccl)") and lines[3].endswith(" -")
