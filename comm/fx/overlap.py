@@ -5,9 +5,10 @@ Before::
     a = mm(...); ar1 = all_reduce(g1); w1 = wait(ar1); use(w1)
     b = mm(...); ar2 = all_reduce(g2); w2 = wait(ar2); use(w2)
 
-After (bucketing decided together with the schedule; starts raised to their inputs,
-waits sunk to their first use, and a wait that would still stall moved after the work
-that does not need it, see ``stalls``)::
+After (each collective's input first computed as soon as its own inputs exist, within
+the memory budget, see ``hoist``; bucketing decided together with the schedule; starts
+raised to their inputs, waits sunk to their first use, and a wait that would still
+stall moved after the work that does not need it, see ``stalls``)::
 
     ar = all_reduce(cat([g1, g2])) ... compute ... w = wait(ar); use(view(w[:n1])) ...
 
