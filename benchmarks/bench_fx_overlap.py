@@ -15,7 +15,10 @@ is the same step uncompiled. (A run with both kinds needs 4 GPUs.) Reports the m
 step time and the hidden fraction of collective time measured from a ``torch.profiler``
 GPU trace: collective time (kernels and copies off the compute stream, and kernels
 named as collectives) that overlaps compute kernels, over all collective time.
-``--copy-engine`` adds a row with the all-reduces on commrt's copy-engine group.
+``--copy-engine`` adds a row with the all-reduces on commrt's copy-engine group;
+``--rows`` adds commrt.fx rows with any mix of the pass's options (and Inductor's
+peak-memory reordering off, or every matmul leaving SMs free), e.g.
+``--rows 'ce,budget=4096,no_reorder;ctas=8,budget=4096'``.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
+import functools
 import json
 import os
 import statistics
@@ -209,6 +213,35 @@ def timed(fn, iters: int = 10, trace: str = ""):
     return float(t.item()), trace_stats(prof)
 
 
+def _with_carveout(sms: int, fn, *args):
+    """``fn(*args)`` with cuBLASLt matmuls leaving ``sms`` SMs free (then restored)."""
+    carveout, backend = torch._C._get_sm_carveout_experimental(), \
+        torch._C._get_blas_preferred_backend()
+    torch._C._set_sm_carveout_experimental(sms)
+    torch._C._set_blas_preferred_backend(torch._C._BlasBackend.Cublaslt)
+    try:
+        return fn(*args)
+    finally:
+        torch._C._set_blas_preferred_backend(backend)
+        torch._C._set_sm_carveout_experimental(carveout)
+
+
+def _row(spec: str) -> dict:
+    """The options of one ``--rows`` entry (sizes in MiB)."""
+    opts = {"commrt": True}
+    for item in (i.strip() for i in spec.split(",") if i.strip()):
+        key, _, val = item.partition("=")
+        if key in ("ce", "no_hoist", "no_reorder") and not val:
+            opts[key] = True
+        elif key in ("budget", "cap") and val:
+            opts[key] = int(val) << 20
+        elif key in ("ctas", "carveout") and val:
+            opts[key] = int(val)
+        else:
+            raise SystemExit(f"--rows: unknown entry {item!r} in {spec!r}")
+    return opts
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--layers", type=int, default=16)
@@ -231,7 +264,16 @@ def main() -> None:
                          "(the pass before session 14)")
     ap.add_argument("--memory-budgets", default="",
                     help="extra rows: commrt.fx allowed to add this many MiB to the graph's "
-                         "peak (default budget: 5%% of it), e.g. 4096")
+                         "peak (default budget: 5%% of it), e.g. 4096; with --copy-engine also "
+                         "a copy-engine row for each")
+    ap.add_argument("--no-memory-reorder", action="store_true",
+                    help="with --memory-budgets: also each of those rows with Inductor's "
+                         "reorder_for_peak_memory off")
+    ap.add_argument("--rows", default="",
+                    help="extra commrt.fx rows, ';'-separated, each a ','-separated mix of "
+                         "ce, no_hoist, no_reorder, budget=MiB, cap=MiB, ctas=N, carveout=N (every "
+                         "matmul of the step through cuBLASLt leaving N SMs free), e.g. "
+                         "'ce,budget=4096,no_reorder;ce,budget=4096,no_reorder,cap=128'")
     ap.add_argument("--trace-dir", default="",
                     help="write rank 0's GPU trace of one step of each commrt.fx row here")
     ap.add_argument("--out-dir", default="benchmarks/results")
@@ -275,10 +317,22 @@ def main() -> None:
         variants[f"{COMMRT} (producers in place)"] = {"commrt": True, "no_hoist": True}
     for mib in (int(c) for c in args.memory_budgets.split(",") if c):
         variants[f"{COMMRT} (memory budget {mib} MiB)"] = {"commrt": True, "budget": mib << 20}
+        if args.copy_engine:
+            variants[f"{COMMRT} (copy engine, memory budget {mib} MiB)"] = {
+                "commrt": True, "ce": True, "budget": mib << 20}
+        if args.no_memory_reorder:
+            variants[f"{COMMRT} (memory budget {mib} MiB, no peak-memory reorder)"] = {
+                "commrt": True, "budget": mib << 20, "no_reorder": True}
+            if args.copy_engine:
+                variants[f"{COMMRT} (copy engine, memory budget {mib} MiB, no peak-memory "
+                         "reorder)"] = {"commrt": True, "ce": True, "budget": mib << 20,
+                                        "no_reorder": True}
     for n in (int(c) for c in args.comm_ctas.split(",") if c):
         variants[f"{COMMRT} (NCCL <= {n} CTAs)"] = {"commrt": True, "ctas": n}
     for mib in (int(c) for c in args.bucket_caps.split(",") if c):
         variants[f"{COMMRT} (buckets <= {mib} MiB)"] = {"commrt": True, "cap": mib << 20}
+    for spec in (r for r in args.rows.split(";") if r.strip()):
+        variants[f"{COMMRT} ({spec})"] = _row(spec)
     if not args.tp:  # not a contender: how far from perfect overlap each one is
         variants[FLOOR] = {"floor": True}
     reports, ref_new, diffs = {}, None, {}
@@ -286,6 +340,8 @@ def main() -> None:
         torch._dynamo.reset()
         commrt.fx.last_reports.clear()
         patches = {"fx_graph_cache": False}
+        if opts.get("no_reorder"):
+            patches["reorder_for_peak_memory"] = False
         if opts.get("inductor"):
             patches["aten_distributed_optimizations.enable_overlap_scheduling"] = True
         limit = {"comm_ctas": opts["ctas"]} if "ctas" in opts else {}
@@ -316,7 +372,9 @@ def main() -> None:
                 os.makedirs(args.trace_dir, exist_ok=True)
                 trace = os.path.join(args.trace_dir, "".join(
                     c if c.isalnum() else "_" for c in name) + ".json")
-            rows[name] = timed(lambda fn=fn: fn(params, x), trace=trace)
+            run = (lambda fn=fn: fn(params, x)) if "carveout" not in opts else \
+                functools.partial(_with_carveout, opts["carveout"], fn, params, x)
+            rows[name] = timed(run, trace=trace)
         reports[name] = [(n, r.__dict__) for n, r in commrt.fx.last_reports]
     best_other = min(v[0] for k, v in rows.items() if not k.startswith(COMMRT) and k != FLOOR)
     ratios = {k: v[0] / best_other for k, v in rows.items() if k.startswith(COMMRT)}
