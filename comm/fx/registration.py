@@ -102,7 +102,9 @@ def install(fuse_rmsnorm: bool = True, overlap: bool = True,
     ``copy_engine`` (default ``COMMRT_FX_COPY_ENGINE``, off) runs their sum and avg
     all-reduces on a copy-engine group instead (``commrt.copy_engine_group``; also made
     here, with a symmetric workspace of ``COMMRT_MAX_CUSTOM_BYTES``), as all-gathers whose
-    sum the compute does.
+    sum the compute does. Their outputs double the bytes in flight, and Inductor's
+    ``reorder_for_peak_memory`` may then put producers computed early back near the end
+    (measured on the 16-layer step, session 15).
     ``bucket_cap``: the largest bucket in bytes (default ``overlap.BUCKET_CAP_BYTES``).
     ``memory_budget``: bytes the pass may add to a graph's peak (default: 5% of it).
     """
