@@ -264,11 +264,7 @@ def main() -> None:
                          "(the pass before session 14)")
     ap.add_argument("--memory-budgets", default="",
                     help="extra rows: commrt.fx allowed to add this many MiB to the graph's "
-                         "peak (default budget: 5%% of it), e.g. 4096; with --copy-engine also "
-                         "a copy-engine row for each")
-    ap.add_argument("--no-memory-reorder", action="store_true",
-                    help="with --memory-budgets: also each of those rows with Inductor's "
-                         "reorder_for_peak_memory off")
+                         "peak (default budget: 5%% of it), e.g. 4096")
     ap.add_argument("--rows", default="",
                     help="extra commrt.fx rows, ';'-separated, each a ','-separated mix of "
                          "ce, no_hoist, no_reorder, budget=MiB, cap=MiB, ctas=N, carveout=N (every "
@@ -317,16 +313,6 @@ def main() -> None:
         variants[f"{COMMRT} (producers in place)"] = {"commrt": True, "no_hoist": True}
     for mib in (int(c) for c in args.memory_budgets.split(",") if c):
         variants[f"{COMMRT} (memory budget {mib} MiB)"] = {"commrt": True, "budget": mib << 20}
-        if args.copy_engine:
-            variants[f"{COMMRT} (copy engine, memory budget {mib} MiB)"] = {
-                "commrt": True, "ce": True, "budget": mib << 20}
-        if args.no_memory_reorder:
-            variants[f"{COMMRT} (memory budget {mib} MiB, no peak-memory reorder)"] = {
-                "commrt": True, "budget": mib << 20, "no_reorder": True}
-            if args.copy_engine:
-                variants[f"{COMMRT} (copy engine, memory budget {mib} MiB, no peak-memory "
-                         "reorder)"] = {"commrt": True, "ce": True, "budget": mib << 20,
-                                        "no_reorder": True}
     for n in (int(c) for c in args.comm_ctas.split(",") if c):
         variants[f"{COMMRT} (NCCL <= {n} CTAs)"] = {"commrt": True, "ctas": n}
     for mib in (int(c) for c in args.bucket_caps.split(",") if c):
