@@ -233,10 +233,8 @@ def _row(spec: str) -> dict:
         key, _, val = item.partition("=")
         if key in ("ce", "no_hoist", "no_reorder") and not val:
             opts[key] = True
-        elif key in ("budget", "cap") and val:
-            opts[key] = int(val) << 20
-        elif key in ("ctas", "carveout") and val:
-            opts[key] = int(val)
+        elif key in ("budget", "cap", "ctas", "carveout") and val.isdigit():
+            opts[key] = int(val) << 20 if key in ("budget", "cap") else int(val)
         else:
             raise SystemExit(f"--rows: unknown entry {item!r} in {spec!r}")
     return opts
