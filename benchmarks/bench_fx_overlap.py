@@ -231,7 +231,7 @@ def _row(spec: str) -> dict:
     opts = {"commrt": True}
     for item in (i.strip() for i in spec.split(",") if i.strip()):
         key, _, val = item.partition("=")
-        if key in ("ce", "no_hoist", "no_reorder") and not val:
+        if key in ("ce", "gather", "no_hoist", "no_reorder") and not val:
             opts[key] = True
         elif key in ("budget", "cap", "ctas", "carveout") and val.isdigit():
             opts[key] = int(val) << 20 if key in ("budget", "cap") else int(val)
@@ -265,7 +265,8 @@ def main() -> None:
                          "peak (default budget: 5%% of it), e.g. 4096")
     ap.add_argument("--rows", default="",
                     help="extra commrt.fx rows, ';'-separated, each a ','-separated mix of "
-                         "ce, no_hoist, no_reorder, budget=MiB, cap=MiB, ctas=N, carveout=N (every "
+                         "ce, gather (ce as all-gathers, also at world size 2), no_hoist, "
+                         "no_reorder, budget=MiB, cap=MiB, ctas=N, carveout=N (every "
                          "matmul of the step through cuBLASLt leaving N SMs free), e.g. "
                          "'ce,budget=4096,no_reorder;ce,budget=4096,no_reorder,cap=128'")
     ap.add_argument("--trace-dir", default="",
@@ -337,8 +338,13 @@ def main() -> None:
             limit["copy_engine"] = True
         no_hoist = mock.patch("commrt.fx.hoist.hoist_producers", lambda *a: (0, 0)) \
             if opts.get("no_hoist") else contextlib.nullcontext()
-        with ic.patch(patches), no_hoist, (commrt.fx.installed(**limit) if opts.get("commrt")
-                                           else contextlib.nullcontext()):
+        if opts.get("gather"):  # the copy-engine path's all-gathers also at world size 2
+            opts["ce"] = limit["copy_engine"] = True
+        gather = mock.patch("commrt.fx.overlap.EXCHANGE_WORLDS", ()) \
+            if opts.get("gather") else contextlib.nullcontext()
+        passes = commrt.fx.installed(**limit) if opts.get("commrt") else \
+            contextlib.nullcontext()
+        with ic.patch(patches), no_hoist, gather, passes:
             fn = torch.compile(make_step(args.layers, args.heads, world, reduce=False)
                                if opts.get("floor") else step, fullgraph=True)
             if args.tp:  # the same step as eager's

@@ -1,15 +1,20 @@
 """A process group whose collectives move data with the copy engines, on a side stream.
 
-The FX overlap pass runs hidden all-reduces on it (``commrt.fx.install(copy_engine=True)``),
-as all-gathers whose sum the compute does. A functional ``all_gather_into_tensor`` or
-``all_reduce`` (sum or avg) on this group starts ``symm_mem.copy_engine``'s on a stream of
-its own after the work queued so far, and ``wait_tensor`` makes the caller's stream wait
-for it; every other collective raises. Repeated calls replay recorded CUDA graphs. The
-group owns a symmetric workspace of its own (the communicator's serves calls on the
-compute stream, which may run at the same time).
+The FX overlap pass runs hidden all-reduces on it (``commrt.fx.install(copy_engine=True)``):
+at world size 2 as ``exchange`` (``torch.ops.commrt.ce_exchange``: each rank packs its data
+into a landing buffer, the peer's copy engines read it from there) plus a sum that the
+compute does, elsewhere as all-gathers plus that sum. A functional
+``all_gather_into_tensor`` or ``all_reduce`` (sum or avg) on this group starts
+``symm_mem.copy_engine``'s on a stream of its own after the work queued so far, and
+``wait_tensor`` makes the caller's stream wait for it; every other collective raises.
+Repeated calls replay recorded CUDA graphs. The group owns a symmetric workspace of its
+own (the communicator's serves calls on the compute stream, which may run at the same
+time).
 """
 
 from __future__ import annotations
+
+import time
 
 import torch
 import torch.distributed as dist
@@ -47,9 +52,12 @@ class CopyEngineGroup(dist.ProcessGroup):
     """``all_reduce`` and ``all_gather_into_tensor`` over ``ws``'s ranks by
     ``symm_mem.copy_engine`` (see the module docstring)."""
 
-    def __init__(self, rank: int, size: int, ws, spin_timeout: float):
+    def __init__(self, rank: int, size: int, ws, spin_timeout: float, store=None):
         super().__init__(rank, size)
         self.ws = ws
+        self._store = store
+        self._landing: list[torch.Tensor] = []  # every rank's landing buffer (uint8)
+        self._keep: list = []  # earlier landing buffers (tensors may still point into them)
         self.spin_timeout = spin_timeout
         cuda = ws.device.type == "cuda"
         # high priority: its sums and barriers go ahead of queued compute blocks, so the
@@ -102,6 +110,63 @@ class CopyEngineGroup(dist.ProcessGroup):
             pairs.append((x.view(-1), out.view(-1)))
         return self._start("all_gather", pairs, outputs)
 
+    def exchange(self, parts: list[torch.Tensor], offset: int, total: int) -> torch.Tensor:
+        """Every other rank's ``parts``, flat and packed in order (in rank order), as one
+        new tensor whose ``wait_tensor`` orders the caller's stream after its copies.
+
+        The caller's stream packs ``parts`` at byte ``offset`` of this rank's landing
+        buffer (an SM kernel: a same-device copy would stall the compute this hides
+        behind); the group's stream then reads the peers' from theirs
+        (``symm_mem.copy_engine.pull``). Every rank calls it alike, in the same order;
+        one call's ``[offset, offset + bytes)`` must not be used by another whose result
+        is still unread. The landing buffers grow to ``total`` bytes at a call that asks
+        for more (a rendezvous, so never during CUDA-graph capture)."""
+        if self._broken:
+            raise PeerTimeoutError(self._broken)
+        if self.size() < 2:
+            raise CommrtError(f"{BACKEND} group: exchange needs at least two ranks")
+        dtype = parts[0].dtype
+        bad = [p for p in parts if p.dtype != dtype or p.device != self.ws.device]
+        if bad:
+            raise CommrtError(f"{BACKEND} group: exchange needs parts of one dtype on "
+                              f"{self.ws.device}, got {bad[0].dtype} on {bad[0].device}")
+        n = sum(p.numel() for p in parts)
+        size = torch.empty((), dtype=dtype).element_size()
+        if offset % 16 or offset + n * size > total:
+            raise CommrtError(f"{BACKEND} group: exchange of {n * size} B at offset {offset} "
+                              f"outside a {total} B landing buffer (or offset not 16-aligned)")
+        landing = self._grow(total)
+        mine = landing[self.rank()][offset:offset + n * size].view(dtype)
+        flat = [p.reshape(-1) for p in parts]
+        if len(flat) == 1:
+            torch.mul(flat[0], 1, out=mine)  # an SM kernel, exact (also for -0.0)
+        else:
+            torch.cat(flat, out=mine)
+        out = torch.empty((self.size() - 1) * n, dtype=dtype, device=self.ws.device)
+        if self.stream is None:  # CPU (tests): synchronous
+            self._call("pull", (out, offset), timer=False)
+            return out
+        caller = torch.cuda.current_stream(self.ws.device)
+        capturing = torch.cuda.is_current_stream_capturing()
+        self.stream.wait_stream(caller)
+        with torch.cuda.stream(self.stream):
+            self._run("pull", (out, offset), capturing)
+            done = torch.cuda.Event()
+            done.record(self.stream)
+        torch._C._distributed_c10d._register_work(out, _Pending(done, None, self.ws.device))
+        return out
+
+    def _grow(self, total: int) -> list[torch.Tensor]:
+        have = self._landing[0].numel() if self._landing else 0
+        if have >= total:
+            return self._landing
+        if self._landing:
+            self._keep.append(self._landing)
+            # recorded pulls read the old buffers
+            self._graphs = {k: g for k, g in self._graphs.items() if k[0] != "pull"}
+        self._landing = _landing_buffers(self.ws, self._store, total, len(self._keep))
+        return self._landing
+
     def _start(self, kind: str, pairs, keep):
         if self._broken:
             raise PeerTimeoutError(self._broken)
@@ -122,6 +187,9 @@ class CopyEngineGroup(dist.ProcessGroup):
     def _call(self, kind: str, args: tuple, timer: bool) -> None:
         if kind == "all_gather":
             copy_engine.all_gather(self.ws, *args, timeout=self._timeout, timer=timer)
+        elif kind == "pull":
+            copy_engine.pull(self.ws, self._landing, args[1], args[0], timeout=self._timeout,
+                             timer=timer)
         else:
             copy_engine.all_reduce(self.ws, args[0], timeout=self._timeout, timer=timer,
                                    average=args[1])
@@ -165,6 +233,38 @@ class CopyEngineGroup(dist.ProcessGroup):
             raise PeerTimeoutError(self._broken)
 
 
+def _landing_buffers(ws, store, nbytes: int, generation: int) -> list[torch.Tensor]:
+    """Every rank's landing buffer of ``nbytes`` (uint8), as mapped in this process:
+    symmetric memory on a GPU, shared memory on the CPU (tests, one process per rank;
+    names go through the group's store). Collective."""
+    if torch.cuda.is_available() and ws.device.type == "cuda":
+        if torch.cuda.is_current_stream_capturing():
+            raise CommrtError(f"{BACKEND} group: the landing buffer cannot grow to {nbytes} B "
+                              "during CUDA-graph capture; run the step once before capture")
+        import torch.distributed._symmetric_memory as symm
+
+        buf = symm.empty(nbytes, dtype=torch.uint8, device=ws.device)
+        handle = symm.rendezvous(buf, ws.group_name)
+        return [buf if p == ws.rank else handle.get_buffer(p, (nbytes,), torch.uint8)
+                for p in range(ws.world)]
+    from multiprocessing import shared_memory
+
+    block = shared_memory.SharedMemory(create=True, size=nbytes)
+    key = f"commrt_ce_landing{generation}"
+    store.set(f"{key}/{ws.rank}", block.name)
+    blocks = [block if p == ws.rank else shared_memory.SharedMemory(
+        name=store.get(f"{key}/{p}").decode()) for p in range(ws.world)]
+    store.add(f"{key}/mapped", 1)
+    while store.add(f"{key}/mapped", 0) < ws.world:  # everyone mapped: the name may go
+        time.sleep(0.001)
+    block.unlink()
+    _shm.extend(blocks)
+    return [torch.frombuffer(b.buf, dtype=torch.uint8, count=nbytes) for b in blocks]
+
+
+_shm: list = []  # the CPU landing buffers' mappings (they must outlive their tensors)
+
+
 def _create(store, rank, size, timeout):  # noqa: ARG001 (c10d's creator signature)
     if not _pending:
         raise CommrtError(f"a {BACKEND} group is made by commrt.copy_engine_group.make(), "
@@ -173,7 +273,7 @@ def _create(store, rank, size, timeout):  # noqa: ARG001 (c10d's creator signatu
     if (ws.rank, ws.world) != (rank, size):
         raise CommrtError(f"{BACKEND}: workspace of rank {ws.rank}/{ws.world} for group rank "
                           f"{rank}/{size}")
-    return CopyEngineGroup(rank, size, ws, spin_timeout)
+    return CopyEngineGroup(rank, size, ws, spin_timeout, store)
 
 
 def make(base: dist.ProcessGroup, ws=None) -> CopyEngineGroup:

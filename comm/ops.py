@@ -14,6 +14,7 @@ lib = torch.library.Library("commrt", "DEF")
 lib.define("all_reduce(Tensor input, str group_name) -> Tensor")
 lib.define("all_reduce_residual_rmsnorm(Tensor x, Tensor residual, Tensor weight, float eps, "
            "str group_name) -> (Tensor, Tensor)")
+lib.define("ce_exchange(Tensor[] parts, str group_name, int offset, int total) -> Tensor")
 
 
 def _all_reduce(input: torch.Tensor, group_name: str) -> torch.Tensor:
@@ -52,3 +53,23 @@ def _fused_fake(x, residual, weight, eps, group_name):
 
 lib.impl("all_reduce_residual_rmsnorm", _fused, "CompositeExplicitAutograd")
 torch.library.register_fake("commrt::all_reduce_residual_rmsnorm", _fused_fake, lib=lib)
+
+
+def _ce_exchange(parts: list[torch.Tensor], group_name: str, offset: int,
+                 total: int) -> torch.Tensor:
+    import torch.distributed.distributed_c10d as c10d
+
+    return c10d._resolve_process_group(group_name).exchange(parts, offset, total)
+
+
+def _ce_exchange_fake(parts, group_name, offset, total):
+    # every other rank's parts, flat and packed in order, in rank order (wait_tensor it);
+    # the copy-engine group's exchange (commrt.copy_engine_group)
+    import torch.distributed.distributed_c10d as c10d
+
+    n = sum(p.numel() for p in parts)
+    return parts[0].new_empty(((c10d._get_group_size_by_name(group_name) - 1) * n,))
+
+
+lib.impl("ce_exchange", _ce_exchange, "CompositeExplicitAutograd")
+torch.library.register_fake("commrt::ce_exchange", _ce_exchange_fake, lib=lib)

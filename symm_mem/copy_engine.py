@@ -1,4 +1,4 @@
-"""copy_engine: an all-reduce and an all-gather whose data crosses NVLink by
+"""copy_engine: an all-reduce, an all-gather and a pull whose data crosses NVLink by
 ``cudaMemcpy`` (the GPU's copy engines), not by SM loads and stores; only one-program
 barriers (and the all-reduce's sum) run on SMs.
 
@@ -127,3 +127,26 @@ def all_gather(ws, x: torch.Tensor, out: torch.Tensor, *, timeout: int, timer: b
         _copy_all([(out[q * n + off:q * n + off + m],
                     piece if q == rank else contribs[rank][q * slot:q * slot + m])
                    for q in range(world)])
+
+
+def pull(ws, landing: list[torch.Tensor], offset: int, out: torch.Tensor, *, timeout: int,
+         timer: bool) -> None:
+    """``out`` = every other rank's ``n = out.numel() // (world - 1)`` elements at byte
+    ``offset`` of its landing buffer, in rank order; each rank has packed its own there on
+    the stream this one follows::
+
+        barrier                      every rank's data is in its landing buffer
+        for p != r: out[slot] <- landing[p][offset:]   (copy engine, remote read)
+        barrier                      every rank has read its peers': landing reusable
+
+    No local copy: a same-device ``cudaMemcpy`` stalls the compute it overlaps as an SM
+    copy does, while a remote read leaves no gap (``benchmarks/probe_local_copy.py``).
+    ``landing[p]``: rank ``p``'s buffer as mapped here (uint8)."""
+    world, rank = ws.world, ws.rank
+    n = out.numel() // (world - 1)
+    nbytes = n * out.element_size()
+    barrier(ws, timeout, timer)
+    peers = [p for p in range(world) if p != rank]
+    _copy_all([(out[i * n:(i + 1) * n], landing[p][offset:offset + nbytes].view(out.dtype))
+               for i, p in enumerate(peers)])
+    barrier(ws, timeout, timer)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from unittest import mock
+
 import torch
 import torch.distributed as dist
 
@@ -438,6 +440,7 @@ def copy_engine_group(rank, world, names, data_bytes):
         out["gather_ok"].append(all(torch.equal(y[r * n:(r + 1) * n],
                                                 make(50 + n % 7, r, (n,), torch.float32))
                                     for r in range(world)))
+    out.update(_exchanges(rank, world, g))
     out.update(_compiled_on_copy_engine(rank, world, g))
     out["err"] = int(ws.err.item())
     dist.barrier()
@@ -445,6 +448,34 @@ def copy_engine_group(rank, world, names, data_bytes):
     for b in blocks:
         b.close()
     return out
+
+
+def _exchanges(rank, world, g):
+    """``exchange``: the peer's parts, packed, for odd sizes, several dtypes and 2-D parts;
+    the landing buffers grow once; bad calls refused by name."""
+    from commrt.errors import CommrtError
+
+    c10d = torch.ops._c10d_functional
+    peer = 1 - rank
+    ok = []
+    cases = [((1, 7), torch.float32, 1 << 12), (((3, 5), 4097), torch.bfloat16, 1 << 16),
+             ((33, 40_000), torch.float16, 1 << 18), ((2,), torch.float32, 1 << 18)]
+    for call, (shapes, dtype, total) in enumerate(cases):
+        shapes = [s if isinstance(s, tuple) else (s,) for s in shapes]
+        parts = [make(60 + call * 4 + i, rank, s, dtype) for i, s in enumerate(shapes)]
+        want = torch.cat([make(60 + call * 4 + i, peer, s, dtype).reshape(-1)
+                          for i, s in enumerate(shapes)])
+        y = c10d.wait_tensor(g.exchange(parts, 16 * call, total))
+        ok.append(torch.equal(y, want) and torch.equal(parts[0], make(60 + call * 4, rank,
+                                                                      shapes[0], dtype)))
+    refused = []
+    x = torch.ones(8)
+    for args in (([x], 8, 1024), ([x], 1000, 1024), ([x, x.half()], 0, 1024)):
+        try:
+            g.exchange(*args)
+        except CommrtError as exc:
+            refused.append(str(exc))
+    return {"exchange_ok": ok, "landing_grown": len(g._keep), "exchange_refused": refused}
 
 
 def _compiled_on_copy_engine(rank, world, g):
@@ -457,24 +488,35 @@ def _compiled_on_copy_engine(rank, world, g):
     from commrt.fx import comm_groups
 
     comm_groups._BY_NAME[(dist.group.WORLD.group_name, comm_groups.COPY_ENGINE)] = g.group_name
-    ws = [make(80 + i, 0, (32, 32), torch.bfloat16) for i in range(2)]
+    ws = [make(80 + i, 0, (32, 32), torch.bfloat16) for i in range(3)]
 
     def step(x):
         a = fc.all_reduce(x @ ws[0], "sum", dist.group.WORLD)
         b = fc.all_reduce(torch.relu(x @ ws[1]), "avg", dist.group.WORLD)
-        return a * 2, b + 1
+        c = fc.all_reduce(x @ ws[2], "sum", dist.group.WORLD)  # may share a's bucket
+        return a * 2, b + 1, c - 1
 
     xs = [make(90, r, (8, 32), torch.bfloat16) for r in range(world)]
     ref_a = sum((x.double() @ ws[0].double()) for x in xs) * 2
     ref_b = sum(torch.relu(x.double() @ ws[1].double()) for x in xs) / world + 1
+    ref_c = sum((x.double() @ ws[2].double()) for x in xs) - 1
     commrt.fx.last_reports.clear()
     torch._dynamo.reset()
+    exchanged = []
+    real = type(g).exchange
+
+    def counted(self, parts, offset, total):
+        exchanged.append(sum(p.numel() for p in parts))
+        return real(self, parts, offset, total)
+
     with commrt.fx.installed(fuse_rmsnorm=False, copy_engine=True), \
-            ic.patch(fx_graph_cache=False):
-        a, b = torch.compile(step, fullgraph=True)(xs[rank])
+            ic.patch(fx_graph_cache=False), mock.patch.object(type(g), "exchange", counted):
+        got = torch.compile(step, fullgraph=True)(xs[rank])
     reps = [r for n, r in commrt.fx.last_reports if n == "overlap"]
-    errs = [float((got.double() - ref).norm() / ref.norm()) for got, ref in ((a, ref_a),
-                                                                             (b, ref_b))]
+    errs = [float((y.double() - ref).norm() / ref.norm())
+            for y, ref in zip(got, (ref_a, ref_b, ref_c), strict=True)]
     return {"compiled_close": max(errs) < 1e-2, "compiled_err": errs,  # bf16 matmuls
             "compiled_moved": sum(r.limited for r in reps),
-            "compiled": [a.float().tolist(), b.float().tolist()]}
+            "compiled_buckets": sum(r.buckets for r in reps),
+            "compiled_exchanged": exchanged,
+            "compiled": [y.float().tolist() for y in got]}

@@ -577,6 +577,90 @@ def copy_engine_group(rank, world, soak_calls=2000):
     ref = torch.relu(sum((x.view(64, 128) @ w).double() for x in a)) + 1
     if rel_err(got, ref) > 2e-2:
         failures.append(f"compiled: {rel_err(got, ref):.2e}")
+    failures += _exchanges(g, rank, world, dev)
     torch.cuda.synchronize()
     g.check_health()
-    return {"failures": failures, "backend": dist.get_backend(g)}
+    return {"failures": failures, "backend": dist.get_backend(g),
+            "landing_mib": g._landing[0].numel() >> 20 if g._landing else 0}
+
+
+def _exchanges(g, rank, world, dev) -> list[str]:
+    """``exchange`` (what the overlap pass runs at world size 2): the peers' parts, packed,
+    on every dtype and odd sizes; back to back with fresh data (recorded graphs replayed)
+    and the caller rewriting the parts; the pass on a compiled step, against float64."""
+    c10d = torch.ops._c10d_functional
+    failures = []
+    peers = [p for p in range(world) if p != rank]
+    for dtype in DTYPES:
+        for sizes in ((1,), (7, 4097), (MIB + 3, 5, 3 * 4099)):
+            xs = [inputs(700 + i + 3 * len(sizes), world, n, dtype, dev)
+                  for i, n in enumerate(sizes)]
+            y = c10d.wait_tensor(g.exchange([x[rank] for x in xs], 4096, 64 * MIB))
+            if not torch.equal(y, torch.cat([torch.cat([x[p] for x in xs]) for p in peers])):
+                failures.append(f"exchange {dtype} {sizes}")
+    n = 300_001
+    base = inputs(17, world, n, torch.bfloat16, dev)
+    pending = []
+    for call in range(600):  # two landing places in turn; one result unread at a time
+        x = base[rank] * (1 + call % 3)
+        pending.append((call % 3, g.exchange([x], (call % 2) * MIB, 64 * MIB)))
+        x.add_(1)  # the caller's stream rewrites the part: the pack already has it
+        if len(pending) > 1:
+            k, y = pending.pop(0)
+            y = c10d.wait_tensor(y)
+            if call % 53 == 0 and not torch.equal(
+                    y, torch.cat([base[p] * (1 + k) for p in peers])):
+                failures.append(f"exchange back to back, call {call}")
+    for _, y in pending:
+        c10d.wait_tensor(y)
+    if not any(k[0] == "pull" for k in g._graphs):
+        failures.append("no exchange was recorded as a graph")
+    failures += _compiled_exchanges(rank, world, dev)
+    return failures
+
+
+def _compiled_exchanges(rank, world, dev) -> list[str]:
+    """The pass with ``copy_engine=True`` (its own copy-engine group) on a compiled step."""
+    import torch._inductor.config as ic
+    import torch.distributed._functional_collectives as fc
+
+    import commrt.fx
+
+    gen = torch.Generator(device=dev).manual_seed(11)
+    ws = [torch.randn(256, 256, device=dev, dtype=torch.bfloat16, generator=gen) / 16
+          for _ in range(4)]
+
+    def step(x):
+        outs = []
+        for i, w in enumerate(ws):
+            x = torch.relu(x @ w)
+            outs.append(fc.all_reduce(x * (i + 1), "avg" if i == 3 else "sum",
+                                      dist.group.WORLD))
+        return outs
+
+    xs = inputs(23, world, 64 * 256, torch.bfloat16, dev)
+    refs = []
+    for x in xs:
+        x = x.view(64, 256)
+        outs = []
+        for i, w in enumerate(ws):
+            x = torch.relu(x @ w)
+            outs.append(x.double() * (i + 1))
+        refs.append(outs)
+    refs = [sum(r[i] for r in refs) / (world if i == 3 else 1) for i in range(4)]
+    torch._dynamo.reset()
+    failures = []
+    with commrt.fx.installed(fuse_rmsnorm=False, copy_engine=True), \
+            ic.patch(fx_graph_cache=False):
+        fn = torch.compile(step, fullgraph=True)
+        for call in range(3):  # the second and third replay recorded pulls
+            got = fn(xs[rank].view(64, 256))
+            for i, (y, ref) in enumerate(zip(got, refs, strict=True)):
+                if rel_err(y, ref) > 2e-2 or not same_on_all_ranks(y):
+                    failures.append(f"compiled exchange {call}, output {i}: "
+                                    f"{rel_err(y, ref):.2e}")
+    reps = [r for name, r in commrt.fx.last_reports if name == "overlap"]
+    if sum(r.limited for r in reps) == 0:
+        failures.append("compiled: no all-reduce moved to the copy-engine group")
+    torch._dynamo.reset()
+    return failures

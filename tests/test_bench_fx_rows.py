@@ -15,9 +15,11 @@ def test_a_row_spec_gives_its_options_in_bytes():
         "cap": 128 << 20}
     assert bench._row("ctas=8,carveout=8,no_hoist") == {
         "commrt": True, "ctas": 8, "carveout": 8, "no_hoist": True}
+    assert bench._row("gather,no_reorder") == {"commrt": True, "gather": True,
+                                               "no_reorder": True}
 
 
-@pytest.mark.parametrize("spec", ["budget", "budget=4G", "ce=1", "ctas=", "sms=4"])
+@pytest.mark.parametrize("spec", ["budget", "budget=4G", "ce=1", "ctas=", "sms=4", "gather=2"])
 def test_an_unknown_or_incomplete_entry_is_refused_by_name(spec):
     with pytest.raises(SystemExit, match="--rows: unknown entry"):
         bench._row(spec)

@@ -308,17 +308,18 @@ def test_collectives_move_to_a_cta_limited_copy_of_their_group(groups, monkeypat
 
 
 def test_only_sum_and_avg_all_reduces_move_to_the_copy_engine_group(groups, monkeypatch):
+    """Beyond two ranks: as all-gathers on the copy, summed over the ranks in rank order."""
     from commrt.fx import comm_groups
 
-    name = groups[2].group_name
-    world = groups[2].size()
+    name = groups[8].group_name
+    world = groups[8].size()
     monkeypatch.setitem(comm_groups._BY_NAME, (name, "ce"), "ce-copy")
 
     def f(a, b, c, d):
-        s = fc.all_reduce(a @ a, "sum", groups[2])
-        m = fc.all_reduce(b @ b, "max", groups[2])
-        v = fc.all_reduce(d @ d, "avg", groups[2])
-        g = fc.all_gather_tensor(c @ c, 0, groups[2])
+        s = fc.all_reduce(a @ a, "sum", groups[8])
+        m = fc.all_reduce(b @ b, "max", groups[8])
+        v = fc.all_reduce(d @ d, "avg", groups[8])
+        g = fc.all_gather_tensor(c @ c, 0, groups[8])
         return s + m + v, g
 
     gm = trace(f, *(w(16, 16, seed=i) for i in range(4)))
@@ -338,6 +339,53 @@ def test_only_sum_and_avg_all_reduces_move_to_the_copy_engine_group(groups, monk
         assert total.meta["val"].shape == (16, 16)
     assert sum(n.target == torch.ops.aten.div.Tensor and n.args[1] == world
                for n in gm.graph.nodes) == 1
+    assert not any(n.target == torch.ops.commrt.ce_exchange.default for n in gm.graph.nodes)
+
+
+@pytest.mark.parametrize("cap", [None, 1])
+def test_two_rank_all_reduces_become_exchanges_summed_part_by_part(groups, monkeypatch, cap):
+    """Of two ranks: ``ce_exchange`` of the bucket's parts (no bucket is built), each with a
+    landing place of its own, and every member's result ``own part + peer's slice``."""
+    from commrt.fx import comm_groups
+    from commrt.fx.overlap import LANDING_ALIGN
+
+    name = groups[2].group_name
+    monkeypatch.setitem(comm_groups._BY_NAME, (name, "ce"), "ce-copy")
+
+    def f(x, w0, w1, w2, w3):
+        x, outs = layer_grads(x, (w0, w1, w2), groups[2])
+        return x, outs, fc.all_reduce(x @ w3, "avg", groups[2])
+
+    args = [w(8, 31, seed=9), *(w(31, 31, seed=i) for i in range(3)), w(31, 5, seed=3)]
+    gm = trace(f, *args)
+    kw = {} if cap is None else {"bucket_cap": cap}
+    rep = overlap_and_bucket(gm, copy_engine=True, **kw)
+    nodes = list(gm.graph.nodes)
+    ex = [n for n in nodes if n.target == torch.ops.commrt.ce_exchange.default]
+    assert rep.limited == len(ex) == rep.collectives_after
+    assert (len(ex) < 4) == (cap is None)  # the default cap buckets the sums
+    assert not any(n.target in (c10d.all_reduce.default, torch.ops.aten.cat.default)
+                   for n in nodes)
+    sizes = [sum(p.meta["val"].numel() * 4 for p in n.args[0]) for n in ex]
+    offsets = [n.args[2] for n in ex]
+    want = [sum(-(-b // LANDING_ALIGN) * LANDING_ALIGN for b in sizes[:i])
+            for i in range(len(ex))]
+    assert offsets == want and {n.args[3] for n in ex} == {want[-1] + -(-sizes[-1] // 256) * 256}
+    assert all(n.args[1] == "ce-copy" for n in ex)
+    divs = [n for n in nodes if n.target == torch.ops.aten.div.Tensor]
+    assert len(divs) == 1 and divs[0].args[1] == 2
+    for e in ex:
+        (wait,) = e.users
+        assert wait.target == c10d.wait_tensor.default
+        for u in wait.users:  # the peer's slice (or view) of each part, added to the part
+            (add,) = u.users
+            assert add.target == torch.ops.aten.add.Tensor and add.args[1] is u
+            assert add.args[0] in e.args[0] or add.args[0].target == torch.ops.aten.view.default
+            assert add.meta["val"].shape == add.args[0].meta["val"].shape
+    # the same graph every time
+    again = trace(f, *args)
+    overlap_and_bucket(again, copy_engine=True, **kw)
+    assert [str(n.target) for n in again.graph.nodes] == [str(n.target) for n in nodes]
 
 
 def test_a_wait_whose_result_lives_on_moves_within_a_zero_budget(groups):

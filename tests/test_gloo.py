@@ -104,6 +104,13 @@ def test_copy_engine_group_and_the_pass_on_it_match_float64_and_ranks_agree():
         assert r["bad"] == [] and r["err"] == 0
         assert "supports sum and avg" in r["max"]
         assert r["gather_ok"] == [True] * 3
-        assert r["compiled_close"] and r["compiled_moved"] == 2, r["compiled_err"]
+        # world size 2: exchanges (the landing buffers grew at the larger totals)
+        assert r["exchange_ok"] == [True] * 4 and r["landing_grown"] >= 2
+        refused = r["exchange_refused"]
+        assert len(refused) == 3 and "not 16-aligned" in refused[0]
+        assert "outside a 1024 B landing buffer" in refused[1] and "one dtype" in refused[2]
+        assert r["compiled_close"], r["compiled_err"]
+        assert r["compiled_moved"] == 3 - r["compiled_buckets"]
+        assert sum(r["compiled_exchanged"]) == 3 * 8 * 32  # every element, once
     assert res[0]["results"] == res[1]["results"]  # bitwise: each chunk summed once
     assert res[0]["compiled"] == res[1]["compiled"]

@@ -40,6 +40,8 @@ _UNHANDLED = ("all_to_all", "broadcast", "all_gather_into_tensor_coalesced",
               "reduce_scatter_tensor_coalesced", "all_reduce_coalesced")
 BUCKET_CAP_BYTES = 64 << 20  # the commrt workspace default: one bucket, one piece
 MEMORY_HEADROOM = 0.05  # default budget: in-flight bytes may add 5% to the graph's peak
+LANDING_ALIGN = 256  # bytes: where each copy-engine exchange of a graph packs its data
+EXCHANGE_WORLDS = (2,)  # group sizes whose copy-engine all-reduces become exchanges
 
 
 @dataclasses.dataclass
@@ -175,13 +177,75 @@ def _as_gather(graph: fx.Graph, c: _Coll, copy: str) -> None:
     c.start, c.end, c.kind = start, wait, "all_gather"
 
 
+def _as_exchange(graph: fx.Graph, c: _Coll, copy: str, offset: int) -> fx.Node:
+    """Replace the all-reduce ``c`` (of two ranks) by ``commrt::ce_exchange`` of its input's
+    parts on ``copy`` (the peer's values, packed at ``offset`` of the landing buffers) and
+    ``own + peer`` per part (the same two values added on both ranks: bitwise alike), which
+    Inductor fuses into the consumers. No bucket is materialised: the exchange packs the
+    parts itself. ``c`` then names the exchange and its wait; returns the exchange (its
+    ``total`` argument is set once every offset is known)."""
+    x = c.start.args[0]
+    xv = _val(x)
+    bucketed = x.op == "call_function" and x.target is aten.cat.default and \
+        (len(x.args) < 2 or x.args[1] == 0) and xv.dim() == 1
+    parts = list(x.args[0]) if bucketed else [x]
+    own, lo = {}, 0
+    for p in parts:
+        own[(lo, lo + _val(p).numel())] = p
+        lo += _val(p).numel()
+    world = 2
+    avg = c.key[2] == "avg"
+
+    def call(target, args, val):
+        node = graph.call_function(target, args)
+        node.meta["val"] = val
+        return node
+
+    with graph.inserting_before(c.start):
+        start = call(torch.ops.commrt.ce_exchange.default, (parts, copy, offset, 0),
+                     xv.new_empty((xv.numel(),)))
+    with graph.inserting_before(c.end):
+        wait = call(c10d.wait_tensor.default, (start,), start.meta["val"])
+
+    def summed(mine, peer):
+        total = call(aten.add.Tensor, (mine, peer), _val(mine) + _val(peer))
+        return call(aten.div.Tensor, (total, world), _val(total) / world) if avg else total
+
+    for u in list(c.end.users):
+        rng = (u.args[2], u.args[3]) if u.target is aten.slice.Tensor and \
+            u.args[1] == 0 and len(u.args) == 4 else None
+        if rng is None:
+            continue
+        with graph.inserting_before(c.end):
+            mine = own.get(rng)
+            if mine is None:
+                mine = call(aten.slice.Tensor, (x, 0, *rng), _val(u))
+            peer = call(aten.slice.Tensor, (wait, 0, *rng), _val(u))
+            v = summed(mine, peer)
+        u.replace_all_uses_with(v)
+        graph.erase_node(u)
+    if c.end.users:
+        with graph.inserting_before(c.end):
+            peer = call(aten.view.default, (wait, list(xv.shape)), _val(c.end))
+            v = summed(x, peer)
+        c.end.replace_all_uses_with(v)
+    graph.erase_node(c.end)
+    graph.erase_node(c.start)
+    if bucketed and not x.users:
+        graph.erase_node(x)
+    c.start, c.end, c.kind = start, wait, "exchange"
+    return start
+
+
 def _to_copies(graph: fx.Graph, colls: list[_Coll], kind: str, report: OverlapReport) -> int:
     """Move the functional collectives to their group's copy of ``kind`` (``comm_groups``).
-    The copy-engine group takes the sum and avg all-reduces (of at least one dimension),
-    as all-gathers whose sum the compute does (``_as_gather``)."""
+    The copy-engine group takes the sum and avg all-reduces (of at least one dimension):
+    of two ranks as exchanges (``_as_exchange``), of more as all-gathers (``_as_gather``),
+    whose sum the compute does."""
     from .comm_groups import COPY_ENGINE, copy_of
 
     moved, missing = 0, set()
+    exchanges, landing = [], 0
     for c in colls:
         if c.kind == "commrt_all_reduce":
             continue
@@ -193,11 +257,17 @@ def _to_copies(graph: fx.Graph, colls: list[_Coll], kind: str, report: OverlapRe
                                                          _cost.group_size(c.group))):
             missing.add(c.group)
             continue
-        if kind == COPY_ENGINE:
+        if kind == COPY_ENGINE and \
+                (_cost.group_size(copy) or _cost.group_size(c.group)) in EXCHANGE_WORLDS:
+            exchanges.append(_as_exchange(graph, c, copy, landing))
+            landing += -(-c.nbytes // LANDING_ALIGN) * LANDING_ALIGN
+        elif kind == COPY_ENGINE:
             _as_gather(graph, c, copy)
         else:
             c.start.update_arg(len(c.start.args) - 1, copy)
         moved += 1
+    for start in exchanges:  # every exchange of the graph has a landing place of its own
+        start.update_arg(3, landing)
     report.skipped += [f"group {g}: no {kind} copy (commrt.fx.install(...) makes one for "
                        "the groups in comm_groups=[...])" for g in sorted(missing)]
     return moved
