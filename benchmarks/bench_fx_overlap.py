@@ -231,7 +231,7 @@ def _row(spec: str) -> dict:
     opts = {"commrt": True}
     for item in (i.strip() for i in spec.split(",") if i.strip()):
         key, _, val = item.partition("=")
-        if key in ("ce", "gather", "no_hoist", "no_reorder") and not val:
+        if key in ("ce", "nccl", "gather", "no_hoist", "no_reorder") and not val:
             opts[key] = True
         elif key in ("budget", "cap", "ctas", "carveout") and val.isdigit():
             opts[key] = int(val) << 20 if key in ("budget", "cap") else int(val)
@@ -265,7 +265,8 @@ def main() -> None:
                          "peak (default budget: 5%% of it), e.g. 4096")
     ap.add_argument("--rows", default="",
                     help="extra commrt.fx rows, ';'-separated, each a ','-separated mix of "
-                         "ce, gather (ce as all-gathers, also at world size 2), no_hoist, "
+                         "ce, nccl (no copy engine), gather (ce as all-gathers, also at "
+                         "world size 2), no_hoist, "
                          "no_reorder, budget=MiB, cap=MiB, ctas=N, carveout=N (every "
                          "matmul of the step through cuBLASLt leaving N SMs free), e.g. "
                          "'ce,budget=4096,no_reorder;ce,budget=4096,no_reorder,cap=128'")
@@ -334,8 +335,8 @@ def main() -> None:
             limit["bucket_cap"] = opts["cap"]
         if "budget" in opts:
             limit["memory_budget"] = opts["budget"]
-        if "ce" in opts:
-            limit["copy_engine"] = True
+        if "ce" in opts or "nccl" in opts:  # else COMMRT_FX_COPY_ENGINE (auto)
+            limit["copy_engine"] = "ce" in opts
         no_hoist = mock.patch("commrt.fx.hoist.hoist_producers", lambda *a: (0, 0)) \
             if opts.get("no_hoist") else contextlib.nullcontext()
         if opts.get("gather"):  # the copy-engine path's all-gathers also at world size 2

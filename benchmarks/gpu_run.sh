@@ -2,7 +2,8 @@
 # Everything commrt runs on a GPU machine, in one call:
 #   bash benchmarks/gpu_run.sh [stage ...]   stages: env tests tune tunear tunefused bench cli decode fxoverlap fxoverlaptp copyengine scatter scattersweep overhead
 # (env: TESTS_K=expr selects GPU tests, DECODE_ARGS / BENCH_ARGS add bench_tp_decode.py /
-#  bench_allreduce.py options, FX_ARGS adds bench_fx_overlap.py options, CE_ARGS
+#  bench_allreduce.py options, FX_ARGS / TP_ARGS add bench_fx_overlap.py options (without /
+#  with --tp), CE_ARGS
 #  bench_copy_engine.py options,
 #  STAGE_TIMEOUT=seconds caps each stage's command)
 # (default: env tests tune bench cli decode)
@@ -67,7 +68,7 @@ for stage in $STAGES; do
     fxoverlaptp)  # the same step tensor parallel
       say "bench_fx_overlap --tp"
       [ -f "$TABLE" ] && export COMMRT_TABLE=$TABLE
-      run torchrun --nproc-per-node "$NGPU" benchmarks/bench_fx_overlap.py --tp --out-dir "$RES" ;;
+      run torchrun --nproc-per-node "$NGPU" benchmarks/bench_fx_overlap.py --tp --out-dir "$RES" ${TP_ARGS:-} ;;
     scatter)  # single GPU is enough
       say "bench_scatter"
       run python3 benchmarks/bench_scatter.py --out-dir "$RES" ;;

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import time
 
 import torch
@@ -161,7 +162,8 @@ def main() -> None:
     ap.add_argument("--mib", type=int, default=64)
     args = ap.parse_args()
     nbytes = args.mib << 20
-    res = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+    res = {"date": time.strftime("%Y-%m-%d"), "command": " ".join(["python", *sys.argv]),
+           "device": torch.cuda.get_device_name(), "torch": torch.__version__,
            "triton": triton.__version__, "mib": args.mib,
            "blocked": blocked(nbytes, 2_000_000)}
     print(json.dumps(res["blocked"], indent=1), flush=True)

@@ -57,6 +57,17 @@ def _bool(text: str) -> bool:
     raise ValueError("expected one of 1, 0, true, false, yes, no, on, off")
 
 
+def _auto_bool(text: str) -> bool | None:
+    """``auto`` -> None (the caller decides), else as ``_bool``."""
+    if text.strip().lower() == "auto":
+        return None
+    try:
+        return _bool(text)
+    except ValueError:
+        raise ValueError("expected auto, or one of 1, 0, true, false, yes, no, on, off") \
+            from None
+
+
 def _algo(text: str) -> str:
     name = text.strip().lower()
     if name not in ("auto",) + ALGORITHMS:
@@ -146,9 +157,10 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("COMMRT_FX_COMM_CTAS", "fx_comm_ctas", "0", _ctas,
              "commrt.fx.install(): run the graphs' NCCL collectives on a copy of their group "
              "limited to this many CTAs (0: no limit)"),
-    Variable("COMMRT_FX_COPY_ENGINE", "fx_copy_engine", "0", _bool,
-             "commrt.fx.install(): run the graphs' sum/avg all-reduces on a copy-engine group "
-             "(data moved by the copy engines, not the SMs)"),
+    Variable("COMMRT_FX_COPY_ENGINE", "fx_copy_engine", "auto", _auto_bool,
+             "commrt.fx.install(): run the graphs' hidden sum/avg all-reduces on a "
+             "copy-engine group (data moved by the copy engines, not the SMs); auto: where "
+             "the group is two NCCL ranks on GPUs"),
 )
 
 
@@ -163,7 +175,7 @@ class Config:
     spin_timeout: float = 30.0
     partitioned_scatter: bool = False
     fx_comm_ctas: int = 0
-    fx_copy_engine: bool = False
+    fx_copy_engine: bool | None = None  # None: auto
 
     def describe(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)

@@ -510,7 +510,8 @@ def _compiled_on_copy_engine(rank, world, g):
         return real(self, parts, offset, total)
 
     with commrt.fx.installed(fuse_rmsnorm=False, copy_engine=True), \
-            ic.patch(fx_graph_cache=False), mock.patch.object(type(g), "exchange", counted):
+            ic.patch(fx_graph_cache=False), mock.patch.object(type(g), "exchange", counted), \
+            mock.patch("commrt.fx.overlap.CE_SLACK", 0.0):  # however little compute
         got = torch.compile(step, fullgraph=True)(xs[rank])
     reps = [r for n, r in commrt.fx.last_reports if n == "overlap"]
     errs = [float((y.double() - ref).norm() / ref.norm())

@@ -17,6 +17,7 @@ def test_a_row_spec_gives_its_options_in_bytes():
         "commrt": True, "ctas": 8, "carveout": 8, "no_hoist": True}
     assert bench._row("gather,no_reorder") == {"commrt": True, "gather": True,
                                                "no_reorder": True}
+    assert bench._row("nccl") == {"commrt": True, "nccl": True}
 
 
 @pytest.mark.parametrize("spec", ["budget", "budget=4G", "ce=1", "ctas=", "sms=4", "gather=2"])

@@ -311,6 +311,7 @@ def test_only_sum_and_avg_all_reduces_move_to_the_copy_engine_group(groups, monk
     """Beyond two ranks: as all-gathers on the copy, summed over the ranks in rank order."""
     from commrt.fx import comm_groups
 
+    monkeypatch.setattr("commrt.fx.overlap.CE_SLACK", 0.0)  # however little compute
     name = groups[8].group_name
     world = groups[8].size()
     monkeypatch.setitem(comm_groups._BY_NAME, (name, "ce"), "ce-copy")
@@ -351,6 +352,7 @@ def test_two_rank_all_reduces_become_exchanges_summed_part_by_part(groups, monke
 
     name = groups[2].group_name
     monkeypatch.setitem(comm_groups._BY_NAME, (name, "ce"), "ce-copy")
+    monkeypatch.setattr("commrt.fx.overlap.CE_SLACK", 0.0)
 
     def f(x, w0, w1, w2, w3):
         x, outs = layer_grads(x, (w0, w1, w2), groups[2])
@@ -388,6 +390,31 @@ def test_two_rank_all_reduces_become_exchanges_summed_part_by_part(groups, monke
     assert [str(n.target) for n in again.graph.nodes] == [str(n.target) for n in nodes]
 
 
+def test_only_all_reduces_with_compute_to_hide_behind_go_to_the_copy_engines(groups,
+                                                                            monkeypatch):
+    from commrt.fx import comm_groups
+
+    name = groups[2].group_name
+    monkeypatch.setitem(comm_groups._BY_NAME, (name, "ce"), "ce-copy")
+
+    def f(a, b, wt):
+        hidden = fc.all_reduce(a, "sum", groups[2])
+        c = b
+        for _ in range(8):  # independent compute, far longer than the all-reduce
+            c = torch.relu(c @ wt)
+        exposed = fc.all_reduce(c, "sum", groups[2])
+        return hidden + c, exposed * 2
+
+    gm = trace(f, w(16, 256), w(16, 256, seed=1), w(256, 256, seed=2))
+    rep = overlap_and_bucket(gm, copy_engine=True, bucket_cap=1)
+    ex = [n for n in gm.graph.nodes if n.target == torch.ops.commrt.ce_exchange.default]
+    left = [n for n in gm.graph.nodes if n.target == c10d.all_reduce.default]
+    assert rep.limited == len(ex) == 1 and len(left) == 1 and left[0].args[-1] == name
+    assert ex[0].args[0][0].op == "placeholder"  # the first one's input: a
+    assert any("1 all-reduces left on their group: too little compute" in s
+               for s in rep.skipped)
+
+
 def test_a_wait_whose_result_lives_on_moves_within_a_zero_budget(groups):
     def f(a, b, wt):
         r = fc.all_reduce(a @ wt, "sum", groups[2])
@@ -396,6 +423,25 @@ def test_a_wait_whose_result_lives_on_moves_within_a_zero_budget(groups):
     rep = overlap_and_bucket(gm, memory_budget=0)
     assert rep.moved == 1
     assert index(gm, c10d.wait_tensor.default) > index(gm, torch.ops.aten.relu.default)
+
+
+def test_copy_engine_auto_is_on_for_two_nccl_ranks_on_gpus_only(groups, monkeypatch):
+    from commrt.fx import comm_groups
+
+    p = commrt.fx.install()  # the fake group on a CPU machine: auto leaves it off
+    try:
+        assert p.copy_engine is False and any("copy engine off (auto)" in n for n in p.notes)
+    finally:
+        commrt.fx.uninstall()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(dist, "get_backend", lambda g=None: "nccl")
+    assert comm_groups.copy_engine_by_default([groups[2]]) == (True, "two NCCL ranks on GPUs")
+    on, why = comm_groups.copy_engine_by_default([groups[8]])
+    assert not on and "has 8 ranks" in why
+    on, why = comm_groups.copy_engine_by_default()  # the world group: 8 ranks
+    assert not on and "has 8 ranks" in why
+    monkeypatch.setattr(dist, "get_backend", lambda g=None: "gloo")
+    assert "runs on gloo, not NCCL" in comm_groups.copy_engine_by_default([groups[2]])[1]
 
 
 def test_install_takes_a_bucket_cap():

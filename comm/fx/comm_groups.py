@@ -60,6 +60,29 @@ def make_copies(kind: str, groups=None) -> list[str]:
     return reasons
 
 
+def copy_engine_by_default(groups=None) -> tuple[bool, str]:
+    """``COMMRT_FX_COPY_ENGINE=auto``: (whether ``install`` makes copy-engine copies of
+    ``groups`` (default: the world group), why). Yes where each is two NCCL ranks on GPUs:
+    there its hidden all-reduces become exchanges, measured faster than NCCL on the
+    16-layer training step (``benchmarks/results``, session 16); beyond two ranks the
+    copy-engine path is an all-gather, which was not."""
+    from .overlap import EXCHANGE_WORLDS
+
+    if not dist.is_initialized():
+        return False, "no default process group"
+    import torch
+
+    if not torch.cuda.is_available():
+        return False, "no GPU"
+    for g in groups or [dist.group.WORLD]:
+        if dist.get_backend(g) != "nccl":
+            return False, f"group {g.group_name} runs on {dist.get_backend(g)}, not NCCL"
+        if g.size() not in EXCHANGE_WORLDS:
+            return False, (f"group {g.group_name} has {g.size()} ranks: the copy-engine path "
+                           f"exchanges only between {' or '.join(map(str, EXCHANGE_WORLDS))}")
+    return True, "two NCCL ranks on GPUs"
+
+
 def copy_of(group: str, kind: str) -> str | None:
     """The name of ``group``'s copy of ``kind``, if ``make_copies`` made one."""
     return _BY_NAME.get((group, kind))

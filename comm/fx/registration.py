@@ -99,12 +99,15 @@ def install(fuse_rmsnorm: bool = True, overlap: bool = True,
     collectives on copies of ``comm_groups`` (default: the world group) whose NCCL
     communicator takes at most that many CTAs; the copies are made here, so with a limit
     every rank must call ``install`` (in the same order, as for ``new_group``).
-    ``copy_engine`` (default ``COMMRT_FX_COPY_ENGINE``, off) runs their sum and avg
-    all-reduces on a copy-engine group instead (``commrt.copy_engine_group``; also made
-    here, with a symmetric workspace of ``COMMRT_MAX_CUSTOM_BYTES``), as all-gathers whose
-    sum the compute does. Their outputs double the bytes in flight, and Inductor's
-    ``reorder_for_peak_memory`` may then put producers computed early back near the end
-    (measured on the 16-layer step, session 15).
+    ``copy_engine`` (default ``COMMRT_FX_COPY_ENGINE``, auto: on where the groups are two
+    NCCL ranks on GPUs, ``comm_groups.copy_engine_by_default``) runs their sum and avg
+    all-reduces that have compute to hide behind on a copy-engine group instead
+    (``commrt.copy_engine_group``; also made here, with a symmetric workspace of
+    ``COMMRT_MAX_CUSTOM_BYTES``): between two ranks as exchanges, each rank's data packed
+    into a symmetric landing buffer that the peer's copy engines read, plus a sum the
+    compute does. The landing buffers hold every exchanged byte of the largest graph (the
+    gradients, for a data-parallel step) for the life of the process. Beyond two ranks as
+    all-gathers, whose outputs double the bytes in flight.
     ``bucket_cap``: the largest bucket in bytes (default ``overlap.BUCKET_CAP_BYTES``).
     ``memory_budget``: bytes the pass may add to a graph's peak (default: 5% of it).
     """
@@ -120,6 +123,12 @@ def install(fuse_rmsnorm: bool = True, overlap: bool = True,
         comm_ctas = config.get().fx_comm_ctas
     if copy_engine is None:
         copy_engine = config.get().fx_copy_engine
+    auto, notes = copy_engine is None, []
+    if auto:
+        copy_engine, why = (False, "a CTA limit is set") if comm_ctas else \
+            _groups.copy_engine_by_default(comm_groups)
+        if not copy_engine:
+            notes.append(f"copy engine off (auto): {why}")
     if isinstance(comm_ctas, bool) or not isinstance(comm_ctas, int) or \
             not 0 <= comm_ctas <= 64:
         raise ValueError(f"comm_ctas={comm_ctas!r}: expected 0 (no limit) to 64 CTAs")
@@ -129,7 +138,14 @@ def install(fuse_rmsnorm: bool = True, overlap: bool = True,
     if bucket_cap is not None and (not isinstance(bucket_cap, int) or bucket_cap <= 0):
         raise ValueError(f"bucket_cap={bucket_cap!r}: expected a positive number of bytes")
     kind = _groups.variant(comm_ctas, bool(copy_engine))
-    notes = _groups.make_copies(kind, comm_groups) if kind and overlap else []
+    if kind and overlap:
+        try:
+            notes += _groups.make_copies(kind, comm_groups)
+        except Exception as exc:  # noqa: BLE001 (auto falls back to the groups themselves)
+            if not auto:
+                raise
+            notes.append(f"copy engine off (auto): its group could not be made: {exc}")
+            copy_engine = False
     wanted = {"fuse_rmsnorm": fuse_rmsnorm, "partitioned_scatter": partitioned_scatter,
               "overlap": overlap}
     passes = tuple(n for n in PASSES if wanted[n])
