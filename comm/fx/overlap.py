@@ -18,7 +18,10 @@ Handled: ``_c10d_functional.all_reduce`` / ``all_gather_into_tensor`` /
 Collectives of one group keep their relative order, so every rank issues them alike.
 Anything else (all_to_all, symbolic shapes) is left in place, with the reason in the
 report. Costs: communication from commrt's measured tables (``cost``), compute from
-FLOP and byte counts against the device profile.
+FLOP and byte counts against the device profile. With copies of the groups
+(``comm_groups``), the placed collectives then move to them; on the copy-engine group a
+sum/avg all-reduce of two ranks becomes ``commrt::ce_exchange`` of its parts plus
+``own + peer`` per part (``_as_exchange``).
 """
 
 from __future__ import annotations
