@@ -44,7 +44,8 @@ _UNHANDLED = ("all_to_all", "broadcast", "all_gather_into_tensor_coalesced",
 BUCKET_CAP_BYTES = 64 << 20  # the commrt workspace default: one bucket, one piece
 MEMORY_HEADROOM = 0.05  # default budget: in-flight bytes may add 5% to the graph's peak
 LANDING_ALIGN = 256  # bytes: where each copy-engine exchange of a graph packs its data
-EXCHANGE_WORLDS = (2,)  # group sizes whose copy-engine all-reduces become exchanges
+# group sizes whose copy-engine all-reduces become exchanges (own + peer: two ranks only)
+EXCHANGE_WORLDS = (2,)
 # An all-reduce goes to the copy engines only with this many times its NCCL time of
 # compute before its wait: alone, the copy-engine path is slower than NCCL (324 against
 # 264 us at 64 MiB, session 11, before its pack), it pays only where it is hidden.
