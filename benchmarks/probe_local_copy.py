@@ -142,16 +142,16 @@ def gaps(nbytes: int, steps: int, side: str) -> dict:
                                    or "nvjet" in ev.name.lower() for ev in evs))
     spans = sorted((ev.time_range.start, ev.time_range.end) for ev in comp)
     busy = sum(e1 - s1 for s1, e1 in spans) / 1e3
-    small_gaps = [s2 - e1 for (_, e1), (s2, _) in zip(spans[:-1], spans[1:], strict=True)
+    gaps_us = [s2 - e1 for (_, e1), (s2, _) in zip(spans[:-1], spans[1:], strict=True)
                   if s2 > e1]
     mm = [ev.time_range.end - ev.time_range.start for ev in comp
           if ev.time_range.end - ev.time_range.start > 50]
-    side_names = sorted({ev.name for sid, evs in by_stream.items() if evs is not comp
+    side_names = sorted({ev.name for evs in by_stream.values() if evs is not comp
                          for ev in evs})
     return {"wall_ms": wall, "compute_busy_ms": busy,
-            "compute_idle_ms": sum(small_gaps) / 1e3,
-            "gaps_over_5us": sum(g > 5 for g in small_gaps),
-            "max_gap_us": max(small_gaps, default=0.0),
+            "compute_idle_ms": sum(gaps_us) / 1e3,
+            "gaps_over_5us": sum(g > 5 for g in gaps_us),
+            "max_gap_us": max(gaps_us, default=0.0),
             "matmul_median_us": statistics.median(mm) if mm else None,
             "side_kernels": side_names[:8]}
 

@@ -143,17 +143,10 @@ class CopyEngineGroup(dist.ProcessGroup):
         else:
             torch.cat(flat, out=mine)
         out = torch.empty((self.size() - 1) * n, dtype=dtype, device=self.ws.device)
-        if self.stream is None:  # CPU (tests): synchronous
-            self._call("pull", (out, offset), timer=False)
-            return out
-        caller = torch.cuda.current_stream(self.ws.device)
-        capturing = torch.cuda.is_current_stream_capturing()
-        self.stream.wait_stream(caller)
-        with torch.cuda.stream(self.stream):
-            self._run("pull", (out, offset), capturing)
-            done = torch.cuda.Event()
-            done.record(self.stream)
-        torch._C._distributed_c10d._register_work(out, _Pending(done, None, self.ws.device))
+        done = self._enqueue("pull", [(out, offset)])
+        if done is not None:
+            torch._C._distributed_c10d._register_work(out, _Pending(done, None,
+                                                                    self.ws.device))
         return out
 
     def _grow(self, total: int) -> list[torch.Tensor]:
@@ -170,19 +163,25 @@ class CopyEngineGroup(dist.ProcessGroup):
     def _start(self, kind: str, pairs, keep):
         if self._broken:
             raise PeerTimeoutError(self._broken)
+        return _Pending(self._enqueue(kind, pairs), keep, self.ws.device)
+
+    def _enqueue(self, kind: str, calls) -> torch.cuda.Event | None:
+        """Run ``calls`` of ``kind`` on the group's stream after the work the caller's
+        stream has queued; returns the event they end with (None on the CPU, where they
+        ran at once)."""
         if self.stream is None:  # CPU (tests): synchronous
-            for args in pairs:
+            for args in calls:
                 self._call(kind, args, timer=False)
-            return _Pending(None, keep, self.ws.device)
+            return None
         caller = torch.cuda.current_stream(self.ws.device)
         capturing = torch.cuda.is_current_stream_capturing()
         self.stream.wait_stream(caller)
         with torch.cuda.stream(self.stream):
-            for args in pairs:
+            for args in calls:
                 self._run(kind, args, capturing)
             done = torch.cuda.Event()
             done.record(self.stream)
-        return _Pending(done, keep, self.ws.device)
+        return done
 
     def _call(self, kind: str, args: tuple, timer: bool) -> None:
         if kind == "all_gather":

@@ -277,12 +277,11 @@ def _to_copies(graph: fx.Graph, colls: list[_Coll], kind: str, report: OverlapRe
             exposed += 1
             continue
         copy = copy_of(c.group, kind)
-        if copy is None or (kind == COPY_ENGINE and not (_cost.group_size(copy) or
-                                                         _cost.group_size(c.group))):
+        world = copy and (_cost.group_size(copy) or _cost.group_size(c.group))
+        if copy is None or (kind == COPY_ENGINE and not world):
             missing.add(c.group)
             continue
-        if kind == COPY_ENGINE and \
-                (_cost.group_size(copy) or _cost.group_size(c.group)) in EXCHANGE_WORLDS:
+        if kind == COPY_ENGINE and world in EXCHANGE_WORLDS:
             exchanges.append(_as_exchange(graph, c, copy, landing))
             landing += -(-c.nbytes // LANDING_ALIGN) * LANDING_ALIGN
         elif kind == COPY_ENGINE:
