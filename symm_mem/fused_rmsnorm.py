@@ -28,6 +28,14 @@ MAX_HIDDEN = 16384  # one row lives in registers
 
 
 @triton.jit
+def _row_limit(row, rows, H):
+    """Columns to touch in ``row``: ``H``, or none past the last row. Masks built as
+    ``cols < _row_limit(...)`` are one block-vs-scalar comparison (a block mask ``&`` a
+    scalar condition is refused by some Triton interpreters)."""
+    return tl.minimum(H, (rows - row) * H)
+
+
+@triton.jit
 def _epilogue(acc, r, w, normed, new_res, row, H, eps, cols, cm, sm):
     """Residual add and RMSNorm of one fp32 row sum, given the row's residual ``r`` and the
     weight ``w`` (loaded before the wait for peers, off the critical path); stores the
@@ -119,7 +127,7 @@ def _two_shot_rms_kernel(x, residual, weight, normed, new_res, contrib, result, 
         if p != rank:
             for j in range(pid, per, nprog):
                 row = p * per + j
-                m = cm & (row < rows)
+                m = cols < _row_limit(row, rows, H)
                 v = tl.load(x + row * H + cols, mask=m)
                 tl.store(contribs[p] + (rank * per + j) * H + cols, v, mask=m)
     w = tl.load(weight + cols, mask=cm, other=0).to(tl.float32)
@@ -146,7 +154,7 @@ def _two_shot_rms_kernel(x, residual, weight, normed, new_res, contrib, result, 
         if p != rank:
             for j in range(pid, per, nprog):
                 row = p * per + j
-                m = cm & (row < rows)
+                m = cols < _row_limit(row, rows, H)
                 y = tl.load(result + row * H + cols, mask=m, cache_modifier=".cv")
                 z = tl.load(result + (WS * per + row) * H + cols, mask=m, cache_modifier=".cv")
                 tl.store(normed + row * H + cols, y, mask=m)

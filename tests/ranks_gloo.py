@@ -337,16 +337,16 @@ def tp_training_step(rank, world):
 
 def fx_bucket_gather_scatter(rank, world):
     """Bucketed all-gathers and reduce-scatters give exactly the unbucketed results."""
-    import torch.distributed._functional_collectives as fc
+    import funcol
     from torch.fx.experimental.proxy_tensor import make_fx
 
     from commrt.fx import overlap_and_bucket
 
     def f(a, b, wt):
-        g1 = fc.all_gather_tensor(a @ wt, 0, dist.group.WORLD)
-        g2 = fc.all_gather_tensor((b @ wt)[:3], 0, dist.group.WORLD)
-        r1 = fc.reduce_scatter_tensor(a @ wt, "sum", 0, dist.group.WORLD)
-        r2 = fc.reduce_scatter_tensor(b @ wt, "sum", 0, dist.group.WORLD)
+        g1 = funcol.all_gather(a @ wt, dist.group.WORLD)
+        g2 = funcol.all_gather((b @ wt)[:3], dist.group.WORLD)
+        r1 = funcol.reduce_scatter(a @ wt, "sum", dist.group.WORLD)
+        r2 = funcol.reduce_scatter(b @ wt, "sum", dist.group.WORLD)
         c = torch.relu(wt @ wt) @ wt
         return g1 + 1, g2 * 2, r1 - 1, r2 + c[:4]
 

@@ -3,6 +3,7 @@
 import shutil
 import time
 
+import funcol
 import pytest
 import torch
 import torch.distributed as dist
@@ -181,10 +182,10 @@ def test_commrt_all_reduces_are_bucketed(groups):
 
 def test_all_gathers_and_reduce_scatters_are_bucketed_too(groups):
     def f(a, b, wt):
-        g1 = fc.all_gather_tensor(a @ wt, 0, groups[2])
-        g2 = fc.all_gather_tensor(b @ wt, 0, groups[2])
-        r1 = fc.reduce_scatter_tensor(a @ wt, "sum", 0, groups[2])
-        r2 = fc.reduce_scatter_tensor(b @ wt, "sum", 0, groups[2])
+        g1 = funcol.all_gather(a @ wt, groups[2])
+        g2 = funcol.all_gather(b @ wt, groups[2])
+        r1 = funcol.reduce_scatter(a @ wt, "sum", groups[2])
+        r2 = funcol.reduce_scatter(b @ wt, "sum", groups[2])
         c = torch.relu(wt @ wt) @ wt
         return g1 + 1, g2 * 2, r1 - 1, r2 + c[:4]
     gm = trace(f, w(8, 16), w(8, 16, seed=1), w(16, 16, seed=2))
@@ -320,7 +321,7 @@ def test_only_sum_and_avg_all_reduces_move_to_the_copy_engine_group(groups, monk
         s = fc.all_reduce(a @ a, "sum", groups[8])
         m = fc.all_reduce(b @ b, "max", groups[8])
         v = fc.all_reduce(d @ d, "avg", groups[8])
-        g = fc.all_gather_tensor(c @ c, 0, groups[8])
+        g = funcol.all_gather(c @ c, groups[8])
         return s + m + v, g
 
     gm = trace(f, *(w(16, 16, seed=i) for i in range(4)))
