@@ -140,7 +140,7 @@ def pull(ws, landing: list[torch.Tensor], offset: int, out: torch.Tensor, *, tim
         barrier                      every rank has read its peers': landing reusable
 
     No local copy: a same-device ``cudaMemcpy`` stalls the compute it overlaps as an SM
-    copy does, while a remote read leaves no gap (``benchmarks/probe_local_copy.py``).
+    copy does, while a remote read leaves no gap (``benchmarks/probes/probe_local_copy.py``).
     ``landing[p]``: rank ``p``'s buffer as mapped here (uint8)."""
     world, rank = ws.world, ws.rank
     n = out.numel() // (world - 1)
