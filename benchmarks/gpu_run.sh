@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Everything commrt runs on a GPU machine, in one call:
-#   bash benchmarks/gpu_run.sh [stage ...]   stages: env tests tune tunear tunefused bench cli decode fxoverlap fxoverlaptp copyengine scatter scattersweep overhead
+#   bash benchmarks/gpu_run.sh [stage ...]   stages: env tests onegpu tune tunear tunefused bench cli decode fxoverlap fxoverlaptp copyengine scatter scattersweep overhead
+# (onegpu: the one-GPU suite, pytest -m gpu; its summary is kept as
+#  benchmarks/results/gpu_tests_<device>.txt, a copy in $OUT)
 # (env: TESTS_K=expr selects GPU tests, DECODE_ARGS / BENCH_ARGS add bench_tp_decode.py /
 #  bench_allreduce.py options, FX_ARGS / TP_ARGS add bench_fx_overlap.py options (without /
 #  with --tp), CE_ARGS
@@ -23,6 +25,45 @@ TABLE=${GPU_RUN_TABLE:-/tmp/commrt_gpu/table.json}
 mkdir -p "$(dirname "$TABLE")"
 say() { echo "=== $* ($(date -u +%H:%M:%S))" | tee -a "$LOG"; }
 run() { timeout "${STAGE_TIMEOUT:-0}" "$@" 2>&1 | tee -a "$LOG"; echo "exit ${PIPESTATUS[0]}: $*" | tee -a "$LOG"; }
+versions() {
+  python3 - <<'PY'
+import torch, triton
+try:
+    nccl = ".".join(map(str, torch.cuda.nccl.version()))
+except Exception:  # a build without NCCL
+    nccl = "none"
+print(f"torch: {torch.__version__}  triton: {triton.__version__}  cuda: {torch.version.cuda}"
+      f"  nccl: {nccl}")
+PY
+}
+# The one-GPU suite with every test id and outcome (-rA), kept with device, versions,
+# date, commit and command as gpu_tests_<device>.txt in $OUT, results/ and the checkout.
+onegpu() {
+  local name dev file raw cmd rc
+  name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
+  name=${name:-unknown}
+  dev=$(echo "$name" | tr '[:upper:]' '[:lower:]' | tr ' ' '-' | tr -cd 'a-z0-9._-')
+  file=gpu_tests_$dev.txt
+  raw=$OUT/onegpu_pytest.txt
+  cmd="$(command -v pytest >/dev/null && echo pytest || echo python3 -m pytest) -m gpu -rA -q tests"
+  timeout "${STAGE_TIMEOUT:-0}" $cmd ${TESTS_K:+-k "$TESTS_K"} >"$raw" 2>&1
+  rc=$?
+  cat "$raw" >>"$LOG"
+  {
+    echo "device: $name"
+    versions
+    echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    echo "commit: $(git rev-parse HEAD 2>/dev/null || echo unknown)"
+    echo "command: $cmd${TESTS_K:+ -k \"$TESTS_K\"}"
+    echo "exit: $rc"
+    echo
+    sed -n '/short test summary info/,$p' "$raw"
+  } >"$OUT/$file"
+  cp "$OUT/$file" "$RES/$file"
+  cp "$OUT/$file" "benchmarks/results/$file" 2>/dev/null
+  tail -n 1 "$raw" | tee -a "$LOG"
+  echo "exit $rc: $cmd (summary: $OUT/$file)" | tee -a "$LOG"
+}
 
 python3 -m pip install -q --no-deps --no-build-isolation -e . >>"$LOG" 2>&1 || say "install FAILED"
 for stage in $STAGES; do
@@ -35,6 +76,9 @@ for stage in $STAGES; do
       say "GPU tests"
       [ -f "$TABLE" ] && export COMMRT_TABLE=$TABLE
       run python3 -m pytest -q -rf -m "gpu or multigpu" ${TESTS_K:+-k "$TESTS_K"} tests ;;
+    onegpu)  # one GPU is enough: W virtual ranks in one process
+      say "one-GPU tests"
+      onegpu ;;
     tune)
       say "commrt tune"
       run commrt tune --out "$TABLE" --raw "$RES/tune_raw.json" --plot "$RES/tune.png" ;;

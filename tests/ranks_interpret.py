@@ -7,32 +7,12 @@ import io
 import traceback
 
 import torch
+from kernel_cases import EPS, fused_inputs, make_input
 
 DATA_BYTES = 64 * 1024
 SLOT_BYTES = 16 * 1024
 SMALL = {"block": 64, "warps": 1, "blocks": 4}  # several programs and grid-stride loops
-DTYPES = (torch.float32, torch.bfloat16, torch.float16)
-
-
-def make_input(seed: int, rank: int, call: int, n: int, dtype) -> torch.Tensor:
-    g = torch.Generator().manual_seed(seed * 1_000_003 + rank * 7919 + call)
-    x = torch.randn(n, generator=g, dtype=torch.float64)
-    if n > 3:
-        x[1] = -0.0  # the push sentinel's value must survive as zero
-    return x.to(dtype)
-
-
-EPS = 1e-5
 FUSED_CFG = {"warps": 1, "blocks": 3}
-
-
-def fused_inputs(rank: int, call: int, shape, dtype):
-    """x differs per rank; residual and weight are replicated, as in tensor parallelism."""
-    rows, hidden = shape
-    x = make_input(1, rank, call, rows * hidden, dtype).view(rows, hidden)
-    res = make_input(2, 0, call, rows * hidden, dtype).view(rows, hidden)
-    w = make_input(3, 0, call, hidden, dtype)
-    return x, res, w
 
 
 def _rank_main(rank, world, names, cases, barrier, queue, skip):

@@ -16,15 +16,8 @@ import time
 import pytest
 import torch
 import torch.multiprocessing as mp
-from ranks_interpret import (
-    DATA_BYTES,
-    DTYPES,
-    EPS,
-    SLOT_BYTES,
-    _rank_main,
-    fused_inputs,
-    make_input,
-)
+from kernel_cases import DTYPES, check_all_reduce, check_fused
+from ranks_interpret import DATA_BYTES, SLOT_BYTES, _rank_main
 
 # Never import triton here: the spawned ranks must import it with TRITON_INTERPRET set.
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None,
@@ -81,27 +74,12 @@ def run_ranks(world: int, cases, skip=()):
 
 
 def check(world, cases, results):
-    from commrt.symm_mem.fused_rmsnorm import reference
-
     for call, (algo, dtype, n, _) in enumerate(cases):
-        if isinstance(n, tuple):
-            outs = [results[r][0][call] for r in range(world)]
-            assert all(torch.equal(outs[0], o) for o in outs), f"fused {algo}: ranks differ"
-            xs = [fused_inputs(r, call, n, dtype) for r in range(world)]
-            y, z = reference(sum(x.double() for x, _, _ in xs), xs[0][1], xs[0][2], EPS)
-            got_y, got_z = outs[0][:n[0]], outs[0][n[0]:]
-            for name, got, ref in (("normed", got_y, y), ("new_residual", got_z, z.double())):
-                err = (got.double() - ref).norm() / ref.norm()
-                assert err < 2e-2, f"fused {algo} {dtype} {n} {name}: {err:.3g}"
-            continue
-        ref = sum(make_input(0, r, call, n, dtype).double() for r in range(world))
         outs = [results[r][0][call] for r in range(world)]
-        for r in range(1, world):
-            assert torch.equal(outs[0], outs[r]), \
-                f"{algo} {dtype} n={n}: rank {r} differs from rank 0"
-        tol = 1e-5 if dtype == torch.float32 else 2e-2
-        err = (outs[0].double() - ref).norm() / ref.norm().clamp_min(1e-30)
-        assert err < tol, f"{algo} {dtype} n={n}: relative error {err:.3g}"
+        if isinstance(n, tuple):  # fused: each output is torch.cat([normed, new_residual])
+            check_fused(f"{algo}", world, call, n, dtype, [(o[:n[0]], o[n[0]:]) for o in outs])
+        else:
+            check_all_reduce(f"{algo}", world, call, n, dtype, outs)
 
 
 @pytest.mark.parametrize("algo", ["one_shot", "two_shot", "two_shot_push"])
