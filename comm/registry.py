@@ -3,25 +3,30 @@
 from __future__ import annotations
 
 import torch.distributed as dist
+from torch.distributed.distributed_c10d import _world
 
 from commrt.communicator import Communicator
 
 _BY_NAME: dict[str, Communicator] = {}
+_BY_GROUP: dict = {}  # ProcessGroup object -> its communicator (the hot path: one dict get)
 
 
 def get(group: dist.ProcessGroup | None = None) -> Communicator:
     """The communicator of ``group`` (default: the world), created on first use."""
     if group is None:
-        if not dist.is_initialized():
+        group = _world.default_pg  # dist.group.WORLD without its property frame
+        if group is None:
             from commrt.errors import CommrtError
 
             raise CommrtError("torch.distributed is not initialised; call "
                               "dist.init_process_group() first")
-        group = dist.group.WORLD
-    comm = _BY_NAME.get(group.group_name)
+    comm = _BY_GROUP.get(group)
     if comm is None:
-        comm = Communicator(group)
-        _BY_NAME[group.group_name] = comm
+        comm = _BY_NAME.get(group.group_name)
+        if comm is None or comm.group is not group:
+            comm = Communicator(group)
+            _BY_NAME[group.group_name] = comm
+        _BY_GROUP[group] = comm
     return comm
 
 
@@ -39,3 +44,4 @@ def reset() -> None:
     for comm in _BY_NAME.values():
         comm.close()
     _BY_NAME.clear()
+    _BY_GROUP.clear()

@@ -1,21 +1,54 @@
 """Launching a compiled Triton kernel without Triton's per-call argument binding.
 
 Eager all-reduces are host-bound: Triton's ``kernel[grid](...)`` binds and specialises
-every argument on every call. The launchers here compute a small key of exactly what
-Triton specialises on for them (dtype, 16-byte alignment of the pointers that vary,
-``n == 1`` and ``n % 16``), compile through the normal path on a miss, and afterwards
-call the compiled kernel's launcher directly, as Inductor's generated code does.
-Only for Triton versions whose launcher signature was checked; others take the normal
-path every time.
+every argument on every call. A ``Launcher`` takes a small key of exactly what Triton
+specialises on (dtype, 16-byte alignment of the pointers that vary, ``n == 1`` and
+``n % 16``); on a miss it compiles through the normal path and watches that one launch
+(a probe): what the JIT passes to ``CompiledKernel.run``, and what that passes to the
+driver's C launcher. When both match the arguments given here, later calls with the
+key go straight to the C launcher with the recorded constant arguments.
+
+Detection is by feature, not version: the JIT must launch with
+``kernel.run(grid, stream, function, packed_metadata, metadata, hooks, *bound_args)``
+(Triton 3.3 to 3.9 at least), and each probe must agree. Anything else takes
+Triton's normal path; ``why_slow`` says why. Launch hooks (profilers) installed when
+a kernel is first launched keep it on the normal path; hooks installed later are not
+seen, as with Inductor's launchers. ``recording()`` hands a caller the exact launch of
+one call, with tensors as addresses, so it can replay it per call shape.
 """
 
 from __future__ import annotations
 
-import torch
-import triton
+import inspect
+from typing import Any
 
-_CHECKED = ("3.4", "3.5", "3.6")
-FAST = ".".join(triton.__version__.split(".")[:2]) in _CHECKED
+import torch
+
+# What JITFunction.run must pass to the compiled kernel (whitespace removed).
+_JIT_CALL = ("kernel.run(grid_0,grid_1,grid_2,stream,kernel.function,kernel.packed_metadata,"
+             "launch_metadata,knobs.runtime.launch_enter_hook,knobs.runtime.launch_exit_hook,"
+             "*bound_args.values())")
+
+
+def _static_check() -> str:
+    """'' when the installed Triton launches compiled kernels as the fast path expects."""
+    try:
+        from triton.compiler.compiler import CompiledKernel
+        from triton.runtime.jit import JITFunction
+
+        src = "".join(inspect.getsource(JITFunction.run).split())
+    except Exception as exc:  # no sources shipped, or the classes moved
+        return f"Triton's launch code could not be read ({type(exc).__name__}: {exc})"
+    if not isinstance(inspect.getattr_static(CompiledKernel, "run", None), property):
+        return "CompiledKernel.run is not a lazily built launcher"
+    if _JIT_CALL not in src:
+        return "JITFunction.run launches compiled kernels with an unknown argument list"
+    return ""
+
+
+why_slow = _static_check()
+FAST = not why_slow  # tests and benches may set it False to force Triton's own path
+_recording: list | None = None
 
 
 def cdiv(a: int, b: int) -> int:
@@ -33,28 +66,159 @@ def int_spec(v: int) -> tuple[bool, bool, bool]:
     return v == 1, v % 16 == 0, -(1 << 31) <= v < (1 << 31)
 
 
+def recording() -> list:
+    """Start recording launches: each later one appends ``(launch, head, tail, ptrs)``
+    (replay: ``launch(*head, stream, *tail)``; ``ptrs``: the tensors' addresses) or None
+    when it took Triton's path. ``stop_recording()`` ends it."""
+    global _recording
+    _recording = []
+    return _recording
+
+
+def stop_recording() -> None:
+    global _recording
+    _recording = None
+
+
+def _slow(reason: str) -> None:
+    global why_slow
+    why_slow = reason
+
+
+def _as_addresses(v: Any, ptrs: list) -> Any:
+    """``v`` with every tensor replaced by its address (tuples followed), collecting them."""
+    if isinstance(v, torch.Tensor):
+        ptrs.append(v.data_ptr())
+        return ptrs[-1]
+    if type(v) is tuple:
+        return tuple(_as_addresses(x, ptrs) for x in v)
+    return v
+
+
+def _same(a: Any, b: Any) -> bool:
+    if type(a) is tuple and type(b) is tuple:
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    return a is b
+
+
+def _idle(hook: Any) -> bool:
+    """No launch hook to call: None, or an empty ``HookChain`` (Triton 3.5+)."""
+    return hook is None or getattr(hook, "calls", None) == []
+
+
+class _Bound:
+    """The C launcher of one compiled kernel and its constant arguments."""
+
+    __slots__ = ("launch", "prefix", "packed", "cvals")
+
+    def __init__(self, launch, prefix: tuple, packed: bool, cvals: tuple):
+        self.launch, self.prefix, self.packed, self.cvals = launch, prefix, packed, cvals
+
+    def tail(self, kargs: tuple) -> tuple:
+        return (*self.prefix, kargs) if self.packed else (*self.prefix, *kargs)
+
+
+def _bind(kernel, runner, calls: dict, head: tuple, kargs: tuple, cvals: tuple) -> _Bound | str:
+    """A ``_Bound`` from the probe's recorded calls, or why the fast path cannot take it."""
+    ran = calls.get("run")
+    if ran is None or len(ran) != 9 + len(kargs) or ran[:3] != head[:3] or ran[3] != head[3]:
+        return "the JIT did not launch the compiled kernel as expected"
+    if ran[4] is not kernel.function or ran[5] is not kernel.packed_metadata \
+            or not _same(ran[9:], kargs):
+        return "the JIT passed other arguments than the fast path would"
+    if not (_idle(ran[7]) and _idle(ran[8])):
+        return "Triton launch hooks are installed (a profiler?)"
+    hooks = [h for h in ran[6:9] if h is not None]
+    plain = _Bound(runner, (kernel.function, kernel.packed_metadata, None, None, None),
+                   False, cvals)
+    low = calls.get("launch")
+    if low is None or tuple(low[:4]) != ran[:4] or any(
+            getattr(runner, a, 1) != 0 for a in ("global_scratch_size", "profile_scratch_size")) \
+            or getattr(runner, "gsan_enabled", False):
+        return plain  # the compiled kernel's own launcher: still no binding per call
+    if len(low) > 4 + len(kargs) and _same(tuple(low[len(low) - len(kargs):]), kargs):
+        prefix, packed = low[4:len(low) - len(kargs)], False  # Triton <= 3.6: spread
+    elif isinstance(low[-1], tuple) and _same(low[-1], kargs):
+        prefix, packed = low[4:-1], True  # Triton 3.7+: one tuple of arguments
+    else:
+        return plain
+    prefix = tuple(None if any(x is h for h in hooks) else x for x in prefix)
+    return _Bound(runner.launch, prefix, packed, cvals)
+
+
 class Launcher:
     """One @triton.jit kernel and its compiled variants, keyed by the caller."""
 
     def __init__(self, fn):
         self.fn = fn
-        self.compiled: dict = {}
+        self.compiled: dict = {}  # key -> _Bound, or the reason it takes Triton's path
+        self.fast_calls = 0  # launches that skipped Triton's path (tests read it)
 
     def __call__(self, key, grid: int, args: tuple, consts: tuple, warps: int,
                  pdl: bool = False) -> None:
         """``args`` in signature order, then ``consts`` (name, value) pairs in order.
 
+        ``key`` must determine ``consts`` and everything Triton specialises on.
         ``pdl`` launches with programmatic dependent launch (sm90+): the grid may start
         while the kernel before it finishes, so the kernel must ``gdc_wait()`` before it
         touches memory; ``key`` must tell the two apart.
         """
-        kernel = self.compiled.get(key) if FAST else None
-        if kernel is None or args[0].device.type != "cuda":
-            opts = {"launch_pdl": True} if pdl else {}  # callers set pdl only on CUDA
-            kernel = self.fn[(grid,)](*args, **dict(consts), num_warps=warps, **opts)
-            if FAST and args[0].device.type == "cuda" and kernel is not None:
-                self.compiled[key] = kernel
+        bound = self.compiled.get(key)
+        if bound.__class__ is _Bound and FAST:
+            kargs = (*args, *bound.cvals)
+            stream = torch._C._cuda_getCurrentRawStream(torch._C._cuda_getDevice())
+            if _recording is None:
+                if bound.packed:
+                    bound.launch(grid, 1, 1, stream, *bound.prefix, kargs)
+                else:
+                    bound.launch(grid, 1, 1, stream, *bound.prefix, *kargs)
+            else:
+                ptrs: list = []
+                tail = bound.tail(_as_addresses(kargs, ptrs))
+                bound.launch(grid, 1, 1, stream, *tail)
+                _recording.append((bound.launch, (grid, 1, 1), tail, ptrs))
+            self.fast_calls += 1
             return
-        stream = torch._C._cuda_getCurrentRawStream(args[0].device.index)
-        kernel.run(grid, 1, 1, stream, kernel.function, kernel.packed_metadata, None, None, None,
-                   *args, *(v for _, v in consts))
+        if _recording is not None:
+            _recording.append(None)
+        opts = {"launch_pdl": True} if pdl else {}  # callers set pdl only on CUDA
+        if not FAST or bound is not None or args[0].device.type != "cuda":
+            self.fn[(grid,)](*args, **dict(consts), num_warps=warps, **opts)
+            return
+        bound = self.compiled[key] = self._probe(grid, args, consts, warps, opts)
+        if isinstance(bound, str):
+            _slow(f"{self.fn.__name__}: {bound}")
+
+    def _probe(self, grid: int, args: tuple, consts: tuple, warps: int,
+               opts: dict) -> _Bound | str:
+        """Compile, then launch once through Triton, watching what it passes."""
+        kernel = self.fn.warmup(*args, grid=(grid,), **dict(consts), num_warps=warps, **opts)
+        if hasattr(kernel, "result"):  # a future under Triton's async compile mode
+            kernel = kernel.result()
+        if kernel is None:  # a JIT cache hook took over the compile
+            self.fn[(grid,)](*args, **dict(consts), num_warps=warps, **opts)
+            return "Triton's JIT returned no compiled kernel"
+        runner = kernel.run  # builds the launcher
+        inner = getattr(runner, "launch", None)
+        calls: dict = {}
+
+        def watch_run(*a):
+            calls["run"] = a
+            return runner(*a)
+
+        def watch_launch(*a):
+            calls["launch"] = a
+            return inner(*a)
+
+        kernel._run = watch_run
+        if inner is not None:
+            runner.launch = watch_launch
+        try:
+            self.fn[(grid,)](*args, **dict(consts), num_warps=warps, **opts)
+        finally:
+            kernel._run = runner
+            if inner is not None:
+                runner.launch = inner
+        head = (grid, 1, 1, torch._C._cuda_getCurrentRawStream(torch._C._cuda_getDevice()))
+        cvals = tuple(v for _, v in consts)
+        return _bind(kernel, runner, calls, head, (*args, *cvals), cvals)

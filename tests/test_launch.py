@@ -1,0 +1,229 @@
+"""The lean launch path on the CPU: Triton's launch convention detected by feature, the
+probe that binds a kernel's C launcher (3.6 and 3.9 layouts, mocked), world-size-1
+identity and the call counts."""
+
+from __future__ import annotations
+
+from unittest import mock
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from commrt.symm_mem import launch
+
+# --------------------------------------------------------------------------- detection
+
+
+def test_fast_path_is_detected_on_the_installed_triton():
+    assert launch._static_check() == ""
+    assert launch.FAST and launch.why_slow == ""
+
+
+def test_an_unknown_jit_launch_convention_is_named_not_guessed():
+    with mock.patch.object(launch, "_JIT_CALL", "kernel.run(grid,stream,*args)"):
+        assert "unknown argument list" in launch._static_check()
+
+
+# ------------------------------------------------------- the probe, on a mocked Triton
+
+
+class _Chain:
+    """Triton 3.5+'s ``HookChain`` with nothing installed."""
+
+    def __init__(self):
+        self.calls = []
+
+
+class _Runner:
+    """``CudaLauncher``: 3.6 spreads the kernel arguments, 3.9 packs them in one tuple."""
+
+    def __init__(self, packed: bool, scratch: int = 0):
+        self.packed = packed
+        self.global_scratch_size, self.profile_scratch_size = scratch, 0
+        self.launched: list = []
+        self.launch = self._c_launch
+
+    def _c_launch(self, *a):
+        self.launched.append(a)
+
+    def __call__(self, gx, gy, gz, stream, function, kmeta, lmeta, enter, exit_, *args):
+        if self.packed:
+            self.launch(gx, gy, gz, stream, function, False, False, kmeta, lmeta, enter,
+                        exit_, None, None, ["annotations"], b"sig", args)
+        else:
+            self.launch(gx, gy, gz, stream, function, False, False, None, None, kmeta, lmeta,
+                        enter, exit_, *args)
+
+
+class _Kernel:
+    def __init__(self, runner):
+        self.function, self.packed_metadata = 123456789, (4, 1, 0)
+        self._runner, self._run = runner, None
+
+    @property
+    def run(self):
+        if self._run is None:
+            self._run = self._runner
+        return self._run
+
+
+class _Jit:
+    """What ``JITFunction.run`` does at launch, for one compiled kernel."""
+
+    __name__ = "fake_kernel"
+
+    def __init__(self, runner):
+        self.kernel = _Kernel(runner)
+        self.enter, self.exit = _Chain(), _Chain()
+        self.slow_calls = 0
+
+    def warmup(self, *args, grid, **kwargs):
+        return self.kernel
+
+    def __getitem__(self, grid):
+        def run(*args, num_warps, **consts):
+            self.slow_calls += 1
+            k = self.kernel
+            k.run(grid[0], 1, 1, 77, k.function, k.packed_metadata, {"lazy": 1}, self.enter,
+                  self.exit, *args, *consts.values())
+        return run
+
+
+class _Dev:
+    class device:  # noqa: N801  (stands for a CUDA tensor's .device)
+        type = "cuda"
+
+
+@pytest.fixture
+def cuda_stream(monkeypatch):
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda d: 77, raising=False)
+    monkeypatch.setattr(torch._C, "_cuda_getDevice", lambda: 0, raising=False)
+
+
+@pytest.mark.parametrize("packed", [False, True], ids=["triton3.6", "triton3.9"])
+def test_probe_binds_the_c_launcher_and_later_calls_skip_the_jit(cuda_stream, packed):
+    runner = _Runner(packed)
+    jit = _Jit(runner)
+    lau = launch.Launcher(jit)
+    dev, n = _Dev(), 4096
+    args, consts = (dev, (dev, dev), n, 5), (("WS", 2), ("BLOCK", 1024))
+    for _ in range(3):
+        lau("key", 8, args, consts, 4)
+    assert jit.slow_calls == 1 and lau.fast_calls == 2 and launch.why_slow == ""
+    first, later = runner.launched[0], runner.launched[1:]
+    assert len(runner.launched) == 3
+    for call in later:  # the same C call, but the hooks and their metadata dropped
+        assert call[:4] == (8, 1, 1, 77)
+        assert [x for x in call if isinstance(x, (dict, _Chain))] == []
+        assert len(call) == len(first)
+    rec = launch.recording()
+    try:
+        lau("key", 8, args, consts, 4)
+    finally:
+        launch.stop_recording()
+    fn, head, tail, ptrs = rec[0]
+    assert fn == runner._c_launch and head == (8, 1, 1) and ptrs == []
+    assert (tail[-1] if packed else tail[-6:]) == (dev, (dev, dev), n, 5, 2, 1024)
+
+
+def test_probe_keeps_scratch_kernels_on_the_compiled_launcher(cuda_stream):
+    runner = _Runner(packed=True, scratch=64)
+    lau = launch.Launcher(_Jit(runner))
+    for _ in range(2):
+        lau("key", 1, (_Dev(), 3), (("TIMER", True),), 1)
+    bound = lau.compiled["key"]
+    assert bound.launch is runner and bound.prefix[2:] == (None, None, None)
+
+
+def test_installed_launch_hooks_keep_triton_s_path_and_say_why(cuda_stream):
+    jit = _Jit(_Runner(packed=False))
+    jit.enter.calls.append(print)
+    lau = launch.Launcher(jit)
+    for _ in range(3):
+        lau("key", 1, (_Dev(), 3), (), 1)
+    assert jit.slow_calls == 3 and lau.fast_calls == 0
+    assert "launch hooks" in launch.why_slow
+    launch.why_slow = ""
+
+
+# ------------------------------------------------------- world size 1 and the counts
+
+
+@pytest.fixture
+def world1():
+    import commrt
+    from commrt import registry
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    commrt.stats(reset=True)
+    yield commrt
+    registry.reset()
+    dist.destroy_process_group()
+
+
+def test_world_size_one_is_the_identity_without_the_process_group(world1):
+    commrt = world1
+    x = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    ref = x.clone()
+    with mock.patch.object(dist, "all_reduce", side_effect=AssertionError("called")):
+        assert commrt.all_reduce(x) is None
+        work = commrt.all_reduce(x.t(), op=dist.ReduceOp.MAX, async_op=True)
+        assert work.wait() and work.result()[0].data_ptr() == x.data_ptr()
+        out = torch.empty_like(x)
+        commrt.all_reduce(x, out=out)
+        y = torch.ops.commrt.all_reduce(x, dist.group.WORLD.group_name)
+    assert torch.equal(x, ref) and torch.equal(out, ref) and torch.equal(y, ref)
+    assert commrt.stats() == {"all_reduce": {"identity": 4}}
+
+
+def test_world_size_one_fused_op_adds_and_normalises_locally(world1):
+    commrt = world1
+    g = torch.Generator().manual_seed(0)
+    x, res = torch.randn(5, 64, generator=g), torch.randn(5, 64, generator=g)
+    w = torch.randn(64, generator=g)
+    with mock.patch.object(dist, "all_reduce", side_effect=AssertionError("called")):
+        normed, new_res = commrt.init().all_reduce_residual_rmsnorm(x, res, w, 1e-5)
+    ref_res = res.double() + x.double()
+    ref = ref_res * torch.rsqrt(ref_res.pow(2).mean(-1, keepdim=True) + 1e-5) * w.double()
+    assert torch.allclose(new_res.double(), ref_res) and torch.allclose(normed.double(), ref,
+                                                                        atol=1e-5)
+    assert commrt.stats() == {"all_reduce_residual_rmsnorm": {"identity": 1}}
+
+
+def test_counts_name_the_process_group_fallback_and_reset():
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    import commrt
+    from commrt import registry
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    dist.init_process_group("fake", rank=0, world_size=2, store=FakeStore())
+    try:
+        commrt.stats(reset=True)
+        x = torch.ones(16)
+        commrt.all_reduce(x)
+        commrt.all_reduce(x, op=dist.ReduceOp.MAX)
+        assert commrt.stats(reset=True) == {"all_reduce": {"nccl": 2}}
+        assert commrt.stats() == {}
+    finally:
+        registry.reset()
+        dist.destroy_process_group()
+
+
+def test_counts_format_and_print_once_at_exit(monkeypatch):
+    import importlib
+
+    stats = importlib.import_module("commrt.stats")  # the module; commrt.stats is its function
+
+    registered = []
+    monkeypatch.setattr(stats, "_AT_EXIT", False)
+    monkeypatch.setattr(stats.atexit, "register", registered.append)
+    stats.print_at_exit()
+    stats.print_at_exit()
+    assert len(registered) == 1
+    text = stats.format_stats({"all_reduce": {"one_shot": 3, "nccl": 1}})
+    assert text == "all_reduce: 4 calls (one_shot 3, nccl 1)"
