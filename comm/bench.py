@@ -4,7 +4,9 @@ group's result, then timed in CUDA-graph and eager mode (see ``commrt.timing``).
 Variants are labelled ``<algorithm>`` (called as a user calls commrt: on an ordinary
 tensor, any copy into the workspace counted), ``<algorithm>@ws`` (on a ``comm.empty``
 tensor: no copy in), ``torch_<op>@ws`` (PyTorch's op in place on its symmetric buffer,
-as BASELINE.md measures it) and ``auto`` (what the dispatcher picks).
+as BASELINE.md measures it) and ``auto`` (what the dispatcher picks); the process group's
+own all-reduce (algorithm ``nccl``) is labelled after its backend: ``gloo``, ``nccl`` or
+``rccl`` (``process_group_label``).
 
 The bench calls a forced algorithm as a user forces one (``COMMRT_ALGO``): through
 ``comm.all_reduce``, the same host path as ``auto``, so ``auto / best`` in eager mode
@@ -92,8 +94,16 @@ class Variant:
     as_user: bool = False  # through comm.all_reduce with the algorithm forced (COMMRT_ALGO)
 
 
+def process_group_label(comm: Communicator) -> str:
+    """The process group's column: its backend for the bench's device (``gloo`` on CPU,
+    ``nccl`` on CUDA, ``rccl`` on ROCm, whose torch backend is also named nccl)."""
+    per_device = dict(p.split(":", 1) for p in comm.backend.split(",") if ":" in p)
+    name = per_device.get(comm.device.type, comm.backend)
+    return "rccl" if name == "nccl" and torch.version.hip else name
+
+
 def standard_variants(comm: Communicator, include_ws: bool = True) -> list[Variant]:
-    out = [Variant("nccl", "nccl")]
+    out = [Variant(process_group_label(comm), "nccl")]
     out += [Variant(a, a, as_user=True) for a in OURS]
     out += [Variant(a, a, as_user=True) for a in ("symm_one_shot", "symm_two_shot")]
     if include_ws:
@@ -233,10 +243,10 @@ def run_bench(comm: Communicator, sizes: Iterable[int], dtype, modes: Iterable[s
     round of a few sizes rather than on every round of them, and the fastest round
     (host-bound bursts only ever get slower from outside interference). On 2 x H200
     (``benchmarks/results``) ``auto`` and the algorithm it runs, timed as two columns,
-    differed in session 12 by up to 77% in eager mode with a size's rounds back to back
-    and by up to 7% with rounds over all sizes, and by up to 7% either way in graph mode;
-    in session 13, with replays back to back (``time_graph``), by at most 0.5% in graph
-    mode, and still by up to 8% in eager mode.
+    differed by up to 77% in eager mode with a size's rounds back to back and by up to 7%
+    with rounds over all sizes, and by up to 7% either way in graph mode; with replays
+    back to back (``time_graph``), by at most 0.5% in graph mode, and still by up to 8% in
+    eager mode.
 
     Then, where ``auto`` is not the fastest variant callable on an ordinary tensor, the
     two are timed side by side (``time_pair``, ``pairs`` alternating bursts): the row's

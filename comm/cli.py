@@ -2,38 +2,84 @@
 
 Under torchrun each process runs the command itself; otherwise the command spawns one
 process per local GPU (NCCL), or two gloo processes on a machine without GPUs.
+
+A user error (a bad flag, ``COMMRT_*`` value or table file), in this process or in a
+spawned one, ends the command with one ``commrt: error: ...`` line and exit status 2;
+a traceback means a bug in commrt.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import logging
 import os
 import socket
 import sys
+import tempfile
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
 from commrt import config as _config
+from commrt.dispatch import table as _table
+from commrt.errors import CommrtError
+
+USAGE_ERROR = 2  # exit status of a user error, as argparse's own
+
+
+class CliError(CommrtError):
+    """A command this machine cannot run as asked (a flag, a missing GPU, a file)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, its subcommands' errors also as ``commrt: error: ...`` (after the usage)."""
+
+    def error(self, message: str):
+        self.print_usage(sys.stderr)
+        self.exit(USAGE_ERROR, f"commrt: error: {message}\n")
+
+
+def _size(text: str) -> int:
+    try:
+        return _config.parse_bytes(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r}: {exc}") from None
+
+
+def _modes(text: str) -> list[str]:
+    modes = [m.strip() for m in text.split(",") if m.strip()]
+    if not modes or set(modes) - {"graph", "eager"}:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected graph, eager or graph,eager")
+    return modes
+
+
+def _count(text: str) -> int:
+    if not text.strip().isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number of processes >= 1")
+    return int(text)
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="commrt", description=__doc__.splitlines()[0])
+    p = _Parser(prog="commrt", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="cmd", required=True)
     sub.add_parser("info", help="device, group, config, and the decision for a range of sizes")
     b = sub.add_parser("bench", help="all-reduce latency and bandwidth per size (nccl-tests-like)")
-    b.add_argument("--min-bytes", default="4KiB")
-    b.add_argument("--max-bytes", default=None, help="default 256MiB on GPUs, 4MiB on CPU")
+    b.add_argument("--min-bytes", type=_size, default="4KiB")
+    b.add_argument("--max-bytes", type=_size, default=None,
+                   help="default 256MiB on GPUs, 4MiB on CPU")
     b.add_argument("--dtype", choices=["bf16", "fp16", "fp32"], default=None,
                    help="default bf16 on GPUs, fp32 on CPU")
-    b.add_argument("--modes", default=None, help="graph,eager (GPU default); eager on CPU")
+    b.add_argument("--modes", type=_modes, default=None,
+                   help="graph,eager (GPU default); eager on CPU")
     b.add_argument("--all", action="store_true",
                    help="every variant (ours, PyTorch's symm ops, NCCL); default auto and nccl")
     b.add_argument("--out", default=None, help="write JSON (and a Markdown table) here")
     t = sub.add_parser("tune", help="measure every algorithm and write a tuning table")
-    t.add_argument("--min-bytes", default="4KiB")
-    t.add_argument("--max-bytes", default="256MiB")
+    t.add_argument("--min-bytes", type=_size, default="4KiB")
+    t.add_argument("--max-bytes", type=_size, default="256MiB")
     t.add_argument("--out", default=None, help="table path (default <generation>_ws<N>.json)")
     t.add_argument("--raw", default=None, help="also write every measurement as JSON here")
     t.add_argument("--plot", default=None, help="write a log-log PNG of latency per algorithm")
@@ -43,24 +89,64 @@ def _parser() -> argparse.ArgumentParser:
                         "section, keeping the all_reduce section of the table in use "
                         "(COMMRT_TABLE or shipped)")
     for q in (b, t):
-        q.add_argument("--nproc", type=int, default=None, help="processes to spawn")
+        q.add_argument("--nproc", type=_count, default=None, help="processes to spawn")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    _config.get()  # a bad COMMRT_* value fails here, before any process starts
+    """Run ``commrt <command>``; a user error exits with one ``commrt: error:`` line."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        _run(args)
+    except CommrtError as exc:
+        parser.exit(USAGE_ERROR, f"commrt: error: {exc}\n")
+    return 0
+
+
+def _run(args) -> None:
+    cfg = _config.get()  # a bad COMMRT_* value fails here, before any process starts
+    if cfg.table:
+        _table.load_override(cfg.table)  # and so does a table file that cannot serve
     tr = _config.torchrun_env()
     if tr is not None:
         _worker(tr["rank"], tr["world_size"], tr["local_rank"], args, None)
-        return 0
+        return
     nproc = getattr(args, "nproc", None) or (torch.cuda.device_count()
                                              if torch.cuda.is_available() else 2)
+    _spawn(nproc, args)
+
+
+def _spawn(nproc: int, args) -> None:
+    """Run the command in ``nproc`` new processes; a user error in one is raised here."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    torch.multiprocessing.spawn(_worker, args=(nproc, None, args, port), nprocs=nproc, join=True)
-    return 0
+    spawn_log = logging.getLogger("torch.multiprocessing.spawn")
+    level = spawn_log.level
+    spawn_log.setLevel(logging.ERROR)  # not "terminating process ...": we say why
+    with tempfile.TemporaryDirectory(prefix="commrt-") as reports:
+        try:
+            torch.multiprocessing.spawn(_spawned, args=(nproc, args, port, reports),
+                                        nprocs=nproc, join=True)
+        except (torch.multiprocessing.ProcessRaisedException,
+                torch.multiprocessing.ProcessExitedException):
+            said = sorted(Path(reports).iterdir())  # rank 0's first
+            if not said:
+                raise
+            raise CommrtError(said[0].read_text()) from None
+        finally:
+            spawn_log.setLevel(level)
+
+
+def _spawned(rank: int, world: int, args, port: int, reports: str) -> None:
+    """A spawned rank: a user error goes back to the parent as its message, not raised
+    (the parent prints it once); the process exits with ``USAGE_ERROR``."""
+    try:
+        _worker(rank, world, None, args, port)
+    except CommrtError as exc:
+        Path(reports, f"rank{rank:05d}").write_text(str(exc))
+        sys.exit(USAGE_ERROR)
 
 
 def _worker(rank: int, world: int, local_rank: int | None, args, port: int | None) -> None:
@@ -76,12 +162,14 @@ def _worker(rank: int, world: int, local_rank: int | None, args, port: int | Non
         dist.init_process_group("gloo")
     import commrt
 
-    comm = commrt.init()
     try:
+        comm = commrt.init()
         {"info": _info, "bench": _bench, "tune": _tune}[args.cmd](comm, args)
-    finally:
-        dist.barrier()
+    except BaseException:  # no barrier: the other ranks may not get this far
         dist.destroy_process_group()
+        raise
+    dist.barrier()
+    dist.destroy_process_group()
 
 
 def _say(comm, text: str) -> None:
@@ -134,30 +222,38 @@ def _bench(comm, args) -> None:
 
     on_gpu = comm.device.type == "cuda"
     dtype = bench.DTYPES[args.dtype or ("bf16" if on_gpu else "fp32")]
-    lo = _config.parse_bytes(args.min_bytes)
-    hi = _config.parse_bytes(args.max_bytes or ("256MiB" if on_gpu else "4MiB"))
-    modes = (args.modes or ("graph,eager" if on_gpu else "eager")).split(",")
+    hi = args.max_bytes or ((256 if on_gpu else 4) << 20)
+    modes = args.modes or (["graph", "eager"] if on_gpu else ["eager"])
     if not on_gpu and "graph" in modes:
-        raise SystemExit("commrt bench: graph mode needs CUDA GPUs")
+        raise CliError("--modes graph needs CUDA GPUs; use --modes eager here")
     variants = bench.standard_variants(comm) if args.all else [
-        bench.Variant("nccl", "nccl"), bench.Variant("auto", "auto")]
-    sizes = bench.sizes_between(lo, hi)
+        bench.Variant(bench.process_group_label(comm), "nccl"), bench.Variant("auto", "auto")]
+    sizes = bench.sizes_between(args.min_bytes, hi)
     rounds = 3
     show = bench.progress_printer(comm.rank, len(sizes) * len(modes) * rounds)
     rows = bench.run_bench(comm, sizes, dtype, modes, variants, show, rounds=rounds)
     _say(comm, bench.format_table(rows, comm.world_size))
     if args.out and comm.rank == 0:
-        bench.write_results(args.out, bench.meta(comm, "commrt " + " ".join(sys.argv[1:])), rows)
+        with _writing("--out", args.out):
+            bench.write_results(args.out, bench.meta(comm, "commrt " + " ".join(sys.argv[1:])),
+                                rows)
+
+
+@contextlib.contextmanager
+def _writing(flag: str, path: str):
+    """A file the user named that cannot be written: one line naming the flag and file."""
+    try:
+        yield
+    except OSError as exc:
+        raise CliError(f"{flag} {path}: cannot write it ({exc.strerror or exc})") from None
 
 
 def _tune(comm, args) -> None:
     from commrt import bench
-    from commrt.dispatch import table as _table
 
     if comm.device.type != "cuda":
-        raise SystemExit("commrt tune: needs CUDA GPUs (there is nothing to tune on gloo)")
-    sizes = bench.sizes_between(_config.parse_bytes(args.min_bytes),
-                                _config.parse_bytes(args.max_bytes))
+        raise CliError("commrt tune needs CUDA GPUs (there is nothing to tune on gloo)")
+    sizes = bench.sizes_between(args.min_bytes, args.max_bytes)
     # 1..2048 rows of hidden 4096
     fused_rows = [] if args.only == "all_reduce" else [1 << k for k in range(0, 12)]
     base = _base_table(comm) if args.only == "fused" else None
@@ -191,13 +287,14 @@ def _tune(comm, args) -> None:
     if comm.rank != 0:
         return
     out = args.out or _table.shipped_name(comm.profile.generation, comm.world_size)
-    with open(out, "w") as f:
+    with _writing("--out", out), open(out, "w") as f:
         json.dump(table, f, indent=1)
     if args.raw:
-        with open(args.raw, "w") as f:
+        with _writing("--raw", args.raw), open(args.raw, "w") as f:
             json.dump({"meta": m, "measurements": raw}, f, indent=1)
     if args.plot:
-        plot_table(table, args.plot)
+        with _writing("--plot", args.plot):
+            plot_table(table, args.plot)
     print(f"wrote {out}", flush=True)
 
 
@@ -205,11 +302,10 @@ def _base_table(comm) -> dict:
     """The JSON of the table this group uses now (``--only`` keeps part of it)."""
     import importlib.resources
 
-    from commrt.dispatch import table as _table
-
     t = comm.facts.table
     if t is None:
-        raise SystemExit("commrt tune --only fused: no table to keep the all_reduce rows of")
+        raise CliError("--only fused: no table to keep the all_reduce rows of (set "
+                       "COMMRT_TABLE, or run without --only)")
     if t.source.startswith("commrt/tuning_tables/"):
         res = importlib.resources.files("commrt.tuning_tables").joinpath(
             _table.shipped_name(t.generation, t.world_size))
@@ -220,8 +316,10 @@ def _base_table(comm) -> dict:
 
 def plot_table(table: dict, path: str) -> None:
     """Log-log latency against size per algorithm, the chosen one marked, per mode."""
-    import matplotlib
-
+    try:
+        import matplotlib
+    except ImportError:
+        raise CliError("--plot needs matplotlib: pip install 'commrt[plot]'") from None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

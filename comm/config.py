@@ -161,6 +161,9 @@ VARIABLES: tuple[Variable, ...] = (
              "commrt.fx.install(): run the graphs' hidden sum/avg all-reduces on a "
              "copy-engine group (data moved by the copy engines, not the SMs); auto: where "
              "the group is two NCCL ranks on GPUs"),
+    Variable("COMMRT_PATCH", "patch", "0", _bool,
+             "`python -m commrt.run` patches torch.distributed before running the script "
+             "(read by that launcher only)"),
 )
 
 
@@ -176,6 +179,7 @@ class Config:
     partitioned_scatter: bool = False
     fx_comm_ctas: int = 0
     fx_copy_engine: bool | None = None  # None: auto
+    patch: bool = False
 
     def describe(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)

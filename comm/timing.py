@@ -31,10 +31,10 @@ def time_eager(fn: Callable[[], None], device: torch.device, iters: int = 200,
     The ranks meet once, then run ``iters`` calls (plus one segment, not counted, in
     which they fall into step) without stopping, an event between segments, so that a
     rank's lag at the start is paid once, not once per segment. Two such measurements of
-    one host-bound call still differ by up to 8% on 2 x H200 (session 13: the host's pace
-    drifts); ``time_pair`` compares two calls side by side. ``barrier_each``
-    synchronises and meets before every segment instead: the latency of a call started
-    together, timed alone with ``burst=1``."""
+    one host-bound call still differ by up to 8% on 2 x H200 (the host's pace drifts);
+    ``time_pair`` compares two calls side by side. ``barrier_each`` synchronises and meets
+    before every segment instead: the latency of a call started together, timed alone
+    with ``burst=1``."""
     for _ in range(warmup):
         fn()
     segments = max(1, iters // burst)

@@ -33,7 +33,7 @@ UNTUNED_CUSTOM_WINDOW = 64 * 1024
 # Algorithms that cannot write their result into the workspace: one_shot reads every
 # rank's workspace until its last barrier, so a ``comm.empty`` tensor reduced in place goes
 # through a temporary and a copy (``commrt.custom`` reads this set). ``auto`` passes them
-# over for such a tensor (measured on 2 x H200, session 13: one_shot on a ``comm.empty``
+# over for such a tensor (measured on 2 x H200: one_shot on a ``comm.empty``
 # tensor was slower than two_shot on one at every size from 4 KiB to 64 MiB in both
 # modes, 30-36 µs against 16-21 in eager mode at 256 KiB-4 MiB).
 NOT_IN_PLACE = frozenset({"one_shot"})

@@ -168,6 +168,15 @@ def load_file(path: str) -> Table:
     return parse(data, path)
 
 
+def load_override(path: str) -> Table:
+    """The table ``COMMRT_TABLE`` names; a file that cannot serve says so, naming both."""
+    try:
+        return load_file(path)
+    except ConfigError as exc:
+        raise ConfigError(f"COMMRT_TABLE={path!r}: {exc}; point it at a table that "
+                          "`commrt tune` wrote, or unset it") from None
+
+
 def shipped_name(generation: str, world_size: int) -> str:
     return f"{generation}_ws{world_size}.json"
 
@@ -178,7 +187,7 @@ def find(generation: str, world_size: int, override: str | None = None) -> Table
     An override made for other hardware is an error, not a silent mismatch.
     """
     if override:
-        table = load_file(override)
+        table = load_override(override)
         if (table.generation, table.world_size) != (generation, world_size):
             raise ConfigError(
                 f"COMMRT_TABLE={override!r} was measured for {table.generation} at world size "

@@ -166,3 +166,20 @@ def test_the_printed_table_shows_auto_timed_beside_the_fastest_other_variant():
     lines = bench.format_table(rows, 2).splitlines()
     assert lines[0].endswith("auto/paired")
     assert lines[2].endswith("1.004 (nccl)") and lines[3].endswith(" -")
+
+
+@pytest.mark.parametrize("backend, device, hip, label", [
+    ("gloo", "cpu", None, "gloo"), ("nccl", "cuda", None, "nccl"),
+    ("nccl", "cuda", "6.2", "rccl"), ("cpu:gloo,cuda:nccl", "cpu", None, "gloo"),
+    ("cpu:gloo,cuda:nccl", "cuda", None, "nccl"),
+])
+def test_bench_names_the_process_group_column_after_its_backend(monkeypatch, backend, device,
+                                                                hip, label):
+    from types import SimpleNamespace
+
+    from commrt import bench
+
+    monkeypatch.setattr(torch.version, "hip", hip)
+    comm = SimpleNamespace(backend=backend, device=torch.device(device))
+    assert bench.process_group_label(comm) == label
+    assert bench.standard_variants(comm, include_ws=False)[0] == bench.Variant(label, "nccl")

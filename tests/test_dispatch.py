@@ -11,7 +11,7 @@ from commrt import config
 from commrt.dispatch import table as tbl
 from commrt.dispatch.dispatcher import Dispatcher, Facts, Query, decide, why_not
 from commrt.dispatch.profile import DeviceProfile
-from commrt.errors import ConfigError
+from commrt.errors import CommrtError, ConfigError
 
 KIB = 1024
 PROFILE = DeviceProfile("nvidia", "sm90-h200", "NVIDIA H200", 132, 141 << 30, 2, "nvlink",
@@ -266,7 +266,7 @@ def test_tune_only_fused_keeps_the_table_in_use(tmp_path):
     comm.facts.table = tbl.load_file(str(path))
     assert _base_table(comm)["provenance"]["note"] == "a copy"
     comm.facts.table = None
-    with pytest.raises(SystemExit, match="no table"):
+    with pytest.raises(CommrtError, match="no table"):
         _base_table(comm)
 
 

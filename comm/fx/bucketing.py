@@ -10,7 +10,10 @@ import itertools
 import torch
 import torch.fx as fx
 
-from . import cost as _cost
+from .cost import CostModel
+from .graph_types import VIEWS, Coll
+from .memory import peak_bytes
+from .stalls import relink
 
 c10d = torch.ops._c10d_functional
 aten = torch.ops.aten
@@ -45,7 +48,8 @@ def _span(c, pos) -> tuple[int, int]:
     return ready, min(users) if users else len(pos)
 
 
-def bucket(graph: fx.Graph, colls: list, model, cap: int) -> tuple[list, int]:
+def bucket(graph: fx.Graph, colls: list[Coll], model: CostModel,
+           cap: int) -> tuple[list[Coll], int]:
     """Merge runs of same-key collectives whose merged schedule exposes no more time."""
     order = list(graph.nodes)
     pos = {n: i for i, n in enumerate(order)}
@@ -92,12 +96,10 @@ def bucket(graph: fx.Graph, colls: list, model, cap: int) -> tuple[list, int]:
     return out, merged
 
 
-def _merge(graph: fx.Graph, members: list, pos: dict, fake):
+def _merge(graph: fx.Graph, members: list[Coll], pos: dict, fake) -> Coll:
     """One collective over the members' inputs packed into a flat buffer; views of its
     result replace theirs. All-gather results come back rank-major, so each member's
     part is a strided slice copied out; reduce-scatter inputs are packed rank-major."""
-    from .overlap import _Coll
-
     anchor = _after_placeholders(max((m.start.args[0] for m in members), key=lambda n: pos[n]))
     first_use = min((u for m in members for u in m.end.users), key=lambda u: pos[u])
     key, kind = members[0].key, members[0].kind
@@ -159,18 +161,15 @@ def _merge(graph: fx.Graph, members: list, pos: dict, fake):
         if m.end is not m.start:
             graph.erase_node(m.end)
         graph.erase_node(m.start)
-    return _Coll(start, end, kind, key[1], key, sum(m.nbytes for m in members))
+    return Coll(start, end, kind, key[1], key, sum(m.nbytes for m in members))
 
 
-def place(graph: fx.Graph, colls: list, budget: int) -> tuple[list, int, int]:
+def place(graph: fx.Graph, colls: list[Coll], budget: int) -> tuple[list, int, int]:
     """Starts right after their inputs, waits right before their first use; while the
     graph's peak memory (``memory.peak_bytes``) grows by more than ``budget``, undo the
     largest moves first (in batches of 1, 2, 4, ...). Collectives of a group are issued in
     the order their inputs become ready (ties in graph order): a function of the graph
     alone, so every rank issues alike. Returns (order, moves kept, peak bytes in flight)."""
-    from .memory import peak_bytes
-    from .stalls import relink
-
     order = list(graph.nodes)
     pos = {n: i for i, n in enumerate(order)}
     movable = [c for c in colls if c.end is not c.start]
@@ -235,7 +234,7 @@ _ANCHORS = (aten.mm.default, aten.addmm.default, aten.bmm.default, aten.baddbmm.
             aten.convolution.default)
 
 
-def pin_for_inductor(graph: fx.Graph, colls: list) -> int:
+def pin_for_inductor(graph: fx.Graph, colls: list[Coll]) -> int:
     """Make Inductor's scheduler keep the placement (its memory-driven reordering would
     otherwise sink starts back to their waits): the first matmul after a moved start
     depends on the start, and the wait depends on the last matmul or graph result before
@@ -250,7 +249,7 @@ def pin_for_inductor(graph: fx.Graph, colls: list) -> int:
     pos = {n: i for i, n in enumerate(order)}
     mms = [i for i, n in enumerate(order) if n.op == "call_function" and n.target in _ANCHORS]
     results = {a for o in order if o.op == "output" for a in o.all_input_nodes
-               if a.op == "call_function" and a.target not in _cost._VIEWS}
+               if a.op == "call_function" and a.target not in VIEWS}
     mm_set = set(mms)
     anchors = [i for i, n in enumerate(order) if i in mm_set or n in results]
     deps: dict = {}

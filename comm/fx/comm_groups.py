@@ -8,19 +8,23 @@ it overlaps would use: in ``bench_fx_overlap.py`` full-width NCCL stretched the 
 a step from 37.5 to 40.3 ms. Fewer CTAs make the collective slower and the compute
 faster (on that step, at 4, 8 and 16 CTAs, slower overall: hence off by default). The
 copy engines take none of the SMs: at two ranks (exchanges, see ``overlap._as_exchange``)
-that made the step 0.9-1.1 ms faster than NCCL (session 16), hence on by default there
-(``copy_engine_by_default``). The pass only moves collectives to a copy, never creates
-one, so that every process (and a run that finds the compiled graph in the FX graph
-cache) makes the same groups, in the same order, when it calls ``commrt.fx.install``.
+that made the step 0.9-1.1 ms faster than NCCL (``benchmarks/results``), hence on by
+default there (``copy_engine_by_default``). The pass only moves collectives to a copy,
+never creates one, so that every process (and a run that finds the compiled graph in the
+FX graph cache) makes the same groups, in the same order, when it calls
+``commrt.fx.install``.
 """
 
 from __future__ import annotations
 
+import torch
 import torch.distributed as dist
 
 _COPIES: dict[tuple[tuple[int, ...], str], str] = {}  # (ranks, variant) -> copy's name
 _BY_NAME: dict[tuple[str, str], str] = {}  # (group name, variant) -> copy's name
 COPY_ENGINE = "ce"
+# group sizes whose copy-engine all-reduces become exchanges (own + peer: two ranks only)
+EXCHANGE_WORLDS = (2,)
 
 
 def variant(comm_ctas: int = 0, copy_engine: bool = False) -> str:
@@ -66,14 +70,10 @@ def copy_engine_by_default(groups=None) -> tuple[bool, str]:
     """``COMMRT_FX_COPY_ENGINE=auto``: (whether ``install`` makes copy-engine copies of
     ``groups`` (default: the world group), why). Yes where each is two NCCL ranks on GPUs:
     there its hidden all-reduces become exchanges, measured faster than NCCL on the
-    16-layer training step (``benchmarks/results``, session 16); beyond two ranks the
+    16-layer training step (``benchmarks/results``); beyond two ranks the
     copy-engine path is an all-gather, which was not."""
-    from .overlap import EXCHANGE_WORLDS
-
     if not dist.is_initialized():
         return False, "no default process group"
-    import torch
-
     if not torch.cuda.is_available():
         return False, "no GPU"
     for g in groups or [dist.group.WORLD]:

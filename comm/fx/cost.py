@@ -8,6 +8,8 @@ import functools
 
 import torch
 
+from .graph_types import VIEWS
+
 aten = torch.ops.aten
 # Conservative fallbacks where no table or profile answers (stated, not measured):
 _FALLBACK_LATENCY_US = 10.0
@@ -17,9 +19,6 @@ _FALLBACK_BUS_GBPS = 100.0
 _RATES = {"sm90": (700e12, 3.0e12), "sm100": (1500e12, 6.0e12), "sm80": (250e12, 1.5e12),
           "gfx942": (600e12, 4.0e12), "cpu": (1e12, 50e9)}
 _FREE = {"placeholder", "output", "get_attr"}
-_VIEWS = {aten.view.default, aten.reshape.default, aten._unsafe_view.default,
-          aten.t.default, aten.permute.default, aten.expand.default, aten.slice.Tensor,
-          aten.select.int, aten.squeeze.dim, aten.unsqueeze.default, aten.alias.default}
 
 
 def _numel(v) -> int:
@@ -66,7 +65,7 @@ class CostModel:
         return us
 
     def _compute_us(self, node: torch.fx.Node) -> float:
-        if node.op in _FREE or node.target in _VIEWS or node.target is getattr:
+        if node.op in _FREE or node.target in VIEWS or node.target is getattr:
             return 0.0
         if node.op != "call_function":
             return 0.0

@@ -25,9 +25,10 @@ import operator
 import torch
 import torch.fx as fx
 
+from .graph_types import WAIT, node_val
+
 aten = torch.ops.aten
 _FUNC_AR = torch.ops._c10d_functional.all_reduce.default
-_WAIT = torch.ops._c10d_functional.wait_tensor.default
 _CONVERT = torch.ops.prims.convert_element_type.default
 _ADDS = (aten.add.Tensor, aten.add.Scalar)
 _MULS = (aten.mul.Tensor,)
@@ -42,17 +43,13 @@ class FusionReport:
     skipped: list[str] = dataclasses.field(default_factory=list)
 
 
-def _val(n):
-    return n.meta.get("val") if isinstance(n, fx.Node) else None
-
-
 def _cast_to(n: fx.Node):
     """The dtype ``n`` converts to, if it is a pure dtype conversion (either spelling)."""
     if n.target == _CONVERT:
         return n.args[1]
     if n.target != aten._to_copy.default or len(n.args) != 1 or "dtype" not in n.kwargs:
         return None
-    src = _val(n.args[0])
+    src = node_val(n.args[0])
     same_place = set(n.kwargs) <= {"dtype", "layout", "device"} \
         and n.kwargs.get("layout", torch.strided) == torch.strided \
         and (src is None or torch.device(n.kwargs.get("device", src.device)) == src.device)
@@ -76,7 +73,7 @@ def _all_reduce_of(node: fx.Node):
     """(source, group, result node) for a summing all-reduce, else None."""
     if node.target == _FUNC_AR and node.args[1] == "sum":
         wait = _only_user(node)
-        if wait is not None and wait.target == _WAIT:
+        if wait is not None and wait.target == WAIT:
             return node.args[0], node.args[2], _written_back(wait)
     if node.target == torch.ops.commrt.all_reduce.default:
         return node.args[0], node.args[1], _written_back(node)
@@ -93,7 +90,7 @@ def _match_norm(h: fx.Node):
     if mean is None or mean.target != aten.mean.dim:
         return "no mean of squares"
     dims, keep = mean.args[1], (mean.args[2] if len(mean.args) > 2 else False)
-    ndim = _val(h).dim()
+    ndim = node_val(h).dim()
     if not keep or list(dims) not in ([-1], [ndim - 1]):
         return "the mean is not over the last dim"
     add_eps = _only_user(mean)
@@ -120,10 +117,10 @@ def _match_norm(h: fx.Node):
             nodes.append(nxt)
     else:
         return "no weight multiply"
-    wv = _val(weight)
-    if wv is None or tuple(wv.shape) != (_val(h).shape[-1],):
+    wv = node_val(weight)
+    if wv is None or tuple(wv.shape) != (node_val(h).shape[-1],):
         return "the weight is not [hidden]"
-    if _val(out).dtype != _val(h).dtype:
+    if node_val(out).dtype != node_val(h).dtype:
         return "the norm's output dtype differs from the residual's"
     return add_eps.args[1], weight, out, nodes
 
@@ -137,7 +134,7 @@ def _try_fuse(graph: fx.Graph, node: fx.Node, order: dict) -> str | None:
     if add is None or add.target != aten.add.Tensor or len(add.args) != 2 or add.kwargs:
         return "the all-reduce result is not used by exactly one add"
     residual = add.args[1] if add.args[0] is result else add.args[0]
-    rv, resv, xv = _val(result), _val(residual), _val(src)
+    rv, resv, xv = node_val(result), node_val(residual), node_val(src)
     if rv is None or resv is None or xv is None or tuple(resv.shape) != tuple(rv.shape) \
             or resv.dtype != rv.dtype or xv.dtype != rv.dtype:
         return "the residual add broadcasts or changes dtype"
@@ -154,7 +151,7 @@ def _try_fuse(graph: fx.Graph, node: fx.Node, order: dict) -> str | None:
         normed = graph.call_function(operator.getitem, (fused, 0))
     with graph.inserting_after(normed):
         new_res = graph.call_function(operator.getitem, (fused, 1))
-    fused.meta["val"] = (_val(out), _val(add))
+    fused.meta["val"] = (node_val(out), node_val(add))
     normed.meta.update(out.meta)
     new_res.meta.update(add.meta)
     out.replace_all_uses_with(normed)

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import torch.fx as fx
 
-from .cost import _VIEWS
+from .graph_types import VIEWS, Coll
+from .memory import peak_bytes
+from .stalls import relink
 
 MAX_DEPTH = 64  # how far back through views and private work one producer is followed
 
@@ -29,14 +31,11 @@ def _movable(n) -> bool:
     return "c10d" not in namespace and namespace != "commrt"
 
 
-def hoist_producers(graph: fx.Graph, colls: list, budget: int) -> tuple[int, int]:
+def hoist_producers(graph: fx.Graph, colls: list[Coll], budget: int) -> tuple[int, int]:
     """Move collectives' producers (see the module docstring) while the graph's peak grows
     by at most ``budget`` bytes: those that move least first (a gradient made early lives
     beside the activations still held), as many as fit. Returns (producers moved, those
     left in place for memory)."""
-    from .memory import peak_bytes
-    from .stalls import relink
-
     order = list(graph.nodes)
     pos = {n: i for i, n in enumerate(order)}
     inputs_end = max((i for i, n in enumerate(order) if n.op == "placeholder"), default=-1)
@@ -50,7 +49,7 @@ def hoist_producers(graph: fx.Graph, colls: list, budget: int) -> tuple[int, int
             return anchor[n]
         at, need = inputs_end, set()
         for a in n.all_input_nodes:
-            if depth < MAX_DEPTH and _movable(a) and (a.target in _VIEWS or len(a.users) == 1):
+            if depth < MAX_DEPTH and _movable(a) and (a.target in VIEWS or len(a.users) == 1):
                 at = max(at, place(a, depth + 1))
                 need |= needs.get(a, frozenset())
             else:
@@ -65,9 +64,9 @@ def hoist_producers(graph: fx.Graph, colls: list, budget: int) -> tuple[int, int
         if c.kind == "commrt_all_reduce":  # runs on the compute stream: nothing to gain
             continue
         src = c.start.args[0]
-        while isinstance(src, fx.Node) and src.target in _VIEWS:  # to the computing node
+        while isinstance(src, fx.Node) and src.target in VIEWS:  # to the computing node
             src = src.args[0]
-        if _movable(src) and src.target not in _VIEWS and place(src) < pos[src] - 1:
+        if _movable(src) and src.target not in VIEWS and place(src) < pos[src] - 1:
             candidates.append(src)
     if not candidates:
         return 0, 0

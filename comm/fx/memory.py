@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-import torch
 import torch.fx as fx
 
-from .cost import _VIEWS
-from .overlap import _static_bytes, _val
-
-_WAIT = torch.ops._c10d_functional.wait_tensor.default
+from .graph_types import VIEWS, WAIT, node_val, static_bytes
 
 
 def peak_bytes(order: list[fx.Node]) -> int:
@@ -20,7 +16,7 @@ def peak_bytes(order: list[fx.Node]) -> int:
     last: dict[fx.Node, int] = {}
     for i, n in enumerate(order):
         src = n.args[0] if n.args and isinstance(n.args[0], fx.Node) else None
-        alias = n.op == "call_function" and (n.target == _WAIT or n.target in _VIEWS)
+        alias = n.op == "call_function" and (n.target == WAIT or n.target in VIEWS)
         r = root.get(src, src) if alias and src is not None else n
         root[n] = r
         end = max((pos[u] for u in n.users if u in pos), default=i)
@@ -29,7 +25,7 @@ def peak_bytes(order: list[fx.Node]) -> int:
     live = peak = 0
     for i, n in enumerate(order):
         if root[n] is n:
-            b = _static_bytes(_val(n)) or 0
+            b = static_bytes(node_val(n)) or 0
             live += b
             frees[last[n]] = frees.get(last[n], 0) + b
         peak = max(peak, live)

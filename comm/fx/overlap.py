@@ -33,6 +33,12 @@ import torch
 import torch.fx as fx
 
 from . import cost as _cost
+from . import hoist
+from .bucketing import bucket, pin_for_inductor, place
+from .comm_groups import COPY_ENGINE, EXCHANGE_WORLDS, copy_of, variant
+from .graph_types import Coll, node_val, static_bytes
+from .memory import peak_bytes
+from .stalls import defer_stalls, relink
 
 c10d = torch.ops._c10d_functional
 aten = torch.ops.aten
@@ -44,11 +50,9 @@ _UNHANDLED = ("all_to_all", "broadcast", "all_gather_into_tensor_coalesced",
 BUCKET_CAP_BYTES = 64 << 20  # the commrt workspace default: one bucket, one piece
 MEMORY_HEADROOM = 0.05  # default budget: in-flight bytes may add 5% to the graph's peak
 LANDING_ALIGN = 256  # bytes: where each copy-engine exchange of a graph packs its data
-# group sizes whose copy-engine all-reduces become exchanges (own + peer: two ranks only)
-EXCHANGE_WORLDS = (2,)
 # An all-reduce goes to the copy engines only with this many times its NCCL time of
 # compute before its wait: alone, the copy-engine path is slower than NCCL (324 against
-# 264 us at 64 MiB, session 11, before its pack), it pays only where it is hidden.
+# 264 us at 64 MiB, before its pack, ``benchmarks/results``): it pays only where hidden.
 CE_SLACK = 2.0
 
 
@@ -72,30 +76,7 @@ class OverlapReport:
     skipped: list[str] = dataclasses.field(default_factory=list)
 
 
-@dataclasses.dataclass
-class _Coll:
-    start: fx.Node
-    end: fx.Node  # the wait (or the node itself for commrt::all_reduce)
-    kind: str
-    group: str
-    key: tuple  # (kind, group, op, dtype): what may share a bucket
-    nbytes: int
-
-
-def _val(n):
-    return n.meta.get("val") if isinstance(n, fx.Node) else None
-
-
-def _static_bytes(v) -> int | None:
-    if not isinstance(v, torch.Tensor):
-        return None
-    numel = v.numel()
-    if isinstance(numel, torch.SymInt):  # dynamic shape: not ours to move or merge
-        return None
-    return int(numel) * v.element_size()
-
-
-def _find(graph: fx.Graph, report: OverlapReport) -> list[_Coll]:
+def _find(graph: fx.Graph, report: OverlapReport) -> list[Coll]:
     colls = []
     for n in graph.nodes:
         if n.op != "call_function":
@@ -104,7 +85,7 @@ def _find(graph: fx.Graph, report: OverlapReport) -> list[_Coll]:
         if n.target in _ASYNC:
             users = list(n.users)
             waits = [u for u in users if u.target == c10d.wait_tensor.default]
-            nbytes = _static_bytes(_val(n))
+            nbytes = static_bytes(node_val(n))
             if len(waits) != 1 or len(users) != 1:
                 report.skipped.append(f"{n.name}: result used without exactly one wait")
             elif nbytes is None:
@@ -113,22 +94,22 @@ def _find(graph: fx.Graph, report: OverlapReport) -> list[_Coll]:
                 kind = _ASYNC[n.target]
                 group = n.args[-1]
                 op = n.args[1] if kind in ("all_reduce", "reduce_scatter") else ""
-                colls.append(_Coll(n, waits[0], kind, group, (kind, group, op, _val(n).dtype),
+                colls.append(Coll(n, waits[0], kind, group, (kind, group, op, node_val(n).dtype),
                                    nbytes))
         elif n.target == torch.ops.commrt.all_reduce.default:
-            nbytes = _static_bytes(_val(n))
+            nbytes = static_bytes(node_val(n))
             if nbytes is None:
                 report.skipped.append(f"{n.name}: dynamic shape")
             else:
-                colls.append(_Coll(n, n, "commrt_all_reduce", n.args[1],
-                                   ("commrt_all_reduce", n.args[1], "sum", _val(n).dtype),
+                colls.append(Coll(n, n, "commrt_all_reduce", n.args[1],
+                                   ("commrt_all_reduce", n.args[1], "sum", node_val(n).dtype),
                                    nbytes))
         elif any(u in name for u in _UNHANDLED) and "c10d" in str(n.target):
             report.skipped.append(f"{n.name}: {name} is not handled")
     return colls
 
 
-def _simulate(order: list[fx.Node], colls: list[_Coll], model: _cost.CostModel):
+def _simulate(order: list[fx.Node], colls: list[Coll], model: _cost.CostModel):
     """(exposed µs, total comm µs): one compute stream, one comm stream per group."""
     by_start = {c.start: c for c in colls}
     by_end = {c.end: c for c in colls if c.end is not c.start}
@@ -158,13 +139,13 @@ def _simulate(order: list[fx.Node], colls: list[_Coll], model: _cost.CostModel):
     return exposed, total
 
 
-def _as_gather(graph: fx.Graph, c: _Coll, copy: str) -> None:
+def _as_gather(graph: fx.Graph, c: Coll, copy: str) -> None:
     """Replace the all-reduce ``c`` by an all-gather on ``copy`` and a sum over the ranks in
     rank order (every rank adds the same values alike: bitwise the same result), which
     Inductor fuses into the consumers. ``c`` then names the all-gather and its wait."""
     world = _cost.group_size(copy) or _cost.group_size(c.group)
     x = c.start.args[0]
-    xv = _val(x)
+    xv = node_val(x)
     with graph.inserting_before(c.start):
         start = graph.call_function(c10d.all_gather_into_tensor.default, (x, world, copy))
     start.meta["val"] = xv.new_empty((world * xv.shape[0], *xv.shape[1:]))
@@ -185,7 +166,7 @@ def _as_gather(graph: fx.Graph, c: _Coll, copy: str) -> None:
     c.start, c.end, c.kind = start, wait, "all_gather"
 
 
-def _as_exchange(graph: fx.Graph, c: _Coll, copy: str, offset: int) -> fx.Node:
+def _as_exchange(graph: fx.Graph, c: Coll, copy: str, offset: int) -> fx.Node:
     """Replace the all-reduce ``c`` (of two ranks) by ``commrt::ce_exchange`` of its input's
     parts on ``copy`` (the peer's values, packed at ``offset`` of the landing buffers) and
     ``own + peer`` per part (the same two values added on both ranks: bitwise alike), which
@@ -193,14 +174,14 @@ def _as_exchange(graph: fx.Graph, c: _Coll, copy: str, offset: int) -> fx.Node:
     parts itself. ``c`` then names the exchange and its wait; returns the exchange (its
     ``total`` argument is set once every offset is known)."""
     x = c.start.args[0]
-    xv = _val(x)
+    xv = node_val(x)
     bucketed = x.op == "call_function" and x.target is aten.cat.default and \
         (len(x.args) < 2 or x.args[1] == 0) and xv.dim() == 1
     parts = list(x.args[0]) if bucketed else [x]
     own, lo = {}, 0
     for p in parts:
-        own[(lo, lo + _val(p).numel())] = p
-        lo += _val(p).numel()
+        own[(lo, lo + node_val(p).numel())] = p
+        lo += node_val(p).numel()
     world = 2
     avg = c.key[2] == "avg"
 
@@ -216,8 +197,8 @@ def _as_exchange(graph: fx.Graph, c: _Coll, copy: str, offset: int) -> fx.Node:
         wait = call(c10d.wait_tensor.default, (start,), start.meta["val"])
 
     def summed(mine, peer):
-        total = call(aten.add.Tensor, (mine, peer), _val(mine) + _val(peer))
-        return call(aten.div.Tensor, (total, world), _val(total) / world) if avg else total
+        total = call(aten.add.Tensor, (mine, peer), node_val(mine) + node_val(peer))
+        return call(aten.div.Tensor, (total, world), node_val(total) / world) if avg else total
 
     for u in list(c.end.users):
         rng = (u.args[2], u.args[3]) if u.target is aten.slice.Tensor and \
@@ -227,14 +208,14 @@ def _as_exchange(graph: fx.Graph, c: _Coll, copy: str, offset: int) -> fx.Node:
         with graph.inserting_before(c.end):
             mine = own.get(rng)
             if mine is None:
-                mine = call(aten.slice.Tensor, (x, 0, *rng), _val(u))
-            peer = call(aten.slice.Tensor, (wait, 0, *rng), _val(u))
+                mine = call(aten.slice.Tensor, (x, 0, *rng), node_val(u))
+            peer = call(aten.slice.Tensor, (wait, 0, *rng), node_val(u))
             v = summed(mine, peer)
         u.replace_all_uses_with(v)
         graph.erase_node(u)
     if c.end.users:
         with graph.inserting_before(c.end):
-            peer = call(aten.view.default, (wait, list(xv.shape)), _val(c.end))
+            peer = call(aten.view.default, (wait, list(xv.shape)), node_val(c.end))
             v = summed(x, peer)
         c.end.replace_all_uses_with(v)
     graph.erase_node(c.end)
@@ -245,7 +226,7 @@ def _as_exchange(graph: fx.Graph, c: _Coll, copy: str, offset: int) -> fx.Node:
     return start
 
 
-def _windows(graph: fx.Graph, colls: list[_Coll], model: _cost.CostModel) -> dict:
+def _windows(graph: fx.Graph, colls: list[Coll], model: _cost.CostModel) -> dict:
     """Predicted compute µs between each collective's start and its wait, in graph order."""
     before, clock = {}, 0.0
     for n in graph.nodes:
@@ -254,15 +235,13 @@ def _windows(graph: fx.Graph, colls: list[_Coll], model: _cost.CostModel) -> dic
     return {id(c): before[c.end] - before[c.start] - model.compute_us(c.start) for c in colls}
 
 
-def _to_copies(graph: fx.Graph, colls: list[_Coll], kind: str, report: OverlapReport,
+def _to_copies(graph: fx.Graph, colls: list[Coll], kind: str, report: OverlapReport,
                model: _cost.CostModel) -> int:
     """Move the functional collectives to their group's copy of ``kind`` (``comm_groups``).
     The copy-engine group takes the sum and avg all-reduces (of at least one dimension)
     with compute enough to hide behind (``CE_SLACK`` times their NCCL time): of two ranks
     as exchanges (``_as_exchange``), of more as all-gathers (``_as_gather``), whose sum the
     compute does."""
-    from .comm_groups import COPY_ENGINE, copy_of
-
     moved, missing, exposed = 0, set(), 0
     exchanges, landing = [], 0
     window = _windows(graph, colls, model) if kind == COPY_ENGINE else {}
@@ -270,7 +249,7 @@ def _to_copies(graph: fx.Graph, colls: list[_Coll], kind: str, report: OverlapRe
         if c.kind == "commrt_all_reduce":
             continue
         if kind == COPY_ENGINE and (c.kind != "all_reduce" or c.key[2] not in ("sum", "avg")
-                                    or _val(c.start.args[0]).dim() == 0):
+                                    or node_val(c.start.args[0]).dim() == 0):
             continue
         if kind == COPY_ENGINE and window[id(c)] < CE_SLACK * model.comm_us(
                 c.kind, c.nbytes, c.key[3], c.group):
@@ -321,23 +300,16 @@ def overlap_and_bucket(gm: fx.GraphModule | fx.Graph, *, profile=None,
     order = list(graph.nodes)
     report.exposed_us_before, _ = _simulate(order, colls, model)
     if colls:
-        from .memory import peak_bytes
-
         peak = peak_bytes(order)
         budget = int(peak * MEMORY_HEADROOM) if memory_budget is None else memory_budget
         report.memory_budget_bytes = budget
-        from .bucketing import bucket, place
-        from .hoist import hoist_producers
-
-        report.hoisted, kept = hoist_producers(graph, colls, budget)
+        report.hoisted, kept = hoist.hoist_producers(graph, colls, budget)
         if kept:
             report.skipped.append(f"{kept} collectives' inputs left where the graph makes "
                                   "them: computing them sooner would exceed the memory budget")
         left = max(0, peak + budget - peak_bytes(list(graph.nodes)))
         colls, report.buckets = bucket(graph, colls, model, bucket_cap)
         order, report.moved, report.peak_in_flight_bytes = place(graph, colls, left)
-        from .stalls import defer_stalls, relink
-
         deferred, report.deferred = defer_stalls(graph, colls, model)
         if report.deferred and peak_bytes(deferred) > peak_bytes(order) + budget:
             report.skipped.append(f"{report.deferred} stalled waits left in place: running "
@@ -348,14 +320,10 @@ def overlap_and_bucket(gm: fx.GraphModule | fx.Graph, *, profile=None,
             order = deferred
         # simulated before pinning, which replaces the nodes that ``colls`` names
         report.exposed_us_after, report.comm_us = _simulate(order, colls, model)
-        from .comm_groups import variant
-
         kind = variant(comm_ctas, copy_engine)
         if kind:
             report.limited = _to_copies(graph, colls, kind, report, model)
         if for_inductor:
-            from .bucketing import pin_for_inductor
-
             report.pinned = pin_for_inductor(graph, colls)
         graph.lint()
         if isinstance(gm, fx.GraphModule):
