@@ -13,6 +13,12 @@ logits as accurate as dist.all_reduce's against a float32 copy of the model (sam
 weights) before anything is timed: a fused kernel rounds once where the unfused ops
 round twice, so over 32 random layers the bf16 paths drift apart by a few percent while
 each stays as close to float32 as the others.
+
+``--dtensor-batches``: the same 8B-shaped decoder written as plain ``nn.Module`` layers
+(Hugging Face names) and parallelised with ``parallelize_module`` (colwise q/k/v and
+gate/up, rowwise o and down), run unmodified: unpatched, under ``commrt.patch()``, and
+compiled without and with the pass ``commrt.patch()`` installs (its own weights: compared
+with its unpatched self, bitwise at world size 2).
 """
 
 from __future__ import annotations
@@ -110,6 +116,101 @@ class TPDecoder:
         return F.linear(h, self.lm_head)
 
 
+class _Attention(torch.nn.Module):
+    def __init__(self, h: int, heads: int, kv: int, dtype):
+        super().__init__()
+        lin = lambda i, o: torch.nn.Linear(i, o, bias=False, dtype=dtype)  # noqa: E731
+        self.q_proj, self.o_proj = lin(h, heads * HEAD_DIM), lin(heads * HEAD_DIM, h)
+        self.k_proj, self.v_proj = lin(h, kv * HEAD_DIM), lin(h, kv * HEAD_DIM)
+
+    def forward(self, x, cache):
+        b, s, _ = x.shape
+        q, k, v = (p(x).view(b, s, -1, HEAD_DIM).transpose(1, 2)
+                   for p in (self.q_proj, self.k_proj, self.v_proj))  # this rank's heads
+        cache[0][:, :, -1:].copy_(k)
+        cache[1][:, :, -1:].copy_(v)
+        kv, g = k.shape[1], q.shape[1] // k.shape[1]
+        o = F.scaled_dot_product_attention(q.reshape(b, kv, g * s, HEAD_DIM), cache[0],
+                                           cache[1]).reshape(b, -1, s, HEAD_DIM)
+        return self.o_proj(o.transpose(1, 2).reshape(b, s, -1))
+
+
+class _Layer(torch.nn.Module):
+    def __init__(self, shape: dict, dtype):
+        super().__init__()
+        h, inter = shape["hidden"], shape["inter"]
+        self.input_layernorm = torch.nn.RMSNorm(h, eps=1e-5, dtype=dtype)
+        self.self_attn = _Attention(h, shape["heads"], shape["kv_heads"], dtype)
+        self.post_attention_layernorm = torch.nn.RMSNorm(h, eps=1e-5, dtype=dtype)
+        self.gate_proj, self.up_proj, self.down_proj = (
+            torch.nn.Linear(i, o, bias=False, dtype=dtype)
+            for i, o in ((h, inter), (h, inter), (inter, h)))
+
+    def forward(self, x, cache):
+        x = x + self.self_attn(self.input_layernorm(x), cache)
+        m = self.post_attention_layernorm(x)
+        return x + self.down_proj(F.silu(self.gate_proj(m)) * self.up_proj(m))
+
+
+class DTensorDecoder(torch.nn.Module):
+    """The decoder as model code writes it; ``parallelize_module`` makes it TP."""
+
+    def __init__(self, shape: dict, dtype=torch.bfloat16):
+        super().__init__()
+        self.layers = torch.nn.ModuleList(_Layer(shape, dtype) for _ in range(shape["layers"]))
+        self.norm = torch.nn.RMSNorm(shape["hidden"], eps=1e-5, dtype=dtype)
+        self.lm_head = torch.nn.Linear(shape["hidden"], shape["vocab"], bias=False, dtype=dtype)
+
+    def forward(self, x, caches):
+        for layer, cache in zip(self.layers, caches, strict=True):
+            x = layer(x, cache)
+        return self.lm_head(self.norm(x))
+
+
+def dtensor_decoder(shape: dict, dev) -> DTensorDecoder:
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        RowwiseParallel,
+        parallelize_module,
+    )
+
+    torch.manual_seed(0)
+    with torch.device(dev):
+        model = DTensorDecoder(shape)
+    col, row = ColwiseParallel(), RowwiseParallel()
+    plan = {"lm_head": col}
+    for i in range(shape["layers"]):
+        plan.update({f"layers.{i}.self_attn.{p}_proj": col for p in "qkv"})
+        plan.update({f"layers.{i}.{p}_proj": col for p in ("gate", "up")})
+        plan.update({f"layers.{i}.self_attn.o_proj": row, f"layers.{i}.down_proj": row})
+    mesh = init_device_mesh(dev.type, (dist.get_world_size(),))
+    return parallelize_module(model, mesh, plan)
+
+
+DTENSOR_ROWS = ("dtensor", "dtensor patched", "dtensor compiled", "dtensor compiled + pass")
+
+
+def dtensor_rows(model: DTensorDecoder, x, caches) -> dict:
+    """ms per decode step and the patched rows' largest logit difference to unpatched."""
+    import contextlib
+
+    from commrt.patch import patched
+
+    ms, diff, ref = {}, {}, None
+    for name in DTENSOR_ROWS:
+        torch._dynamo.reset()
+        with patched() if name in DTENSOR_ROWS[1::2] else contextlib.nullcontext():
+            fwd = torch.compile(model, fullgraph=True, dynamic=False) \
+                if "compiled" in name else model
+            logits = fwd(x, caches).float()
+            ms[name] = graph_time(lambda: fwd(x, caches))  # noqa: B023
+        if ref is None or name == "dtensor compiled":
+            ref = logits
+        diff[name] = float((logits - ref).abs().max())
+    return {"ms": ms, "max_abs_diff_vs_unpatched": diff}
+
+
 def graph_time(fn, replays: int = 20) -> float:
     """Median ms of one ``fn`` call captured in a CUDA graph (the slower rank's)."""
     from commrt.timing import agree_median, time_graph
@@ -128,6 +229,10 @@ def main() -> None:
     p.add_argument("--compiled-batches", default="1,8",
                    help="decode batches that also run torch.compile(model) without and with "
                         "commrt.fx installed (compiling costs minutes)")
+    p.add_argument("--dtensor-batches", default="1,8",
+                   help="decode batches that also run the parallelize_module variant "
+                        "unpatched, patched and compiled without and with the pass "
+                        "('' for none)")
     p.add_argument("--out-dir", default="benchmarks/results")
     p.add_argument("--tag", default="", help="suffix for the result file names")
     args = p.parse_args()
@@ -139,6 +244,8 @@ def main() -> None:
     model = TPDecoder(shape, world, dev)
     ref_model = TPDecoder(shape, world, dev, dtype=torch.float32)
     ref_model.reduce = lambda t: dist.all_reduce(t)
+    dtensor_batches = [b for b in args.dtensor_batches.split(",") if b]
+    dt_model = dtensor_decoder(shape, dev) if dtensor_batches else None
     reducers = {"dist.all_reduce": (lambda t: dist.all_reduce(t), None),
                 "commrt.all_reduce": (lambda t: comm.all_reduce(t), None),
                 "commrt fused": (None, lambda a, r, w: comm.all_reduce_residual_rmsnorm(
@@ -192,7 +299,14 @@ def main() -> None:
                                     for k in ("dist.all_reduce", "commrt.all_reduce")},
                "commrt_algorithm": comm.dispatcher.decide(tokens * shape["hidden"] * 2,
                                                           torch.bfloat16, "sum", "graph").algorithm}
+        if phase == "decode" and str(batch) in dtensor_batches:
+            row["dtensor"] = dtensor_rows(dt_model, x, caches)
+            worst = max(row["dtensor"]["max_abs_diff_vs_unpatched"].values())
+            assert worst == 0 or world > 2, f"patched DTensor logits differ: {row['dtensor']}"
         rows.append(row)
+        if comm.rank == 0 and "dtensor" in row:
+            print(f"{phase:>7} batch {batch:>4}: " + ", ".join(
+                f"{k} {v:.3f} ms" for k, v in row["dtensor"]["ms"].items()), flush=True)
         if comm.rank == 0:
             print(f"{phase:>7} batch {batch:>4}: dist {ms['dist.all_reduce']:.3f} ms, commrt "
                   f"{ms['commrt.all_reduce']:.3f} ms ({row['commrt_algorithm']}), speedup "
@@ -244,6 +358,20 @@ def main() -> None:
                             f"{r['ms']['compiled + commrt.fx']:.3f} | "
                             f"{r['speedup_compiled_fx_over_compiled']:.3f} | "
                             f"{r['speedup_compiled_fx']:.3f} |\n")
+            dtensor = [r for r in rows if "dtensor" in r]
+            if dtensor:
+                f.write("\nThe `parallelize_module` (DTensor) decoder, unmodified: unpatched, "
+                        "under `commrt.patch()`, compiled, compiled under `commrt.patch()` "
+                        "(its pass); speedups over the unpatched row of the same mode:\n\n"
+                        "| batch | " + " | ".join(f"{k} ms" for k in DTENSOR_ROWS) +
+                        " | patched speedup | compiled + pass speedup | max logit diff |\n"
+                        "|---:|" + "---:|" * (len(DTENSOR_ROWS) + 3) + "\n")
+                for r in dtensor:
+                    d = r["dtensor"]["ms"]
+                    f.write(f"| {r['batch']} | " + " | ".join(f"{d[k]:.3f}" for k in DTENSOR_ROWS)
+                            + f" | {d['dtensor'] / d['dtensor patched']:.3f} | "
+                            f"{d['dtensor compiled'] / d['dtensor compiled + pass']:.3f} | "
+                            f"{max(r['dtensor']['max_abs_diff_vs_unpatched'].values()):.1e} |\n")
         print(f"wrote {path}", flush=True)
     dist.barrier()
     dist.destroy_process_group()

@@ -17,13 +17,15 @@ from . import ops as _ops  # noqa: F401  (registers torch.ops.commrt.*)
 from .communicator import Communicator
 from .dispatch.dispatcher import Decision
 from .errors import CommrtError, ConfigError, MismatchError, PeerTimeoutError, WorkspaceError
+from .patch import patch, patched, unpatch
 from .registry import get as _get
 from .stats import stats
 
 __version__ = "0.1.0"
 
 __all__ = ["Communicator", "Decision", "CommrtError", "ConfigError", "MismatchError",
-           "PeerTimeoutError", "WorkspaceError", "init", "all_reduce", "plan", "stats"]
+           "PeerTimeoutError", "WorkspaceError", "init", "all_reduce", "plan", "stats",
+           "patch", "patched", "unpatch"]
 
 _SUM = dist.ReduceOp.SUM
 _is_compiling = torch.compiler.is_compiling

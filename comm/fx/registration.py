@@ -10,17 +10,20 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
 
 import torch
 from torch._inductor.custom_graph_pass import CustomGraphPass
 
+from .adopt import adopt_all_reduces
 from .fuse_rmsnorm import fuse_allreduce_rmsnorm
 from .overlap import overlap_and_bucket
 from .scatter import partitioned_scatter
 
-# In the order they run: fusing first, so that the overlap pass sees the fused ops.
+# In the order they run: fusing first, so that the overlap pass sees the fused ops; adopting
+# last, so that only the all-reduces the overlap pass left exposed become commrt's op.
 PASSES = {"fuse_rmsnorm": fuse_allreduce_rmsnorm, "partitioned_scatter": partitioned_scatter,
-          "overlap": overlap_and_bucket}
+          "overlap": overlap_and_bucket, "adopt": adopt_all_reduces}
 last_reports: list = []  # the reports of the most recent graphs (newest last, at most 16)
 
 
@@ -65,22 +68,14 @@ class CommrtPass(CustomGraphPass):
 
         from .. import copy_engine_group
         from ..symm_mem import copy_engine
-        from . import (
-            bucketing,
-            comm_groups,
-            cost,
-            fuse_rmsnorm,
-            hoist,
-            memory,
-            overlap,
-            scatter,
-            stalls,
-        )
+        from . import adopt, comm_groups
 
         prev = self.previous.uuid() if isinstance(self.previous, CustomGraphPass) else None
-        code = get_hash_for_files(tuple(m.__file__ for m in (
-            fuse_rmsnorm, overlap, hoist, bucketing, memory, cost, scatter, stalls, comm_groups,
-            copy_engine_group, copy_engine)) + (__file__,))
+        here = os.path.dirname(os.path.abspath(__file__))
+        passes = sorted(os.path.join(here, f) for f in os.listdir(here) if f.endswith(".py"))
+        code = get_hash_for_files((*passes, copy_engine_group.__file__, copy_engine.__file__))
+        if "adopt" in self.passes:
+            code += adopt.state_key()
         blob = (f"commrt-fx/{','.join(self.passes)}/{prev!r}/{self.comm_ctas}/"
                 f"{self.copy_engine}/"
                 f"{self.bucket_cap}/{self.memory_budget}/"
@@ -91,7 +86,8 @@ class CommrtPass(CustomGraphPass):
 def install(fuse_rmsnorm: bool = True, overlap: bool = True,
             partitioned_scatter: bool | None = None, comm_ctas: int | None = None,
             comm_groups=None, bucket_cap: int | None = None,
-            copy_engine: bool | None = None, memory_budget: int | None = None) -> CommrtPass:
+            copy_engine: bool | None = None, memory_budget: int | None = None,
+            adopt: bool = True) -> CommrtPass:
     """Register commrt's passes as Inductor's post-grad custom pass; returns the pass.
 
     ``partitioned_scatter`` defaults to ``COMMRT_PARTITIONED_SCATTER`` (off).
@@ -110,6 +106,8 @@ def install(fuse_rmsnorm: bool = True, overlap: bool = True,
     all-gathers, whose outputs double the bytes in flight.
     ``bucket_cap``: the largest bucket in bytes (default ``overlap.BUCKET_CAP_BYTES``).
     ``memory_budget``: bytes the pass may add to a graph's peak (default: 5% of it).
+    ``adopt``: functional all-reduces left exposed that commrt's kernels would run become
+    ``commrt::all_reduce`` (``commrt.fx.adopt``; groups with a communicator only).
     """
     import torch._inductor.config as inductor_config
 
@@ -147,7 +145,7 @@ def install(fuse_rmsnorm: bool = True, overlap: bool = True,
             notes.append(f"copy engine off (auto): its group could not be made: {exc}")
             copy_engine = False
     wanted = {"fuse_rmsnorm": fuse_rmsnorm, "partitioned_scatter": partitioned_scatter,
-              "overlap": overlap}
+              "overlap": overlap, "adopt": adopt}
     passes = tuple(n for n in PASSES if wanted[n])
     current = inductor_config.post_grad_custom_post_pass
     if isinstance(current, CommrtPass):

@@ -1,0 +1,262 @@
+"""``commrt.patch()``: code that calls torch's all-reduces runs on commrt, unchanged.
+
+    commrt.patch()                  # every group; or patch(groups=[tp_group or mesh])
+    with commrt.patched(): ...      # the same, scoped
+    commrt.unpatch()                # torch's functions and kernels again, exactly
+
+While patched:
+
+- ``torch.distributed.all_reduce`` (Megatron-style code) is commrt's function;
+- ``_c10d_functional::all_reduce`` and ``all_reduce_`` (DTensor, the functional
+  collectives, the code Inductor generates for them) get CPU and CUDA kernels of commrt;
+- torch.compile graphs get the ``adopt`` pass (``commrt.fx.adopt``), which rewrites
+  functional all-reduces into ``commrt::all_reduce`` where commrt runs its own kernels.
+
+A call that commrt takes goes to its group's ``Communicator``: one of commrt's kernels,
+or the process group where the dispatcher says so (other ops and dtypes, gloo groups),
+counted in ``commrt.stats()`` either way. A call commrt does not take (a group left out
+of ``groups``, a tensor on another device than the group's, complex numbers, tensor
+subclasses, an op the functional kernel does not know) runs torch's own implementation;
+``plan()`` says which and why.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import threading
+from collections.abc import Iterable
+
+import torch
+import torch.distributed as dist
+import torch.distributed.distributed_c10d as c10d
+
+from commrt import pg
+from commrt.communicator import Communicator
+from commrt.dispatch.dispatcher import Decision
+
+# torch's all_reduce, or what stood in its place when ``patch()`` ran; the fallback.
+original_all_reduce = pg.all_reduce
+_MODULES = (dist, c10d)  # where ``all_reduce`` is replaced
+_FUNCTIONAL = ("all_reduce", "all_reduce_")
+_KEYS = ("CPU", "CUDA")  # the backends whose tensors DTensor reduces
+_OPS = {name.lower(): op for name, op in dist.ReduceOp.RedOpType.__members__.items()
+        if name != "PREMUL_SUM"}  # the functional ops' op strings ("sum", "avg", ...)
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+_LOCAL = threading.local()  # ``inside``: commrt is running a call (its own calls go to torch)
+
+
+@dataclasses.dataclass
+class _Patch:
+    groups: frozenset[str] | None  # names of the groups commrt takes (None: all)
+    saved: dict  # module -> the all_reduce it had
+    lib: torch.library.Library  # commrt's functional kernels; destroyed by unpatch()
+    fx_pass: object  # the Inductor pass patch() installed (None: compile=False)
+    fx_before: object  # Inductor's post-grad custom pass before it
+    options: dict
+
+
+_STATE: _Patch | None = None
+
+
+# ----- which calls commrt takes ---------------------------------------------------------
+def _group_names(groups: Iterable) -> frozenset[str]:
+    names: set[str] = set()
+    for g in groups:
+        if isinstance(g, str):
+            names.add(g)
+        elif hasattr(g, "get_all_groups"):  # DeviceMesh: every dimension's group
+            names.update(sub.group_name for sub in g.get_all_groups())
+        else:
+            names.add(g.group_name)
+    return frozenset(names)
+
+
+def _communicator(pg_: dist.ProcessGroup) -> Communicator | str:
+    from commrt import registry
+
+    comm = registry._BY_GROUP.get(pg_)
+    if comm is not None:
+        return comm
+    if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+        return (f"group {pg_.group_name} has no commrt communicator yet and none can be made "
+                "during CUDA-graph capture (run one eager all-reduce or commrt.init(group) "
+                "before capture)")
+    return registry.get(pg_)
+
+
+def _taker(tensor, op, group) -> Communicator | str:
+    """The communicator that takes this call, or why torch's own implementation runs."""
+    state = _STATE
+    if state is None:
+        return "commrt is not patched in (commrt.patch())"
+    if group is None:
+        group = c10d.GroupMember.WORLD
+        if group is None:
+            return "torch.distributed is not initialised"
+    if group is c10d.GroupMember.NON_GROUP_MEMBER:
+        return "this rank is not a member of the group"
+    if state.groups is not None and group.group_name not in state.groups:
+        return f"group {group.group_name} is not one commrt.patch(groups=...) names"
+    if type(tensor) not in _PLAIN:
+        return f"{type(tensor).__name__} is a tensor subclass"
+    if tensor.is_complex():
+        return f"dtype {tensor.dtype}: torch reduces complex numbers as pairs of reals"
+    comm = _communicator(group)
+    if isinstance(comm, str):
+        return comm
+    if tensor.device != comm.device and (comm.device.type == "cuda"
+                                         or tensor.device.type != comm.device.type):
+        return (f"tensor is on {tensor.device}, group {group.group_name}'s communicator "
+                f"reduces on {comm.device}")
+    if comm.config.algo != "auto" and op != dist.ReduceOp.SUM:
+        return f"COMMRT_ALGO={comm.config.algo} is forced and only sums run there"
+    return comm
+
+
+def plan(tensor: torch.Tensor, op=dist.ReduceOp.SUM, group=None) -> Decision:
+    """What a patched ``dist.all_reduce(tensor, op, group)`` runs, and why.
+
+    ``Decision("torch", why)`` where torch's own implementation runs untouched, else the
+    group's communicator's decision (one of commrt's kernels, or ``nccl``: the process
+    group through commrt).
+    """
+    taker = _taker(tensor, op, group)
+    if isinstance(taker, str):
+        return Decision("torch", f"not routed through commrt: {taker}")
+    return taker.plan(tensor, op)
+
+
+def _run(comm: Communicator, tensor: torch.Tensor, op, async_op: bool):
+    _LOCAL.inside = True
+    try:
+        return comm.all_reduce(tensor, op=op, async_op=async_op)
+    finally:
+        _LOCAL.inside = False
+
+
+# ----- torch.distributed.all_reduce -----------------------------------------------------
+def _traced(tensor, op, group, async_op):
+    """Under torch.compile: what Dynamo makes of torch's function (its rewrite to the
+    functional all-reduce is keyed by that function, which commrt's replaces)."""
+    import torch.distributed._functional_collectives as funcol
+
+    if async_op or op not in funcol.REDUCE_OP_TO_STR:  # Dynamo refuses these alike
+        return original_all_reduce(tensor, op=op, group=group, async_op=async_op)
+    funcol.all_reduce_inplace(tensor, funcol.REDUCE_OP_TO_STR[op], group)
+    return None
+
+
+def all_reduce(tensor, op=dist.ReduceOp.SUM, group=None, async_op=False):
+    """``torch.distributed.all_reduce`` while commrt is patched in (same semantics)."""
+    if torch.compiler.is_compiling():
+        return _traced(tensor, op, group, async_op)
+    if getattr(_LOCAL, "inside", False):
+        return original_all_reduce(tensor, op, group, async_op)
+    comm = _taker(tensor, op, group)
+    if isinstance(comm, str):
+        return original_all_reduce(tensor, op, group, async_op)
+    return _run(comm, tensor, op, async_op)
+
+
+# ----- _c10d_functional::all_reduce(_) kernels ------------------------------------------
+def _functional_kernel(original, inplace: bool):
+    """A kernel for ``all_reduce`` (``inplace``: ``all_reduce_``) that routes through
+    commrt, registering the process group's work for ``wait_tensor`` as torch's does."""
+    def kernel(keyset, input, reduce_op, group_name):
+        op = _OPS.get(reduce_op) if isinstance(reduce_op, str) else None
+        if op is not None and not getattr(_LOCAL, "inside", False) \
+                and not (inplace and not input.is_contiguous()):
+            group = group_name if isinstance(group_name, dist.ProcessGroup) \
+                else c10d._resolve_process_group(group_name)
+            comm = _taker(input, op, group)
+            if not isinstance(comm, str):
+                out = input if inplace else input.clone(memory_format=torch.contiguous_format)
+                work = _run(comm, out, op, True)
+                if isinstance(work, dist.Work):
+                    torch._C._distributed_c10d._register_work(out, work)
+                return out
+        return original.call_boxed(keyset, input, reduce_op, group_name)
+    return kernel
+
+
+def _register_kernels() -> torch.library.Library:
+    lib = torch.library.Library("_c10d_functional", "IMPL")
+    for name in _FUNCTIONAL:
+        op = getattr(torch.ops._c10d_functional, name).default
+        for key in _KEYS:
+            original = torch.library.get_kernel(op, key)  # before ours replaces it
+            lib.impl(name, _functional_kernel(original, name.endswith("_")), key,
+                     with_keyset=True)
+    return lib
+
+
+# ----- patch / unpatch ------------------------------------------------------------------
+def _install_fx():
+    """(the pass installed, the pass before it): the ``adopt`` pass alone, after any custom
+    pass already registered; nothing where ``commrt.fx.install()`` already chose passes."""
+    import torch._inductor.config as inductor_config
+
+    from commrt.fx.registration import CommrtPass, install
+
+    before = inductor_config.post_grad_custom_post_pass
+    if isinstance(before, CommrtPass):
+        return None, None
+    return install(fuse_rmsnorm=False, overlap=False, partitioned_scatter=False,
+                   comm_ctas=0, copy_engine=False, adopt=True), before
+
+
+def patch(groups: Iterable | None = None, compile: bool = True) -> None:
+    """Route torch's all-reduces through commrt (see the module docstring).
+
+    ``groups``: process groups, device meshes or group names commrt takes (default:
+    every group). ``compile``: also install the ``adopt`` pass for torch.compile.
+    Calling it again replaces the previous patch.
+    """
+    global _STATE, original_all_reduce
+    if _STATE is not None:
+        unpatch()
+    names = None if groups is None else _group_names(groups)
+    saved = {m: m.all_reduce for m in _MODULES}
+    original_all_reduce = saved[dist]
+    lib = _register_kernels()
+    fx_pass, fx_before = _install_fx() if compile else (None, None)
+    _STATE = _Patch(names, saved, lib, fx_pass, fx_before,
+                    {"groups": groups, "compile": compile})
+    for m in _MODULES:
+        m.all_reduce = all_reduce
+
+
+def unpatch() -> None:
+    """Restore torch's functions, kernels and Inductor pass exactly as ``patch()`` found
+    them (an Inductor pass registered since stays). No-op when not patched."""
+    global _STATE
+    state, _STATE = _STATE, None
+    if state is None:
+        return
+    for m, fn in state.saved.items():
+        m.all_reduce = fn
+    state.lib._destroy()
+    if state.fx_pass is not None:
+        import torch._inductor.config as inductor_config
+
+        if inductor_config.post_grad_custom_post_pass is state.fx_pass:
+            inductor_config.post_grad_custom_post_pass = state.fx_before
+
+
+def is_patched() -> bool:
+    """Whether ``patch()`` is in effect."""
+    return _STATE is not None
+
+
+@contextlib.contextmanager
+def patched(groups: Iterable | None = None, compile: bool = True):
+    """``with commrt.patched(): ...``: patched inside, as before after."""
+    before = dict(_STATE.options) if _STATE is not None else None
+    patch(groups, compile)
+    try:
+        yield
+    finally:
+        unpatch()
+        if before is not None:
+            patch(**before)
