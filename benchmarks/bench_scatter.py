@@ -1,10 +1,12 @@
-"""Contended accumulating scatters: eager, compiled, Inductor's partitioned scatter, commrt.
+"""Accumulating scatters: eager, compiled, Inductor's partitioned scatter, commrt.
 
     python benchmarks/bench_scatter.py [--out-dir benchmarks/results]
+    python benchmarks/bench_scatter.py --grid [--workers 8] [--force]
 
-The anchor's setup (ISSUE 7): three index_add into three buffers, values float32
-[1,000,000 x 100], int64 indices drawn uniformly from 0..k, output [501 x 100];
-median ms of ``triton.testing.do_bench``.
+Default: three index_add into three buffers, values float32 [1,000,000 x 100], int64
+indices drawn uniformly from 0..k, output [501 x 100]; median ms of
+``triton.testing.do_bench``. ``--grid``: every row width, output size, index distribution,
+dtype and op (``grid``).
 """
 
 from __future__ import annotations
@@ -14,7 +16,9 @@ import contextlib
 import datetime
 import json
 import os
+import queue
 import sys
+import time
 
 import torch
 import triton
@@ -32,7 +36,21 @@ def main() -> None:
     ap.add_argument("--d", type=int, default=100)
     ap.add_argument("--rows", type=int, default=501)
     ap.add_argument("--out-dir", default="benchmarks/results")
+    ap.add_argument("--grid", action="store_true", help="the grid (see grid)")
+    ap.add_argument("--workers", type=int, default=8, help="--grid: compiling processes")
+    ap.add_argument("--force", action="store_true",
+                    help="--grid: add a column with every scatter given to commrt's kernels")
+    ap.add_argument("--budget-s", type=float, default=230.0,
+                    help="--grid: groups not started by then are listed as not run")
     args = ap.parse_args()
+    if args.grid:
+        grid(args)
+    else:
+        seed(args)
+
+
+def seed(args) -> None:
+    """The three contended index_add of the default setup, over k."""
     import torch._inductor.config as ic
 
     import commrt.fx
@@ -86,6 +104,252 @@ def main() -> None:
         json.dump({"meta": meta, "results": rows, "commrt_pass": report}, f, indent=1)
     print(f"wrote {path}", flush=True)
 
+
+# The grid: value shapes (0 = 1-D values), output rows, index distributions, dtypes, ops.
+# About 4M value elements a cell (fewer indices for wide rows); outputs over 64M elements
+# (100 x 1M, 1024 x 1M, 4096 x 64K, 4096 x 1M) are left out: their copy alone is the cell.
+WIDTHS = (0, 1, 4, 16, 100, 1024, 4096)
+ROWS = (8, 1024, 65536, 1 << 20)
+DISTS = ("uniform", "skewed", "hot")
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+OPS = {"index_add": lambda o, i, v: o.index_add(0, i, v),
+       "index_put": lambda o, i, v: o.index_put((i,), v, accumulate=True)}
+VALUES, MAX_OUT = 1 << 22, 1 << 26
+COLUMNS = ("eager", "compiled", "inductor partitioned", "commrt")
+TOL = {"float32": 1e-4, "bfloat16": 2e-2}  # commrt's error: at most this or 1.5x compiled's
+
+
+def grid_groups() -> list[tuple]:
+    """(op, dtype, width, rows): one compile per column serves the three distributions."""
+    return [(op, dt, w, r) for op in OPS for dt in DTYPES for w in WIDTHS for r in ROWS
+            if r * max(1, w) <= MAX_OUT]
+
+
+def grid_indices(dist: str, rows: int, n: int, g) -> torch.Tensor:
+    """uniform; skewed: 90% into the first 1% of rows; hot: half into one row."""
+    idx = torch.randint(0, rows, (n,), device="cuda", generator=g)
+    if dist == "skewed":
+        few = torch.randint(0, max(1, rows // 100), (n,), device="cuda", generator=g)
+        idx = torch.where(torch.rand(n, device="cuda", generator=g) < 0.9, few, idx)
+    elif dist == "hot":
+        hot = torch.rand(n, device="cuda", generator=g) < 0.5
+        idx = torch.where(hot, torch.full_like(idx, rows // 3), idx)
+    return idx
+
+
+class _ForceCommrt:
+    """Inductor post-grad pass: every scatter to commrt's kernels (the --force column)."""
+
+    def __call__(self, graph):
+        from commrt.fx.scatter import partitioned_scatter
+
+        partitioned_scatter(graph, rule=lambda *a: ("commrt", "forced"))
+
+    def uuid(self):
+        return b"commrt-scatter-forced"
+
+
+def _column(name: str, fn):
+    """(compiled callable, context to compile it in) of one column."""
+    import torch._inductor.config as ic
+    from torch._inductor.custom_graph_pass import CustomGraphPass
+
+    import commrt.fx
+
+    if name == "eager":
+        return fn, contextlib.nullcontext()
+    patches = {"fx_graph_cache": False}
+    ctx = contextlib.nullcontext()
+    if name == "inductor partitioned":
+        patches["partitioned_scatter_enabled"] = True
+    elif name == "commrt":
+        ctx = commrt.fx.installed(fuse_rmsnorm=False, overlap=False, partitioned_scatter=True)
+    elif name == "commrt kernels":
+        force = type("ForceCommrt", (_ForceCommrt, CustomGraphPass), {})()
+        patches["post_grad_custom_post_pass"] = force
+    stack = contextlib.ExitStack()
+    stack.enter_context(ic.patch(patches))
+    stack.enter_context(ctx)
+    return torch.compile(fn, dynamic=False), stack
+
+
+def _rel_err(got: torch.Tensor, ref: torch.Tensor) -> float:
+    return float((got.double() - ref).norm() / ref.norm())
+
+
+def grid_group(group: tuple, columns: tuple, lock) -> list[dict]:
+    """The cells of one group: errors against float64 first, then median ms."""
+    import commrt.fx
+
+    op, dt, width, rows = group
+    fn, dtype, n = OPS[op], DTYPES[dt], VALUES // max(1, width)
+    g = torch.Generator(device="cuda").manual_seed(hash(group) % (1 << 31))
+    shape = (rows,) if width == 0 else (rows, width)
+    out = torch.randn(shape, device="cuda", generator=g).to(dtype)
+    vals = torch.randn((n, *shape[1:]), device="cuda", generator=g).to(dtype)
+    idxs = {d: grid_indices(d, rows, n, g) for d in DISTS}
+    with lock:  # all GPU work but the first (uniform) call of each column under the lock
+        refs = {d: fn(out.double(), idxs[d], vals.double()) for d in DISTS}
+    cells = [{"op": op, "dtype": dt, "width": width, "rows": rows, "n": n, "dist": d,
+              "ms": {}, "err": {}, "compile_s": {}} for d in DISTS]
+    for name in columns:
+        torch._dynamo.reset()
+        t0 = time.perf_counter()
+        f, ctx = _column(name, fn)
+        with ctx:
+            first = f(out, idxs["uniform"], vals)  # compiles, in parallel with other groups
+            with lock:
+                for cell, d in zip(cells, DISTS, strict=True):
+                    got = first if d == "uniform" else f(out, idxs[d], vals)
+                    cell["err"][name] = _rel_err(got, refs[d])
+            if name == "commrt":
+                rep = [r for k, r in commrt.fx.last_reports if k == "partitioned_scatter"]
+                for cell in cells:
+                    cell["commrt decision"] = rep[-1].decisions if rep else []
+        torch.cuda.synchronize()
+        for cell in cells:
+            cell["compile_s"][name] = time.perf_counter() - t0
+        with lock:
+            for cell, d in zip(cells, DISTS, strict=True):
+                cell["ms"][name] = triton.testing.do_bench(
+                    lambda f=f, i=idxs[d]: f(out, i, vals), warmup=5, rep=20,
+                    return_mode="median")
+    for cell in cells:
+        err = cell["err"]
+        cell["wrong"] = not (err["commrt"] <= max(TOL[dt], 1.5 * err["compiled"])
+                             and (dt != "float32" or max(err.values()) <= TOL[dt]))
+    return cells
+
+
+def _grid_worker(rank: int, groups: list, columns: tuple, q, lock, deadline: float) -> None:
+    torch.cuda.set_device(0)
+    for group in groups:
+        if time.time() > deadline:
+            q.put({"group": group, "not run": "time budget"})
+            continue
+        try:
+            q.put({"group": group, "cells": grid_group(group, columns, lock)})
+            torch.cuda.empty_cache()
+        except Exception as exc:  # noqa: BLE001 (recorded in the results, the grid goes on)
+            q.put({"group": group, "error": repr(exc)[:500]})
+    q.put(None)
+
+
+def grid(args) -> None:
+    """Every group on ``args.workers`` processes that compile in parallel and time one at
+    a time (a lock around the GPU timing); results written after each group."""
+    import torch.multiprocessing as mp
+
+    os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
+    columns = COLUMNS + (("commrt kernels",) if args.force else ())
+    groups = grid_groups()
+    start = time.time()
+    ctx = mp.get_context("spawn")
+    q, lock = ctx.Queue(), ctx.Lock()
+    procs = [ctx.Process(target=_grid_worker, args=(r, groups[r::args.workers], columns, q,
+                                                    lock, start + args.budget_s))
+             for r in range(args.workers)]
+    for p in procs:
+        p.start()
+    done, results, meta = 0, [], grid_meta(args, columns, start)
+    while done < len(procs):
+        try:
+            item = q.get(timeout=5)
+        except queue.Empty:
+            if any(p.is_alive() for p in procs):
+                continue
+            break  # a worker died without saying so: its groups stay missing
+        if item is None:
+            done += 1
+            continue
+        results.append(item)
+        print(f"[{time.time() - start:6.1f} s] {len(results)}/{len(groups)} "
+              + grid_line(item), flush=True)
+        write_grid(results, meta, args.out_dir, time.time() - start)
+    for p in procs:
+        p.join()
+    bad = [c for r in results for c in r.get("cells", []) if c["wrong"]]
+    missing = len(groups) - sum("cells" in r for r in results)
+    print(f"grid: {len(results)} groups in {time.time() - start:.0f} s, {len(bad)} cells "
+          f"wrong, {missing} groups not run", flush=True)
+    if bad or missing:
+        raise SystemExit(1)
+
+
+def grid_meta(args, columns: tuple, start: float) -> dict:
+    name = torch.cuda.get_device_name()
+    return {"device": name, "torch": torch.__version__, "triton": triton.__version__,
+            "date": datetime.date.today().isoformat(), "columns": list(columns),
+            "command": "python " + " ".join(sys.argv), "values_a_cell": VALUES,
+            "max_output_elements": MAX_OUT, "workers": args.workers, "start": start,
+            "file": f"scatter_grid_{name.replace(' ', '_')}"}
+
+
+def grid_line(item: dict) -> str:
+    op, dt, w, r = item["group"]
+    head = f"{op} {dt} width {w or '1-D'} rows {r}:"
+    if "cells" not in item:
+        return f"{head} {item.get('error') or item.get('not run')}"
+    return head + "  ".join(
+        f" {c['dist']} " + "/".join(f"{c['ms'][k]:.3f}" for k in c["ms"])
+        + f" ({ratio(c):.2f}{' WRONG' if c['wrong'] else ''})" for c in item["cells"])
+
+
+def ratio(cell: dict) -> float:
+    ms = cell["ms"]
+    return ms["commrt"] / min(ms["compiled"], ms["inductor partitioned"])
+
+
+def needs_win(cell: dict) -> bool:
+    """Both of Inductor's columns over 1.5x eager, or over 1.5x each other."""
+    e, a, b = (cell["ms"][k] for k in ("eager", "compiled", "inductor partitioned"))
+    return min(a, b) > 1.5 * e or max(a, b) > 1.5 * min(a, b)
+
+
+def write_grid(results: list, meta: dict, out_dir: str, elapsed: float) -> None:
+    os.makedirs(out_dir, exist_ok=True)
+    path = os.path.join(out_dir, meta["file"])
+    cells = sorted((c for r in results for c in r.get("cells", [])),
+                   key=lambda c: (c["op"], c["dtype"], c["width"], c["rows"], c["dist"]))
+    for c in cells:
+        c["commrt_over_best_compiled"] = ratio(c)
+        c["needs_1.3x"] = needs_win(c)
+    with open(path + ".json", "w") as f:
+        json.dump({"meta": {**meta, "elapsed_s": elapsed}, "cells": cells,
+                   "not_run": [r for r in results if "cells" not in r]}, f, indent=1)
+    with open(path + ".md", "w") as f:
+        f.write(grid_markdown(cells, meta, elapsed, results))
+
+
+def grid_markdown(cells: list, meta: dict, elapsed: float, results: list) -> str:
+    cols = meta["columns"]
+    over = [c for c in cells if c["commrt_over_best_compiled"] > 1.05]
+    need = [c for c in cells if c["needs_1.3x"]]
+    won = [c for c in need if c["commrt_over_best_compiled"] <= 1 / 1.3]
+    lines = [
+        f"# Scatter grid: {meta['device']}", "",
+        f"torch {meta['torch']}, Triton {meta['triton']}, {meta['date']}, "
+        f"`{meta['command']}`, {elapsed:.0f} s. Median ms (`triton.testing.do_bench`). "
+        f"{VALUES} value elements a cell; outputs over {MAX_OUT} elements left out. "
+        "Where the commrt path is `inductor`, commrt = Inductor's choice (the compiled "
+        "column's graph); `inductor_partitioned`: the graph of Inductor's partitioned "
+        "scatter. err: relative error against float64 (Frobenius).", "",
+        f"Cells: {len(cells)}; commrt over 1.05x the faster compiled column: {len(over)}; "
+        f"cells where Inductor's columns are slow (need 1.3x): {len(need)}, commrt 1.3x "
+        f"faster in {len(won)}; wrong: {sum(c['wrong'] for c in cells)}; groups not run: "
+        f"{sum('cells' not in r for r in results)}.", "",
+        "| op | dtype | width | rows | dist | " + " | ".join(cols)
+        + " | commrt / best compiled | needs 1.3x | commrt path | err compiled | err commrt |",
+        "|" + "---|" * 5 + "---:|" * (len(cols) + 1) + "---|---|---:|---:|"]
+    for c in cells:
+        path = ",".join(sorted({d.split(": ")[1].split(" ")[0]
+                                for d in c.get("commrt decision", [])})) or "none"
+        lines.append(
+            f"| {c['op']} | {c['dtype']} | {c['width'] or '1-D'} | {c['rows']} | {c['dist']} | "
+            + " | ".join(f"{c['ms'][k]:.4f}" for k in cols)
+            + f" | {c['commrt_over_best_compiled']:.2f} | {'yes' if c['needs_1.3x'] else ''}"
+            f" | {path} | {c['err']['compiled']:.1e} | {c['err']['commrt']:.1e} |")
+    return "\n".join(lines) + "\n"
 
 if __name__ == "__main__":
     main()

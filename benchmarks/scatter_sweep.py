@@ -24,8 +24,8 @@ import torch
 import triton
 import triton.language as tl
 
-from commrt.fx import scatter as sc
 from commrt.fx import scatter_kernels as sk
+from commrt.fx import scatter_rule as sc
 
 KS = (0, 3, 15, 31, 63, 127, 500)
 PS = (1, 4, 16, 32, 64, 128)

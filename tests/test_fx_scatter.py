@@ -12,6 +12,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 import commrt.fx
 from commrt import config
 from commrt.fx.scatter import partitioned_scatter, partitions_for
+from commrt.fx.scatter_rule import decide
 
 ROWS, N, D = 50, 4000, 8
 
@@ -32,23 +33,72 @@ def data(k: int, dtype=torch.float32, idx_dtype=torch.int64, seed=0):
     return out, idx, v
 
 
+def forced(choice):
+    return lambda *a: (choice, "forced")
+
+
 @pytest.mark.parametrize("fn", [index_put, index_add])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("idx_dtype", [torch.int64, torch.int32])
 @pytest.mark.parametrize("k", [0, 3, ROWS - 1])  # every index collides ... spread out
-def test_rewrite_fires_and_keeps_the_sums(fn, dtype, idx_dtype, k):
+@pytest.mark.parametrize("choice", ["commrt", "inductor_partitioned"])
+def test_rewrite_fires_and_keeps_the_sums(fn, dtype, idx_dtype, k, choice):
     args = data(k, dtype, idx_dtype)
+    if fn is index_put:  # negative indices count from the end (index_add takes none)
+        args[1][::7] -= ROWS
     gm = make_fx(fn, tracing_mode="fake")(*args)
-    rep = partitioned_scatter(gm)
-    assert rep.rewritten == 1, rep.skipped
+    rep = partitioned_scatter(gm, rule=forced(choice))
+    assert (rep.rewritten, rep.inductor_partitioned) == \
+        ((1, 0) if choice == "commrt" else (0, 1)), rep
     got, plain = gm(*args), fn(*args)
     out, idx, v = args
-    exact = out.double().index_put([idx.long()], v.double(), accumulate=True)
+    exact = out.double().index_put([idx.long() % ROWS], v.double(), accumulate=True)
 
     def err(t):
         return float((t.double() - exact).norm() / exact.norm())
-    # fp32 partitions: at least as close to the float64 sum as the plain scatter
-    assert err(got) <= max(err(plain), 1e-6 if dtype == torch.float32 else 1e-2)
+    # commrt: fp32 partitions, at least as close to the float64 sum as the plain scatter
+    tol = 1e-6 if dtype == torch.float32 else 1e-2
+    assert got.dtype == dtype and err(got) <= max(err(plain), tol) * (
+        1 if choice == "commrt" else 2)
+
+
+REGIMES = [  # (rows, row width, indices, dtype, index_put, choice)
+    (501, 100, 1_000_000, torch.float32, False, "commrt"),  # the seed: wide, contended
+    (8, 100, 40_000, torch.float32, True, "commrt"),  # wide, 5,000 a row
+    (1024, 100, 40_000, torch.float32, True, "inductor"),  # wide, 40 a row
+    (8, 4096, 1024, torch.float32, True, "inductor"),  # too few indices
+    (1024, 100, 40_000, torch.bfloat16, False, "commrt"),  # bf16, fp32 sums
+    (8, 16, 262_144, torch.bfloat16, True, "commrt"),  # narrow bf16, very contended
+    (1024, 16, 262_144, torch.bfloat16, True, "inductor_partitioned"),
+    (1024, 16, 262_144, torch.bfloat16, False, "inductor"),  # Inductor keeps aten index_add
+    (1000, 1, 4_000_000, torch.float32, True, "inductor_partitioned"),  # 1-D, 4,000 a row
+    (1 << 20, 1, 4_000_000, torch.float32, True, "inductor"),  # 1-D, 4 a row
+    (65536, 4, 1 << 20, torch.float32, True, "inductor"),  # narrow, 16 a row
+    (8, 100, 40_000, torch.int64, True, "inductor_partitioned"),  # integers: Inductor's
+]
+
+
+@pytest.mark.parametrize("rows,width,n,dtype,index_put,choice", REGIMES)
+def test_rule_per_regime(rows, width, n, dtype, index_put, choice):
+    assert decide(rows, width, n, dtype, index_put)[0] == choice
+
+
+@pytest.mark.parametrize("rows,width,n,dtype,choice", [
+    (8, 100, 40_000, torch.float32, "commrt"),
+    (1000, 0, 400_000, torch.float32, "inductor_partitioned"),
+    (1 << 20, 0, 4_000_000, torch.float32, "inductor"),
+    (8, 16, 262_144, torch.bfloat16, "commrt"),
+])
+def test_the_pass_follows_the_rule_on_traced_graphs(rows, width, n, dtype, choice):
+    shape = (rows,) if width == 0 else (rows, width)
+    with torch._subclasses.FakeTensorMode():  # shapes only: no memory
+        args = (torch.empty(shape, dtype=dtype), torch.empty(n, dtype=torch.int64),
+                torch.empty((n, *shape[1:]), dtype=dtype))
+        gm = make_fx(index_put, tracing_mode="fake")(*args)
+    rep = partitioned_scatter(gm)
+    assert rep.scatters == 1 and rep.decisions[0].split(": ")[1].startswith(choice), rep
+    ops = {n.target for n in gm.graph.nodes}
+    assert (torch.ops.commrt.partitioned_index_put.default in ops) == (choice == "commrt")
 
 
 def test_integer_values_are_bitwise():
@@ -56,7 +106,7 @@ def test_integer_values_are_bitwise():
     idx = torch.zeros(N, dtype=torch.int64)
     v = torch.randint(-5, 5, (N, D))
     gm = make_fx(index_put, tracing_mode="fake")(out, idx, v)
-    assert partitioned_scatter(gm).rewritten == 1
+    assert partitioned_scatter(gm, rule=forced("commrt")).rewritten == 1
     assert torch.equal(gm(out, idx, v), index_put(out, idx, v))
 
 
@@ -83,7 +133,7 @@ def test_dynamic_shapes_and_the_memory_cap_skip():
     rep = partitioned_scatter(gm)
     assert rep.rewritten == 0 and any("dynamic" in s for s in rep.skipped)
     gm = make_fx(index_put, tracing_mode="fake")(*args)
-    rep = partitioned_scatter(gm, memory_fraction=1e-12)
+    rep = partitioned_scatter(gm, memory_fraction=1e-12, rule=forced("commrt"))
     assert rep.rewritten == 0 and any("memory cap" in s for s in rep.skipped)
 
 
@@ -95,14 +145,16 @@ def test_partition_count_is_a_capped_power_of_two():
 
 
 def test_off_by_default_and_switched_by_the_config(monkeypatch):
-    assert commrt.fx.install().passes == ("fuse_rmsnorm", "overlap")
+    assert "partitioned_scatter" not in commrt.fx.install().passes
     monkeypatch.setenv("COMMRT_PARTITIONED_SCATTER", "1")
     config.reload()
     try:
-        assert commrt.fx.install().passes == ("fuse_rmsnorm", "partitioned_scatter", "overlap")
+        assert "partitioned_scatter" in commrt.fx.install().passes
         import torch._inductor.config as ic
 
-        args = data(0)
+        g = torch.Generator().manual_seed(0)  # a shape the rule gives to commrt
+        args = (torch.randn(8, 100, generator=g), torch.randint(0, 8, (40_000,), generator=g),
+                torch.randn(40_000, 100, generator=g))
         commrt.fx.last_reports.clear()
         torch._dynamo.reset()
         with ic.patch(fx_graph_cache=False):

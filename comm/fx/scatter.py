@@ -1,49 +1,50 @@
-"""FX pass: contended accumulating scatters spread over partitions, chosen at run time.
+"""FX pass: accumulating scatters to commrt's kernels, Inductor's partitions, or Inductor.
 
 Before::
 
     out = index_put(self, [idx], values, accumulate=True)     # index_add(self, 0, idx, v)
 
-After::
+After, where ``scatter_rule.decide`` answers ``commrt`` (wide or half-precision rows that
+contend)::
 
     out = commrt.partitioned_index_put(self, idx, values, partitions)
 
-``partitioned_index_put`` spreads colliding writes over ``p`` fp32 copies of the
-output and sums the copies, so colliding indices stop serialising on one address.
-``p`` is chosen on the GPU from the indices themselves, with no host sync: the distinct
-rows of a strided sample of the indices are counted, and ``p`` is the power of two
-(``MIN_COPIES`` to ``partitions``) that keeps the expected atomic adds per address under
-``PER_ADDRESS``: all-colliding indices get every partition, spread ones few. On CUDA
-(floating values) it runs the Triton kernels of ``scatter_kernels``, which also sum the
-rows of a block that share an index before adding them (fewer atomics where indices
-collide); elsewhere, and for integer values, the partitions in torch ops.
-The pass picks ``partitions`` from the shapes (a power of two, at most
-``MAX_PARTITIONS``, at most the values per output row) and skips a scatter whose
-copies would exceed a fraction of device memory.
+where it answers ``inductor_partitioned`` (narrow rows, many values a row), the graph of
+Inductor's partitioned scatter (``p`` copies along dim 0, ``index_put`` at
+``idx + (arange(n) & (p - 1)) * rows``, summed, added to ``self``); elsewhere the node stays.
+
+``partitioned_index_put`` spreads colliding writes over at most ``partitions`` fp32 copies
+of the output and sums them. How many copies is chosen on the GPU from the indices, with
+no host sync: a strided sample's distinct rows estimate the atomic adds an address takes;
+one copy (plain atomics) while that stays under ``PER_ADDRESS``, else the power of two
+(``MIN_COPIES`` to ``partitions``) that brings it under. On CUDA (floating values) the
+Triton kernels of ``scatter_kernels`` also sum the rows of a program that share an index
+before adding them; elsewhere, and for integer values, the copies are torch ops.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-import math
 
 import torch
 import torch.fx as fx
 
+from .scatter_rule import (
+    COMMRT,
+    INDUCTOR,
+    INDUCTOR_PARTITIONED,
+    MEMORY_FRACTION,
+    MIN_COPIES,
+    PER_ADDRESS,
+    SAMPLE,
+    decide,
+    inductor_partitions,
+    partitions_for,
+)
+
 aten = torch.ops.aten
-MAX_PARTITIONS = 128  # as Inductor's pass allows for outputs under 1M elements
-SAMPLE = 128  # indices sampled (strided) to estimate contention
-# The rule's constants, read from the kernel sweeps (benchmarks/results/scatter.md,
-# benchmarks/scatter_sweep.py): atomic adds one address may take before another copy
-# pays, the fewest copies, rows a scatter program takes, and the most distinct indices
-# among them for which it sums rows before adding (combining was faster wherever indices
-# collide, and as fast as adding every row on H100 but 10% slower on H200 where
-# nearly all 16 are distinct).
-PER_ADDRESS = 512
-MIN_COPIES = 16
-BLOCK_ROWS = 16
-LEADERS = 14
-MEMORY_FRACTION = 0.05
+__all__ = ["ScatterReport", "partitioned_scatter", "partitions_for"]
 
 lib = torch.library.Library("commrt", "FRAGMENT")
 lib.define("partitioned_index_put(Tensor self, Tensor index, Tensor values, int partitions) "
@@ -73,6 +74,7 @@ def _partitioned_index_put_torch(self: torch.Tensor, index: torch.Tensor,
     need = (n + distinct * PER_ADDRESS - 1) // (distinct * PER_ADDRESS)
     p = (2 ** torch.ceil(torch.log2(need.clamp_min(1).double()))).long()
     p = p.clamp(min(MIN_COPIES, partitions), partitions)
+    p = torch.where(need <= 1, torch.ones_like(p), p)  # one copy: plain atomics
     part = torch.arange(n, device=index.device) % p
     acc_dtype = (torch.float32 if values.is_floating_point() and values.itemsize < 4
                  else values.dtype)
@@ -95,24 +97,16 @@ torch.library.register_fake("commrt::partitioned_index_put", _partitioned_index_
 @dataclasses.dataclass
 class ScatterReport:
     scatters: int = 0
-    rewritten: int = 0
-    skipped: list[str] = dataclasses.field(default_factory=list)
+    rewritten: int = 0  # to commrt::partitioned_index_put
+    inductor_partitioned: int = 0  # to the graph of Inductor's partitioned scatter
+    decisions: list[str] = dataclasses.field(default_factory=list)  # "node: choice (why)"
+    skipped: list[str] = dataclasses.field(default_factory=list)  # left as they are
 
 
 def _device_memory(t: torch.Tensor) -> int:
     if t.device.type == "cuda":
         return torch.cuda.get_device_properties(t.device).total_memory
     return 16 << 30  # a stated nominal for CPU graphs
-
-
-def partitions_for(rows: int, n: int, row_bytes: int, memory: int,
-                   fraction: float = MEMORY_FRACTION) -> int:
-    """Power of two, <= MAX_PARTITIONS and <= values per row, copies within the cap."""
-    p = 1 << max(0, int(math.log2(max(1, n // max(1, rows)))))
-    p = min(p, MAX_PARTITIONS)
-    while p > 1 and p * rows * row_bytes > fraction * memory:
-        p //= 2
-    return p
 
 
 def _match(node: fx.Node):
@@ -133,8 +127,10 @@ def _match(node: fx.Node):
 
 
 def partitioned_scatter(gm: fx.GraphModule | fx.Graph, *,
-                        memory_fraction: float = MEMORY_FRACTION) -> ScatterReport:
-    """Rewrite accumulating scatters in place; see the module docstring."""
+                        memory_fraction: float = MEMORY_FRACTION,
+                        rule=decide) -> ScatterReport:
+    """Rewrite accumulating scatters in place; see the module docstring. ``rule`` has
+    ``scatter_rule.decide``'s signature."""
     graph = gm.graph if isinstance(gm, fx.GraphModule) else gm
     report = ScatterReport()
     for node in list(graph.nodes):
@@ -142,20 +138,23 @@ def partitioned_scatter(gm: fx.GraphModule | fx.Graph, *,
         if m is None:
             continue
         report.scatters += 1
-        if isinstance(m, str):
-            report.skipped.append(f"{node.name}: {m}")
-            continue
-        why = _rewrite(graph, node, *m, memory_fraction)
-        if why:
-            report.skipped.append(f"{node.name}: {why}")
-        else:
+        name = node.name
+        choice, why = (INDUCTOR, m) if isinstance(m, str) else \
+            _rewrite(graph, node, *m, memory_fraction, rule)
+        report.decisions.append(f"{name}: {choice} ({why})")
+        if choice == COMMRT:
             report.rewritten += 1
+        elif choice == INDUCTOR_PARTITIONED:
+            report.inductor_partitioned += 1
+        else:
+            report.skipped.append(f"{name}: {why}")
     if isinstance(gm, fx.GraphModule):
         gm.recompile()
     return report
 
 
-def _rewrite(graph, node, self_, index, values, fraction) -> str:
+def _static_shapes(self_, index, values) -> tuple | str:
+    """(self, index, values) fake tensors of a scatter the pass can rewrite, or a reason."""
     sv, iv, vv = (n.meta.get("val") for n in (self_, index, values))
     if sv is None or iv is None or vv is None:
         return "no shapes in node.meta"
@@ -163,18 +162,69 @@ def _rewrite(graph, node, self_, index, values, fraction) -> str:
         return "dynamic shape"
     if iv.dim() != 1 or iv.dtype not in (torch.int32, torch.int64):
         return "index is not a 1-D int32/int64 tensor"
-    if tuple(vv.shape) != (iv.shape[0], *sv.shape[1:]) or vv.dtype != sv.dtype:
+    if sv.dim() == 0 or tuple(vv.shape) != (iv.shape[0], *sv.shape[1:]) \
+            or vv.dtype != sv.dtype:
         return "values do not match self[index] (broadcast or dtype change)"
+    return sv, iv, vv
+
+
+def _rewrite(graph, node, self_, index, values, fraction, rule) -> tuple[str, str]:
+    shapes = _static_shapes(self_, index, values)
+    if isinstance(shapes, str):
+        return INDUCTOR, shapes
+    sv, iv, _ = shapes
     rows, n = sv.shape[0], iv.shape[0]
+    width = sv.numel() // max(1, rows)
+    memory = _device_memory(sv)
+    choice, why = rule(rows, width, n, sv.dtype, node.target == aten.index_put.default)
+    if choice == INDUCTOR_PARTITIONED:
+        p = inductor_partitions(sv.numel(), n, sv.element_size(), memory)
+        if p < 2:
+            return INDUCTOR, f"{why}; Inductor's partitions over its memory budget"
+        _inline(graph, node, _inductor_partitioned, (self_, index, values), p)
+        return choice, f"{why}; {p} partitions"
+    if choice != COMMRT:
+        return choice, why
     acc_bytes = 4 if sv.dtype in (torch.bfloat16, torch.float16) else sv.element_size()
-    row_bytes = acc_bytes * (sv.numel() // max(1, rows))
-    p = partitions_for(rows, n, row_bytes, _device_memory(sv), fraction)
+    p = partitions_for(rows, n, acc_bytes * width, memory, fraction)
     if p < 2:
-        return "too few values per row to contend, or copies over the memory cap"
+        return INDUCTOR, f"{why}; too few values a row, or copies over the memory cap"
     with graph.inserting_before(node):
         new = graph.call_function(torch.ops.commrt.partitioned_index_put.default,
                                   (self_, index, values, p))
     new.meta.update(node.meta)
     node.replace_all_uses_with(new)
     graph.erase_node(node)
-    return ""
+    return choice, f"{why}; at most {p} copies"
+
+
+def _inductor_partitioned(self, index, values, p: int):
+    """Inductor's partitioned scatter (``reduced_atomic_contention``) along dim 0."""
+    rows, n = self.shape[0], index.shape[0]
+    iota = torch.ops.prims.iota.default(n, start=0, step=1, dtype=index.dtype,
+                                        device=index.device, requires_grad=False)
+    part = torch.ops.aten.bitwise_and.Scalar(iota, p - 1)
+    buf = torch.zeros((p * rows, *self.shape[1:]), dtype=values.dtype, device=values.device)
+    index = torch.where(index < 0, index + rows, index)  # the offsets need it in range
+    buf = torch.ops.aten.index_put.default(buf, [index + part * rows], values, True)
+    summed = buf.view(p, rows, *self.shape[1:]).sum(0)
+    return self + summed
+
+
+def _inline(graph: fx.Graph, node: fx.Node, fn, inputs: tuple, *extra) -> None:
+    """Replace ``node`` by the aten graph of ``fn(*inputs, *extra)``, traced on the inputs'
+    fake values (each new node keeps its ``meta['val']``)."""
+    from torch._guards import detect_fake_mode
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    vals = [n.meta["val"] for n in inputs]
+    mode = detect_fake_mode(vals)
+    with mode if mode is not None else contextlib.nullcontext():
+        sub = make_fx(lambda *a: fn(*a, *extra), tracing_mode="real")(*vals)
+    env = dict(zip([n for n in sub.graph.nodes if n.op == "placeholder"], inputs,
+                   strict=True))
+    with graph.inserting_before(node):
+        out = graph.graph_copy(sub.graph, env)
+    out.meta.setdefault("val", node.meta.get("val"))
+    node.replace_all_uses_with(out)
+    graph.erase_node(node)

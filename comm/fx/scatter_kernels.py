@@ -3,10 +3,10 @@
 Three launches, no host sync:
 
 1. ``_prepare``: estimates contention from a strided sample of the indices (distinct
-   rows among ``SAMPLE``) and picks ``p``, the power of two (``MIN_COPIES`` to ``P``) that
-   brings the expected atomic adds per address (after combining, below) under
-   ``PER_ADDRESS``; stores it on the device and fills the copies used: copy 0 := ``self``
-   (fp32), copies 1..p-1 := 0.
+   rows among ``SAMPLE``) and picks ``p``: 1 (plain atomics) where the expected atomic adds
+   per address (after combining, below) stay under ``PER_ADDRESS``, else the power of two
+   (``MIN_COPIES`` to ``P``) that brings them under; stores it on the device and fills the
+   copies used: copy 0 := ``self`` (fp32), copies 1..p-1 := 0.
 2. ``_scatter``: a program takes ``R`` value rows. When at most ``LEADERS`` distinct
    indices occur among them it first sums the rows that share an index (a 0/1 matrix
    times the rows, on tensor cores, exact: fp32 values are split into three tf32 parts)
@@ -22,7 +22,7 @@ import triton.language as tl
 
 from commrt.symm_mem.launch import cdiv, next_pow2
 
-from .scatter import BLOCK_ROWS, LEADERS, MIN_COPIES, PER_ADDRESS, SAMPLE
+from .scatter_rule import BLOCK_ROWS, LEADERS, MIN_COPIES, PER_ADDRESS, SAMPLE
 
 
 @triton.jit
@@ -54,6 +54,8 @@ def _prepare(self_ptr, copies, idx, p_out, err, n, rows, D, P: tl.constexpr,
     p = MIN_COPIES
     while (p * PER_ADDRESS < adds) & (p < P):
         p *= 2
+    if adds <= PER_ADDRESS:  # one copy takes it: plain atomics
+        p = 1
     plane = rows * D
     for start in range(pid * BLOCK, p * plane, nprog * BLOCK):
         offs = start + tl.arange(0, BLOCK)

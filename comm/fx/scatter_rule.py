@@ -1,0 +1,95 @@
+"""Who runs an accumulating scatter: the constants and the compile-time rule.
+
+Shared by the pass (``scatter``) and the kernels (``scatter_kernels``), which import this
+module and never each other's. The rule reads static shapes only (output rows, row width,
+number of indices, value dtype) and answers one of:
+
+- ``commrt``: ``commrt::partitioned_index_put``, whose kernels choose on the GPU, with no
+  host sync, between partitioned atomics, combined rows and plain atomics;
+- ``inductor_partitioned``: the graph Inductor's own partitioned scatter builds
+  (``torch._inductor.fx_passes.reduced_atomic_contention``), with its partition count;
+- ``inductor``: the scatter left as it is, to Inductor's plain atomics.
+
+commrt's kernels pay a launch or three from Python and a sum over copies; they win where
+rows are wide enough that one program's rows fill a tile and enough values land on each
+output row to contend, and on half-precision rows, which they sum in fp32. Narrow rows go
+to Inductor: partitioned where every output row takes many values, plain elsewhere.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+# Run-time rule of the kernels (benchmarks/results/scatter.md): atomic adds one address may
+# take before another copy pays, the fewest copies once one is not enough, rows a scatter
+# program takes, and the most distinct indices among them for which it sums rows first.
+PER_ADDRESS = 512
+MIN_COPIES = 16
+BLOCK_ROWS = 16
+LEADERS = 14
+SAMPLE = 128  # indices sampled (strided) to estimate contention
+MAX_PARTITIONS = 128  # as Inductor's pass allows for outputs under 1M elements
+MEMORY_FRACTION = 0.05  # of device memory, for commrt's fp32 copies
+
+# Compile-time rule, read from benchmarks/results/scatter_grid_NVIDIA_H200.md (the --force
+# column: every scatter to commrt's kernels). fp32: the kernels won on rows of 100 with
+# thousands of values a row (and the seed benchmark's 2,000), lost on rows of 1024 with 512
+# a row and on narrow rows. bf16: won from 40 values a row on rows of 100 and 1024, and on
+# rows of 16 with 32K a row, lost on rows of 16 with 256 a row and with 1024 indices in all
+# (64 programs do not fill the GPU).
+WIDE_ROW = 64  # elements a row from which commrt's kernels take a row
+FP32_CONTENDED = 1024  # values per output row from which they take fp32 rows
+HALF_CONTENDED = 32  # ... fp16/bf16 rows of WIDE_ROW or more
+HALF_ROW, HALF_NARROW_CONTENDED = 16, 2048  # ... fp16/bf16 rows of 16 to WIDE_ROW
+MIN_INDICES = 4096  # fewer indices leave the GPU idle (16 rows a program)
+INDUCTOR_CONTENDED = 64  # values per output row from which Inductor's partitions pay
+INDUCTOR_MIN_INDICES = 4096  # Inductor's partitioned_scatter_min_index_size
+INDUCTOR_MEMORY = 0.10  # Inductor's partitioned_scatter_memory_budget
+
+COMMRT, INDUCTOR_PARTITIONED, INDUCTOR = "commrt", "inductor_partitioned", "inductor"
+HALF = (torch.float16, torch.bfloat16)
+
+
+def decide(rows: int, width: int, n: int, dtype: torch.dtype,
+           index_put: bool = True) -> tuple[str, str]:
+    """``(choice, reason)`` for ``n`` values of ``width`` elements into ``rows`` rows.
+
+    ``index_put``: the node is an ``index_put`` (Inductor's partitioned pass matches only
+    those; Inductor keeps a bf16 ``index_add`` as the aten kernel).
+    """
+    per_row = n / max(1, rows)
+    if dtype.is_floating_point and n >= MIN_INDICES:
+        if dtype in HALF and (width >= WIDE_ROW and per_row >= HALF_CONTENDED or
+                              width >= HALF_ROW and per_row >= HALF_NARROW_CONTENDED):
+            return COMMRT, f"{dtype} rows of {width} summed in fp32, {per_row:.0f} a row"
+        if dtype not in HALF and width >= WIDE_ROW and per_row >= FP32_CONTENDED:
+            return COMMRT, f"rows of {width} with {per_row:.0f} values a row"
+    if index_put and n >= INDUCTOR_MIN_INDICES and per_row >= INDUCTOR_CONTENDED:
+        return INDUCTOR_PARTITIONED, f"rows of {width} with {per_row:.0f} values a row"
+    return INDUCTOR, f"rows of {width} with {per_row:.0f} values a row"
+
+
+def inductor_partitions(numel: int, n: int, itemsize: int, memory: int) -> int:
+    """The partition count Inductor's pass picks (0: it would not partition)."""
+    if numel == 0 or n == 0:
+        return 0
+    cap = 4 if numel >= 100_000_000 else 8 if numel >= 10_000_000 else \
+        16 if numel >= 1_000_000 else MAX_PARTITIONS
+    base = max(2, int(math.sqrt(n / numel) * 16))
+    p = min(2 ** math.ceil(math.log2(base)), cap, MAX_PARTITIONS)
+    while p >= 2 and numel * itemsize * (p - 1) > INDUCTOR_MEMORY * memory:
+        p //= 2
+    return p if p >= 2 else 0
+
+
+def partitions_for(rows: int, n: int, row_bytes: int, memory: int,
+                   fraction: float = MEMORY_FRACTION) -> int:
+    """commrt's copies: a power of two, <= MAX_PARTITIONS and <= values per row, within
+    ``fraction`` of ``memory``."""
+    p = 1 << max(0, int(math.log2(max(1, n // max(1, rows)))))
+    p = min(p, MAX_PARTITIONS)
+    while p > 1 and p * rows * row_bytes > fraction * memory:
+        p //= 2
+    return p
