@@ -1,0 +1,201 @@
+"""The all-gather and reduce-scatter kernels under TRITON_INTERPRET=1: one CPU process per
+rank over shared memory (as in test_kernels_interpret), against float64 references.
+
+All-gather: every rank's output is the concatenation of the inputs in rank order, bit for
+bit (``ag_push`` sends a 16-bit -0.0 as +0.0). Reduce-scatter: rank ``r``'s output is bitwise the
+fp32 sum of the ranks' chunk ``r`` in rank order, rounded once (so whichever rank holds a
+chunk, it is the same), and close to the float64 sum.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import os
+import queue as queue_mod
+import time
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+from ranks_collectives_interpret import _rank_main, collective_input
+from ranks_interpret import DATA_BYTES, SLOT_BYTES
+
+# Never import triton here: the spawned ranks must import it with TRITON_INTERPRET set.
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None,
+                                reason="triton is not installed")
+
+DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+KERNELS = ("ag_push", "ag_bw", "rs_pull", "rs_push")
+_BITS = {2: torch.int16, 4: torch.int32}
+
+
+def run_ranks(world: int, cases, skip=()):
+    """Each rank's (outputs, error flag); every rank's workspace is a named shared-memory
+    block that each process maps itself."""
+    from multiprocessing import shared_memory
+
+    from commrt.symm_mem.workspace import Workspace
+
+    ctx = mp.get_context("spawn")
+    total = Workspace.total_bytes(world, DATA_BYTES, SLOT_BYTES)
+    blocks = [shared_memory.SharedMemory(create=True, size=total) for _ in range(world)]
+    barrier, queue = ctx.Barrier(world), ctx.Queue()
+    procs = [ctx.Process(target=_rank_main, args=(r, world, [b.name for b in blocks], cases,
+                                                  barrier, queue, set(skip)))
+             for r in range(world)]
+    old = os.environ.get("TRITON_INTERPRET")
+    os.environ["TRITON_INTERPRET"] = "1"  # inherited by the children at start
+    try:
+        for p in procs:
+            p.start()
+    finally:
+        if old is None:
+            del os.environ["TRITON_INTERPRET"]
+        else:
+            os.environ["TRITON_INTERPRET"] = old
+    got = {}
+    deadline = time.monotonic() + 600
+    try:
+        while len(got) < world:
+            try:
+                rank, outs, err = queue.get(timeout=2)
+            except queue_mod.Empty:
+                dead = [f"rank {r} exited with code {p.exitcode}" for r, p in enumerate(procs)
+                        if r not in got and p.exitcode not in (None, 0)]
+                if dead or time.monotonic() > deadline:
+                    raise AssertionError("; ".join(dead) or "ranks timed out") from None
+                continue
+            if isinstance(outs, str):
+                raise AssertionError(f"rank {rank} failed:\n{outs}")
+            got[rank] = (torch.load(io.BytesIO(outs)), err)
+    finally:
+        for p in procs:
+            p.join(timeout=30)
+            if p.is_alive():
+                p.kill()
+        for b in blocks:
+            b.close()
+            b.unlink()
+    return [got[r] for r in range(world)]
+
+
+def bits(t: torch.Tensor) -> torch.Tensor:
+    return t.view(_BITS[t.element_size()])
+
+
+def rank_order_sums(chunks: list[torch.Tensor]) -> list[torch.Tensor]:
+    """What every reduce-scatter and all-reduce kernel computes: the fp32 sum in rank order,
+    rounded once to the dtype. Two roundings are accepted for bf16: to nearest even (the
+    GPU, torch) and toward zero (Triton 3.9's interpreter casts fp32 to bf16 by dropping
+    the low bits)."""
+    acc = torch.zeros(chunks[0].shape, dtype=torch.float32)
+    for c in chunks:
+        acc += c.float()
+    sums = [acc.to(chunks[0].dtype)]
+    if chunks[0].dtype == torch.bfloat16:
+        sums.append((acc.view(torch.int32) >> 16).to(torch.int16).view(torch.bfloat16))
+    return sums
+
+
+def check(world: int, cases, results) -> None:
+    for call, (algo, dtype, n, mode) in enumerate(cases):
+        name = algo[0] if isinstance(algo, tuple) else algo
+        label = f"call {call}: {name} {dtype} n={n} {mode} world={world}"
+        xs = [collective_input(name, r, call, n, dtype, world) for r in range(world)]
+        outs = [results[r][0][call] for r in range(world)]
+        if name.startswith("ag_"):
+            want = torch.cat(xs)
+            if name == "ag_push" and dtype != torch.float32:  # 16-bit -0.0 comes as +0.0
+                want = torch.where(want == 0, torch.zeros_like(want), want)
+            for r in range(world):
+                assert torch.equal(bits(outs[r]), bits(want)), f"{label}: rank {r} differs"
+            continue
+        if name.startswith("rs_"):
+            ref = sum(x.double() for x in xs).view(world, n)
+            for r in range(world):
+                sums = rank_order_sums([x.view(world, n)[r] for x in xs])
+                assert any(torch.equal(bits(outs[r]), bits(s)) for s in sums), \
+                    f"{label}: rank {r} is not the fp32 rank-order sum of its chunk"
+            got = torch.stack(outs).double()
+        else:  # an all-reduce between the collectives
+            ref = sum(x.double() for x in xs)
+            assert all(torch.equal(outs[0], o) for o in outs), f"{label}: ranks differ"
+            got = outs[0].double()
+        tol = 1e-5 if dtype == torch.float32 else 2e-2
+        err = (got - ref).norm() / ref.norm().clamp_min(1e-30)
+        assert err < tol, f"{label}: relative error {err:.3g}"
+
+
+def _modes(algo: str) -> tuple[str, ...]:
+    return ("out", "inplace", "ws", "ws-in") if algo.startswith("ag_") else \
+        ("out", "inplace", "ws", "ws-inplace")
+
+
+@pytest.mark.parametrize("algo", KERNELS)
+def test_collectives_match_float64(algo):
+    # odd sizes, every dtype, every placement of input and output
+    modes = _modes(algo)
+    cases = [(algo, dt, n, modes[(i + j) % 4]) for i, dt in enumerate(DTYPES)
+             for j, n in enumerate((1, 7, 130, 1001))]
+    results = run_ranks(2, cases)
+    assert all(err == 0 for _, err in results)
+    check(2, cases, results)
+
+
+@pytest.mark.parametrize("world", [3, 4])
+def test_collectives_at_world_sizes_three_and_four(world):
+    cases = [(a, dt, n, _modes(a)[k]) for a in KERNELS
+             for dt, n, k in ((torch.bfloat16, 7, 1), (torch.float32, 130, 2))]
+    if world == 3:
+        # 3 * 5461 fp32 fill the data region but are two pieces of 5456 a rank: a
+        # comm.empty input or output of that size goes through a copy
+        cases += [("ag_bw", torch.float32, 5461, "ws"), ("rs_pull", torch.float32, 5461, "ws"),
+                  ("rs_pull", torch.float32, 5461, "ws-inplace")]
+    results = run_ranks(world, cases)
+    assert all(err == 0 for _, err in results)
+    check(world, cases, results)
+
+
+def test_collectives_at_world_size_eight():
+    cases = [("ag_push", torch.float16, 5, "inplace"), ("ag_bw", torch.bfloat16, 9, "ws"),
+             ("rs_pull", torch.float32, 3, "out"), ("rs_push", torch.bfloat16, 17, "inplace")]
+    results = run_ranks(8, cases)
+    assert all(err == 0 for _, err in results)
+    check(8, cases, results)
+
+
+def test_ag_push_rotation_shared_with_one_shot_push():
+    # Big, then small, then odd, with the all-reduce's Lamport calls in between: both
+    # rotate the same three receive buffers; stale data in an uncleared slot would show.
+    sizes = [4000, 5, 4000, 31, 2, 4000, 1, 700, 3000, 9]
+    cases = [("ag_push", DTYPES[i % 3], n, ("out", "inplace", "ws")[i % 3])
+             for i, n in enumerate(sizes)]
+    for at in (9, 6, 3, 1):
+        cases.insert(at, ("one_shot_push", DTYPES[at % 3], 4000 - at, at % 2 == 0))
+    results = run_ranks(2, cases)
+    assert all(err == 0 for _, err in results)
+    check(2, cases, results)
+
+
+def test_messages_larger_than_a_region_go_in_pieces():
+    # The data region holds 16384 fp32 and a receive slot 4096: 9000 fp32 a rank are two
+    # pieces (three for ag_push); rs_push also in rounds of 3 tiles. Mixed back to back.
+    cases = [("ag_bw", torch.float32, 9000, "out"), ("rs_pull", torch.float32, 9000, "inplace"),
+             ("ag_push", torch.float32, 9000, "inplace"), ("ag_bw", torch.float32, 9000, "ws-in"),
+             (("rs_push", {"round_tiles": 3}), torch.float32, 9000, "out"),
+             ("rs_pull", torch.bfloat16, 20000, "out")]
+    results = run_ranks(2, cases)
+    assert all(err == 0 for _, err in results)
+    check(2, cases, results)
+
+
+@pytest.mark.parametrize("algo", ["ag_push", "rs_push"])
+def test_spin_timeout_names_the_missing_peer(algo):
+    # Rank 1 skips the second call: rank 0 must give up and record peer 1, not hang. The
+    # Lamport poll and the block-wise barrier (ag_bw and rs_pull wait in the same barrier)
+    # each cost the interpreter's whole spin budget, so two kernels stand for all four.
+    cases = [(algo, torch.float32, 64, "out"), (algo, torch.float32, 64, "out")]
+    results = run_ranks(2, cases, skip=[(1, 1)])
+    assert results[0][1] == 2  # 1 + the stuck peer's rank
+    assert results[1][1] == 0
