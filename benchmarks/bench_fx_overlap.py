@@ -19,6 +19,13 @@ named as collectives) that overlaps compute kernels, over all collective time.
 ``--rows`` adds commrt.fx rows with any mix of the pass's options (and Inductor's
 peak-memory reordering off, or every matmul leaving SMs free), e.g.
 ``--rows 'ce,budget=4096,no_reorder;ctas=8,budget=4096'``.
+
+``--grid`` runs small graphs instead (``GRID_DP``, ``GRID_TP``): gradient synchronisation
+(16-256 gradients of 256 KiB-8 MiB, fp32 and bf16, no, light or heavy independent
+compute) and row-parallel MLPs of one and two micro-batches; columns compiled, Inductor's
+overlap, one bucket by hand, commrt.fx and the floor without collectives, each checked
+against the eager step before it is timed; ``fx_grid_<generation>_ws<N>.{json,md}`` is
+rewritten after every cell.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ import json
 import os
 import statistics
 import sys
+import time
 from unittest import mock
 
 import torch
@@ -240,6 +248,254 @@ def _row(spec: str) -> dict:
     return opts
 
 
+
+# --grid: (gradients, bytes each, dtype, compute) sampled so that every level of every
+# factor appears at least three times in 12 cells (all 54 would take ~20 minutes to compile);
+# at most 512 MiB of gradients a cell. Then tensor-parallel cells of 1 and 2 micro-batches.
+GRID_DP = [(16, 256 << 10, "fp32", "none"), (16, 1 << 20, "bf16", "light"),
+           (16, 8 << 20, "fp32", "heavy"), (16, 8 << 20, "bf16", "light"),
+           (64, 256 << 10, "bf16", "heavy"), (64, 1 << 20, "fp32", "none"),
+           (64, 1 << 20, "fp32", "light"), (64, 8 << 20, "bf16", "none"),
+           (64, 256 << 10, "fp32", "heavy"), (256, 256 << 10, "fp32", "light"),
+           (256, 1 << 20, "bf16", "heavy"), (256, 256 << 10, "bf16", "none")]
+GRID_TP = [1, 2]  # micro-batches a layer
+COMPUTE = {"none": 0.0, "light": 0.5, "heavy": 3.0}  # compute over the collectives' time
+GRID_COLUMNS = ("compiled", "Inductor overlap", "one bucket (by hand)", "commrt.fx", "floor")
+_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+_MM = 4096  # the independent compute: tanh(y @ w), y and w 4096 x 4096 bf16
+
+
+def grad_steps(n: int, k: int, world: int, lr: float = 1e-3) -> dict:
+    """A gradient synchronisation as a user writes it: ``k`` matmuls that need no gradient,
+    then each gradient all-reduced and applied; by hand, all of them in one all-reduce."""
+    group = dist.group.WORLD
+
+    def compute(x, wc):
+        for _ in range(k):
+            x = torch.tanh(x @ wc)
+        return x
+
+    def plain(ps, gs, x, wc):
+        y = compute(x, wc)
+        synced = [fc.all_reduce(g, "sum", group) / world for g in gs]
+        return [p - lr * g for p, g in zip(ps, synced, strict=True)], y
+
+    def by_hand(ps, gs, x, wc):
+        y = compute(x, wc)
+        flat = fc.all_reduce(torch.cat([g.reshape(-1) for g in gs]), "sum", group) / world
+        sizes = [g.numel() for g in gs]
+        return [p - lr * r.view_as(p) for p, r in zip(ps, flat.split(sizes), strict=True)], y
+
+    def floor(ps, gs, x, wc):
+        y = compute(x, wc)
+        return [p - lr * g for p, g in zip(ps, gs, strict=True)], y
+
+    return {"compiled": plain, "Inductor overlap": plain, "one bucket (by hand)": by_hand,
+            "commrt.fx": plain, "floor": floor}
+
+
+def tp_steps(micro: int, layers: int) -> dict:
+    """Row-parallel MLPs: per layer and micro-batch ``x + all_reduce(gelu(x @ w1) @ w2)``;
+    by hand, the micro-batches' partial sums of a layer in one all-reduce."""
+    group = dist.group.WORLD
+
+    def mlp(x, w1, w2):
+        return F.gelu(x @ w1) @ w2
+
+    def plain(xs, w1s, w2s, reduce=True):
+        xs = list(xs)
+        for w1, w2 in zip(w1s, w2s, strict=True):
+            for i in range(micro):
+                y = mlp(xs[i], w1, w2)
+                xs[i] = xs[i] + (fc.all_reduce(y, "sum", group) if reduce else y)
+        return xs
+
+    def by_hand(xs, w1s, w2s):
+        xs = list(xs)
+        for w1, w2 in zip(w1s, w2s, strict=True):
+            ys = fc.all_reduce(torch.cat([mlp(x, w1, w2) for x in xs]), "sum", group)
+            xs = [x + y for x, y in zip(xs, ys.chunk(micro), strict=True)]
+        return xs
+
+    steps = {"compiled": plain, "Inductor overlap": plain, "commrt.fx": plain,
+             "floor": functools.partial(plain, reduce=False)}
+    if micro > 1:
+        steps["one bucket (by hand)"] = by_hand
+    return steps
+
+
+def _grid_cells(args, model) -> list[dict]:
+    """Every cell's inputs' recipe, its compute and its collectives' time by the tables."""
+    mm_us = 2 * _MM ** 3 / model.flops * 1e6
+    cells = []
+    for n, size, dt, level in GRID_DP:
+        comm_us = n * model.comm_us("all_reduce", size, _DTYPES[dt], "0")
+        k = min(64, round(COMPUTE[level] * comm_us / mm_us))
+        if COMPUTE[level] and not k:
+            k = 1
+        cells.append({"kind": "dp", "gradients": n, "bytes": size, "dtype": dt,
+                      "compute": level, "matmuls": k, "comm_us_tables": comm_us,
+                      "compute_us_model": k * mm_us})
+    for micro in GRID_TP:
+        tokens = args.grid_tp_tokens // micro
+        comm_us = micro * args.grid_tp_layers * model.comm_us(
+            "all_reduce", tokens * args.grid_tp_hidden * 2, torch.bfloat16, "0")
+        flops = 4 * args.grid_tp_tokens * args.grid_tp_hidden * args.grid_tp_inter
+        cells.append({"kind": "tp", "micro_batches": micro, "layers": args.grid_tp_layers,
+                      "tokens": args.grid_tp_tokens, "dtype": "bf16", "comm_us_tables": comm_us,
+                      "compute_us_model": args.grid_tp_layers * flops / model.flops * 1e6})
+    for c in cells:  # room to hide every collective: compute at least twice their time
+        c["room"] = c["compute_us_model"] >= 2 * c["comm_us_tables"]
+    return cells
+
+
+def _grid_inputs(cell: dict, args, dev, rank: int, world: int):
+    """(steps, inputs): seeded by rank where ranks differ (gradients; TP weight shards)."""
+    g = torch.Generator(device=dev).manual_seed(1 + rank)
+
+    def rnd(*shape, dtype=torch.bfloat16, scale=1.0):
+        return (torch.randn(*shape, generator=g, device=dev) * scale).to(dtype)
+
+    if cell["kind"] == "dp":
+        dt, numel = _DTYPES[cell["dtype"]], cell["bytes"] // _DTYPES[cell["dtype"]].itemsize
+        ps = [torch.full((numel,), 0.5, device=dev, dtype=dt) for _ in range(cell["gradients"])]
+        gs = [rnd(numel, dtype=dt) for _ in range(cell["gradients"])]
+        x, wc = rnd(_MM, _MM), rnd(_MM, _MM, scale=_MM ** -0.5)
+        return grad_steps(cell["gradients"], cell["matmuls"], world), (ps, gs, x, wc)
+    micro, h, f = cell["micro_batches"], args.grid_tp_hidden, args.grid_tp_inter // world
+    xs = [torch.ones(args.grid_tp_tokens // micro, h, device=dev, dtype=torch.bfloat16)
+          for _ in range(micro)]
+    w1s = [rnd(h, f, scale=h ** -0.5) for _ in range(cell["layers"])]
+    w2s = [rnd(f, h, scale=(f * world) ** -0.5) for _ in range(cell["layers"])]
+    return tp_steps(micro, cell["layers"]), (xs, w1s, w2s)
+
+
+_TOLERANCE = {torch.float32: 1e-4, torch.bfloat16: 2e-2}  # relative to the largest value
+
+
+def _close(got, ref) -> float:
+    """Largest difference over the leaves, relative to the reference's largest value, over
+    the tolerance of the leaf's dtype (1 or less: close enough)."""
+    worst = 0.0
+    for a, b in zip(torch.utils._pytree.tree_leaves(got), torch.utils._pytree.tree_leaves(ref),
+                    strict=True):
+        scale = float(b.float().abs().max()) or 1.0
+        diff = float((a.float() - b.float()).abs().max()) / scale
+        worst = max(worst, diff / _TOLERANCE.get(b.dtype, 2e-2))
+    return worst
+
+
+def _grid_time(fn, iters: int) -> float:
+    """Median ms of ``fn`` after a barrier each time, the slower rank's."""
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    samples = []
+    for _ in range(iters):
+        dist.barrier()
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        samples.append(start.elapsed_time(end))
+    t = torch.tensor([statistics.median(samples)], device="cuda")
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return float(t.item())
+
+
+def _grid_cell(cell: dict, args, dev, rank: int, world: int) -> dict:
+    """Compile every column, check it against the eager step, time it."""
+    import torch._inductor.config as ic
+
+    import commrt.fx
+
+    steps, inputs = _grid_inputs(cell, args, dev, rank, world)
+    ref = steps["compiled"](*inputs)
+    out = {"ms": {}, "diff_over_tolerance": {}, "reports": []}
+    for name, fn in steps.items():
+        torch._dynamo.reset()
+        commrt.fx.last_reports.clear()
+        patches = {"fx_graph_cache": name != "commrt.fx"}  # a cache hit skips the report
+        if name == "Inductor overlap":
+            patches["aten_distributed_optimizations.enable_overlap_scheduling"] = True
+        passes = commrt.fx.installed() if name == "commrt.fx" else contextlib.nullcontext()
+        with ic.patch(patches), passes:
+            compiled = torch.compile(fn, fullgraph=True)
+            got = compiled(*inputs)
+            if name != "floor":
+                diff = out["diff_over_tolerance"][name] = _close(got, ref)
+                assert diff <= 1.0, (cell, name, "differs from the eager step", diff)
+            out["ms"][name] = _grid_time(lambda c=compiled: c(*inputs), args.grid_iters)
+        if name == "commrt.fx":
+            out["reports"] = [{k: r.__dict__.get(k) for k in (
+                "collectives_before", "collectives_after", "buckets", "plan", "plan_us",
+                "limited", "exposed_us_after", "comm_us")}
+                for n, r in commrt.fx.last_reports if n == "overlap"]
+    others = [v for k, v in out["ms"].items() if k not in ("commrt.fx", "floor")]
+    out["commrt_over_best_other"] = out["ms"]["commrt.fx"] / min(others)
+    out["commrt_over_floor"] = out["ms"]["commrt.fx"] / out["ms"]["floor"]
+    return out
+
+
+def _grid_md(m: dict, cells: list[dict]) -> str:
+    head = ["cell", "room", *GRID_COLUMNS, "commrt / best other", "commrt / floor", "plan"]
+    lines = [f"# FX grid: {m['device']} x {m['world_size']}, torch {m['torch']}, NCCL "
+             f"{m['nccl']}, {m['date']}, commit {m['commit']}", "", f"`{m['command']}`", "",
+             "Median ms a step; room: compute at least twice the collectives' time by the "
+             "tables.", "", "| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    for c in cells:
+        if "ms" not in c:
+            continue
+        name = (f"{c['gradients']} x {c['bytes'] >> 10} KiB {c['dtype']}, {c['compute']}"
+                if c["kind"] == "dp" else f"TP, {c['micro_batches']} micro-batches")
+        ms = [f"{c['ms'][k]:.3f}" if k in c["ms"] else "n/a" for k in GRID_COLUMNS]
+        plan = ",".join(r["plan"] or "-" for r in c["reports"])
+        lines.append(f"| {name} | {'yes' if c['room'] else 'no'} | " + " | ".join(ms) +
+                     f" | {c['commrt_over_best_other']:.3f} | {c['commrt_over_floor']:.3f} "
+                     f"| {plan} |")
+    return "\n".join(lines) + "\n"
+
+
+def _commit() -> str:
+    import subprocess
+
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, check=True, timeout=10).stdout.strip() or "unknown"
+    except Exception:
+        return "unknown"
+
+
+def run_grid(args, comm, dev) -> None:
+    """``--grid``: every cell, its result written after each (see ``GRID_DP``)."""
+    from commrt import bench
+    from commrt.fx.cost import CostModel
+
+    world, rank = dist.get_world_size(), comm.rank
+    cells = _grid_cells(args, CostModel(comm.profile))
+    if args.grid_cells:
+        cells = [cells[int(i)] for i in args.grid_cells.split(",")]
+    m = bench.meta(comm, f"torchrun --nproc-per-node {world} " + " ".join(sys.argv))
+    m["commit"] = _commit()
+    base = os.path.join(args.out_dir, f"fx_grid_{comm.profile.generation}_ws{world}")
+    os.makedirs(args.out_dir, exist_ok=True)
+    for i, cell in enumerate(cells):
+        t0 = time.perf_counter()
+        cell.update(_grid_cell(cell, args, dev, rank, world))
+        if rank == 0:
+            print(f"[{i + 1}/{len(cells)}] {time.perf_counter() - t0:5.1f} s  " +
+                  " ".join(f"{k} {v:.3f}" for k, v in cell["ms"].items()) +
+                  f"  commrt/best other {cell['commrt_over_best_other']:.3f}", flush=True)
+            with open(base + ".json", "w") as f:
+                json.dump({"meta": m, "cells": cells}, f, indent=1, default=str)
+            with open(base + ".md", "w") as f:
+                f.write(_grid_md(m, cells))
+        torch.cuda.empty_cache()
+    if rank == 0:
+        print(f"wrote {base}.json and .md", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--layers", type=int, default=16)
@@ -273,6 +529,15 @@ def main() -> None:
     ap.add_argument("--trace-dir", default="",
                     help="write rank 0's GPU trace of one step of each commrt.fx row here")
     ap.add_argument("--out-dir", default="benchmarks/results")
+    ap.add_argument("--grid", action="store_true",
+                    help="instead of the training step: the grid of gradient-synchronisation "
+                         "and tensor-parallel graphs (GRID_DP, GRID_TP), every column")
+    ap.add_argument("--grid-cells", default="", help="only these cells of the grid, e.g. 0,5")
+    ap.add_argument("--grid-iters", type=int, default=15)
+    ap.add_argument("--grid-tp-layers", type=int, default=4)
+    ap.add_argument("--grid-tp-tokens", type=int, default=4096)
+    ap.add_argument("--grid-tp-hidden", type=int, default=4096)
+    ap.add_argument("--grid-tp-inter", type=int, default=16384)
     args = ap.parse_args()
     import torch._inductor.config as ic
 
@@ -280,6 +545,11 @@ def main() -> None:
     from commrt import bench
 
     comm, dev = bench.init_torchrun()
+    if args.grid:
+        run_grid(args, comm, dev)
+        dist.barrier()
+        dist.destroy_process_group()
+        return
     world, local = dist.get_world_size(), dev.index
     tp = world if args.tp else 1
     # TP: a shard of the weights per rank, the same tokens; DP: the same weights, a batch each

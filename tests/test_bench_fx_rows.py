@@ -24,3 +24,26 @@ def test_a_row_spec_gives_its_options_in_bytes():
 def test_an_unknown_or_incomplete_entry_is_refused_by_name(spec):
     with pytest.raises(SystemExit, match="--rows: unknown entry"):
         bench._row(spec)
+
+
+def test_the_grid_covers_every_level_of_every_factor_at_least_twice():
+    import argparse
+
+    from commrt.dispatch.profile import DeviceProfile
+    from commrt.fx.cost import CostModel
+
+    for i, levels in enumerate(({16, 64, 256}, {256 << 10, 1 << 20, 8 << 20},
+                                {"fp32", "bf16"}, set(bench.COMPUTE))):
+        seen = [cell[i] for cell in bench.GRID_DP]
+        assert set(seen) == levels and all(seen.count(v) >= 2 for v in levels)
+    assert all(n * size <= 512 << 20 for n, size, _, _ in bench.GRID_DP)
+    prof = DeviceProfile("nvidia", "sm90-h200", "NVIDIA H200", 132, 141 << 30, 2, "nvlink",
+                         True, False, "nvml")
+    args = argparse.Namespace(grid_tp_layers=4, grid_tp_tokens=4096, grid_tp_hidden=4096,
+                              grid_tp_inter=16384)
+    cells = bench._grid_cells(args, CostModel(prof))
+    assert len(cells) == len(bench.GRID_DP) + len(bench.GRID_TP)
+    dp = [c for c in cells if c["kind"] == "dp"]
+    assert all((c["matmuls"] == 0) == (c["compute"] == "none") for c in dp)
+    assert all(c["room"] for c in dp if c["compute"] == "heavy")
+    assert not any(c["room"] for c in dp if c["compute"] != "heavy")

@@ -153,7 +153,7 @@ def test_thirty_thousand_node_graph_under_ten_seconds(groups):
 def test_install_runs_both_passes_in_order():
     p = commrt.fx.install()
     try:
-        assert p.passes == ("fuse_rmsnorm", "overlap")
+        assert p.passes[:2] == ("fuse_rmsnorm", "overlap")  # then any pass after it
     finally:
         commrt.fx.uninstall()
 

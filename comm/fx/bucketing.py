@@ -1,22 +1,46 @@
-"""The first two steps of ``overlap_and_bucket``: merge all-reduces into buckets (when the
-schedule they would get hides at least as much), then place every start right after
-its inputs and every wait right before its first use, within the memory budget."""
+"""Two steps of ``overlap_and_bucket``: merge collectives into buckets, then place every
+start right after its inputs and every wait right before its first use, within the
+memory budget.
+
+Bucketing weighs whole plans, not pairs: the fine-grained runs that hide best one by one,
+no buckets, one bucket of everything ready together, DDP's 25 MiB buckets and a few large
+buckets. Each is simulated as the step would run (``stalls.simulate_plan``: the host's
+launches, the compute stream slowed by running collectives, collectives one at a time on
+their stream at their measured table time) and the fastest within the memory budget wins.
+Per collective, launches and the tables' fixed latency make many small ones dearer than
+one large one (1 MiB: 17.5 µs; 64 MiB: 250 µs, ``tuning_tables/sm90-h200_ws2.json``)."""
 
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import itertools
+import operator
 
 import torch
 import torch.fx as fx
 
-from .cost import CostModel
+from .comm_groups import COPY_ENGINE, copy_of
+from .cost import CONTENTION, Bucket, CostModel
 from .graph_types import VIEWS, Coll
-from .memory import peak_bytes
-from .stalls import relink
+from .memory import live_bytes, peak_bytes
+from .stalls import plan_dependencies, relink, simulate_plan
 
 c10d = torch.ops._c10d_functional
 aten = torch.ops.aten
+DDP_BUCKET_BYTES = 25 << 20  # DistributedDataParallel's default bucket_cap_mb
+SPLITS = (2, 4, 8, 16)  # the "few large buckets" candidates: this many of equal bytes
+TIE = 0.002  # plans predicted within 0.2% of the best are ties: the fewest buckets wins
+
+
+@dataclasses.dataclass
+class Chosen:
+    """The collectives after bucketing, how many buckets merged, which candidate."""
+
+    colls: list[Coll]
+    merged: int
+    plan: str
+    predicted_us: dict[str, float]  # each candidate's predicted step µs (none: over budget)
 
 
 def _fake_mode(graph: fx.Graph):
@@ -48,12 +72,10 @@ def _span(c, pos) -> tuple[int, int]:
     return ready, min(users) if users else len(pos)
 
 
-def bucket(graph: fx.Graph, colls: list[Coll], model: CostModel,
-           cap: int) -> tuple[list[Coll], int]:
-    """Merge runs of same-key collectives whose merged schedule exposes no more time."""
-    order = list(graph.nodes)
-    pos = {n: i for i, n in enumerate(order)}
-    prefix = list(itertools.accumulate((model.compute_us(n) for n in order), initial=0.0))
+def _fine(colls: list[Coll], model: CostModel, spans: dict, prefix: list,
+          cap: int) -> list[list[Coll]]:
+    """Runs of same-key collectives whose merged exposure (each alone against the compute
+    between its input and its use) is no more than theirs apart."""
 
     def exposed(nbytes, key, ready, use):
         cost = model.comm_us(key[0], nbytes, key[3], key[1])
@@ -63,14 +85,8 @@ def bucket(graph: fx.Graph, colls: list[Coll], model: CostModel,
 
     buckets = []
     open_runs: dict[tuple, dict] = {}  # key -> members and running span / bytes / exposure
-    # runs form in the order inputs become ready (a backward makes the last layer's
-    # gradients first), ties in graph order: the same on every rank
-    for c in sorted(colls, key=lambda c: (_span(c, pos)[0], pos[c.start])):
-        src = c.start.args[0].meta.get("val") if isinstance(c.start.args[0], fx.Node) else None
-        if src is None or not src.is_contiguous():
-            buckets.append([c])
-            continue
-        ready, use = _span(c, pos)
+    for c in colls:
+        ready, use = spans[id(c)]
         alone = exposed(c.nbytes, c.key, ready, use)
         r = open_runs.get(c.key)
         if r is not None:
@@ -83,8 +99,86 @@ def bucket(graph: fx.Graph, colls: list[Coll], model: CostModel,
                 continue
             buckets.append(r["members"])
         open_runs[c.key] = dict(members=[c], ready=ready, use=use, bytes=c.nbytes, apart=alone)
-    buckets += [r["members"] for r in open_runs.values()]
-    buckets.sort(key=lambda b: pos[b[0].start])
+    return buckets + [r["members"] for r in open_runs.values()]
+
+
+def _runs(colls: list[Coll], spans: dict, cap: int, target) -> list[list[Coll]]:
+    """Consecutive same-key collectives (in readiness order) in buckets of at least
+    ``target(key)`` bytes (a bucket closes once it holds that many, as DDP's do), at most
+    ``cap``, never over a collective that needs another's result."""
+    out, runs = [], {}
+    for c in colls:
+        ready, use = spans[id(c)]
+        r = runs.get(c.key)
+        if r is not None and max(r[1], ready) < min(r[2], use) and \
+                r[3] + c.nbytes <= cap and r[3] < target(c.key):
+            r[0].append(c)
+            runs[c.key] = (r[0], max(r[1], ready), min(r[2], use), r[3] + c.nbytes)
+            continue
+        if r is not None:
+            out.append(r[0])
+        runs[c.key] = ([c], ready, use, c.nbytes)
+    return out + [r[0] for r in runs.values()]
+
+
+def _plans(colls: list[Coll], model: CostModel, spans: dict, prefix: list,
+           cap: int) -> dict[str, list[list[Coll]]]:
+    """The candidate bucketings, by name: the fine-grained runs (``_fine``), none, as few
+    buckets as the graph allows, DDP's (``DDP_BUCKET_BYTES``) and ``k`` buckets of equal
+    bytes for each of ``SPLITS``. Non-contiguous inputs stay alone in every one."""
+    alone = [[c] for c in colls if not _contiguous(c)]
+    ok = [c for c in colls if _contiguous(c)]
+    totals: dict[tuple, int] = {}
+    for c in ok:
+        totals[c.key] = totals.get(c.key, 0) + c.nbytes
+    plans = {"fine": _fine(ok, model, spans, prefix, cap), "none": [[c] for c in ok],
+             "one": _runs(ok, spans, cap, lambda k: float("inf")),
+             "ddp": _runs(ok, spans, cap, lambda k: DDP_BUCKET_BYTES)}
+    for k in SPLITS:
+        plans[f"{k} buckets"] = _runs(ok, spans, cap, lambda key, k=k: totals[key] / k)
+    return {name: alone + p for name, p in plans.items()}
+
+
+def _contiguous(c: Coll) -> bool:
+    src = c.start.args[0].meta.get("val") if isinstance(c.start.args[0], fx.Node) else None
+    return src is not None and src.is_contiguous()
+
+
+def bucket(graph: fx.Graph, colls: list[Coll], model: CostModel, cap: int, *,
+           memory_limit: int | None = None, ce_slack: float | None = None) -> Chosen:
+    """Merge the collectives as the best candidate bucketing (``_plans``) says: the lowest
+    predicted step time (``stalls.simulate_plan``; ties within ``TIE`` to fewer buckets)
+    of those whose results, held until their bucket's last use, keep the graph's peak
+    within ``memory_limit`` bytes (no bucketing always qualifies). ``ce_slack``: buckets
+    with that many times their NCCL time of compute before their wait are priced on the
+    copy-engine group, as ``overlap`` will move them."""
+    order = list(graph.nodes)
+    pos = {n: i for i, n in enumerate(order)}
+    prefix = list(itertools.accumulate((model.compute_us(n) for n in order), initial=0.0))
+    # readiness order (a backward makes the last layer's gradients first), ties in graph
+    # order: the same on every rank
+    colls = sorted(colls, key=lambda c: (_span(c, pos)[0], pos[c.start]))
+    spans = {id(c): _span(c, pos) for c in colls}
+    plans = _plans(colls, model, spans, prefix, cap)
+    live = live_bytes(order) if memory_limit is not None else []
+    priority = _placed_priority(colls, pos)
+    deps = plan_dependencies(order, colls)
+    seen, times = {}, {}
+    for name, plan in plans.items():
+        sig = tuple(sorted(tuple(sorted(pos[m.start] for m in b)) for b in plan))
+        if sig in seen:  # the same buckets as an earlier candidate
+            if seen[sig] in times:
+                times[name] = times[seen[sig]]
+            continue
+        seen[sig] = name
+        if name != "none" and live and _peak_with(plan, live, pos) > memory_limit:
+            continue
+        priced = [_priced(b, model, spans, prefix, ce_slack) for b in plan]
+        times[name] = simulate_plan(order, priced, model, priority, deps)[0]
+    best = min(times.values())
+    name = min((n for n in times if times[n] <= best * (1 + TIE)),
+               key=lambda n: (len(plans[n]), times[n], list(plans).index(n)))
+    buckets = sorted(plans[name], key=lambda b: min(pos[m.start] for m in b))
     fake = _fake_mode(graph)
     out, merged = [], 0
     for b in buckets:
@@ -93,7 +187,55 @@ def bucket(graph: fx.Graph, colls: list[Coll], model: CostModel,
             continue
         out.append(_merge(graph, b, pos, fake))
         merged += 1
-    return out, merged
+    return Chosen(out, merged, name, times)
+
+
+def _placed_priority(colls: list[Coll], pos: dict) -> dict:
+    """Where ``place`` will put each start (after its input) and wait (before its first
+    use), as list-schedule priorities over the unplaced graph."""
+    prio = {}
+    for c in colls:
+        src = c.start.args[0]
+        prio[c.start] = (pos[src] if isinstance(src, fx.Node) else 0) + 0.5
+        if c.end is not c.start:
+            prio[c.end] = min((pos[u] for u in c.end.users), default=len(pos)) - 0.5
+    return prio
+
+
+def _priced(members: list[Coll], model: CostModel, spans: dict, prefix: list,
+            ce_slack: float | None) -> Bucket:
+    c, nbytes = members[0], sum(m.nbytes for m in members)
+    kind, group, op, dtype = c.key
+    cat = model.copy_us(nbytes) if len(members) > 1 else 0.0
+    if kind == "commrt_all_reduce":
+        return Bucket(members, group, model.comm_us(kind, nbytes, dtype, group), 0.0, cat,
+                      sync=True)
+    nccl = model.comm_us(kind, nbytes, dtype, group)
+    ready = max(spans[id(m)][0] for m in members)
+    use = min(spans[id(m)][1] for m in members)
+    if ce_slack is not None and kind == "all_reduce" and op in ("sum", "avg") and \
+            copy_of(group, COPY_ENGINE) is not None and \
+            all(m.start.args[0].meta["val"].dim() > 0 for m in members) and \
+            prefix[use] - prefix[ready + 1] >= ce_slack * nccl:
+        return Bucket(members, f"{COPY_ENGINE}:{group}", model.ce_us(nbytes),
+                      CONTENTION["ce"], model.copy_us(nbytes))
+    return Bucket(members, group, nccl, CONTENTION["nccl"], cat)
+
+
+def _peak_with(plan: list[list[Coll]], live: list[int], pos: dict) -> int:
+    """The graph's peak bytes when each bucket's result lives until its last use (its
+    members' results otherwise die at their own). The packed input adds nothing: Inductor
+    reduces it in place (its all-reduce lowering, ``comm_lowering._all_reduce``)."""
+    delta = [0] * (len(live) + 1)
+    for b in plan:
+        if len(b) < 2:
+            continue
+        last = [max((pos[u] for u in m.end.users), default=len(live) - 1) for m in b]
+        end = max(last)
+        for m, at in zip(b, last, strict=True):
+            delta[at + 1] += m.nbytes
+            delta[end + 1] -= m.nbytes
+    return max(map(operator.add, live, itertools.accumulate(delta[:-1])), default=0)
 
 
 def _merge(graph: fx.Graph, members: list[Coll], pos: dict, fake) -> Coll:

@@ -4,6 +4,7 @@ predicts the same numbers for the same graph."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import torch
@@ -19,6 +20,21 @@ _FALLBACK_BUS_GBPS = 100.0
 _RATES = {"sm90": (700e12, 3.0e12), "sm100": (1500e12, 6.0e12), "sm80": (250e12, 1.5e12),
           "gfx942": (600e12, 4.0e12), "cpu": (1e12, 50e9)}
 _FREE = {"placeholder", "output", "get_attr"}
+# Host µs to launch one collective when no CUDA graph replays the step: dist.all_reduce,
+# host_overhead_sm90-h200_ws2.txt (2026-11-22, the later of its two runs). Collectives
+# issued back to back are bound by it: 64 of them take 1.5 ms whatever their size.
+HOST_US = 23.14
+# Share of compute speed lost while a collective runs beside it (compute advances at
+# 1 - share µs per µs). NCCL: the training step's compute stretched 4.50 ms over 7.48 ms
+# of hidden NCCL time (fx_overlap_sm90-h200_ws2.json, 2026-11-23, rows "compiled" and
+# "(nccl)"); 8192² matmuls, 2.77 over 4.17 ms (copy_engine_sm90-h200_ws2.json,
+# 2026-11-22). Copy engines (exchanges: the pack and the sums run on SMs): 2.73 over
+# 7.99 ms on the same step (fx_overlap_sm90-h200_ws2.json, row "commrt.fx").
+CONTENTION = {"nccl": 0.60, "ce": 0.34}
+# The copy-engine group's all-reduce alone, µs by bytes (copy_engine_sm90-h200_ws2.json,
+# 2026-11-22, 0 lanes): about 0.1 ms whatever the size, from its barriers.
+_CE_POINTS = ((256 << 10, 106.7), (1 << 20, 113.9), (4 << 20, 106.1), (16 << 20, 143.7),
+              (64 << 20, 324.4))
 
 
 def _numel(v) -> int:
@@ -41,6 +57,7 @@ class CostModel:
         key = next((k for k in _RATES if gen.startswith(k)), "cpu")
         self.flops, self.bandwidth = _RATES[key]
         self.generation = gen
+        self.host_us = 0.0 if _replayed() else HOST_US
         self._compute: dict[torch.fx.Node, float] = {}
 
     @functools.lru_cache(maxsize=4096)  # noqa: B019 (instances live for one pass)
@@ -57,6 +74,19 @@ class CostModel:
             bus = 2 * (world - 1) / world * ar_bytes
             us = _FALLBACK_LATENCY_US + bus / (_FALLBACK_BUS_GBPS * 1e3)
         return us if kind in ("all_reduce", "commrt_all_reduce") else us / 2
+
+    def ce_us(self, nbytes: int) -> float:
+        """Predicted µs of one exchange on the copy-engine group (``_CE_POINTS``)."""
+        pts = _CE_POINTS
+        if nbytes <= pts[0][0]:
+            return pts[0][1]
+        i = next((k for k in range(1, len(pts)) if nbytes <= pts[k][0]), len(pts) - 1)
+        (x0, y0), (x1, y1) = pts[i - 1], pts[i]
+        return y0 + (y1 - y0) * (nbytes - x0) / (x1 - x0)
+
+    def copy_us(self, nbytes: int) -> float:
+        """µs to pack ``nbytes`` into a bucket (read and write, memory bound)."""
+        return 2 * nbytes / self.bandwidth * 1e6
 
     def compute_us(self, node: torch.fx.Node) -> float:
         us = self._compute.get(node)
@@ -91,6 +121,81 @@ def _flops(node: torch.fx.Node) -> float:
     except Exception:
         return 0.0
     return 0.0
+
+
+@dataclasses.dataclass
+class Bucket:
+    """One collective of a bucketing plan, as the plan's simulation prices it."""
+
+    members: list  # the graph's collectives (``Coll``) it merges
+    stream: str  # the stream it runs on: its group, or its group's copy-engine copy
+    us: float
+    contention: float  # ``CONTENTION`` of its transport (0 on the compute stream)
+    cat_us: float = 0.0  # packing its members on the compute stream
+    sync: bool = False  # runs on the compute stream (``commrt::all_reduce``)
+
+
+class Timeline:
+    """One step's clocks: the host issues in order (``host_us`` per collective), the compute
+    stream runs each node after its launch, each comm stream runs its collectives one at a
+    time from when they are issued and their inputs exist; compute beside a running
+    collective advances at ``1 - contention`` µs per µs."""
+
+    def __init__(self, host_us: float):
+        self.host_us, self.host, self.clock = host_us, 0.0, 0.0
+        self.exposed = self.comm = 0.0
+        self.busy: dict[str, list] = {}  # stream -> [(begin, end, contention)], in order
+        self.head: dict[str, int] = {}
+
+    def compute(self, us: float) -> None:
+        self.clock = self._advance(max(self.clock, self.host), us)
+
+    def issue(self, stream: str, us: float, contention: float, sync: bool = False) -> float:
+        """Issue one collective; returns when it ends."""
+        self.host += self.host_us
+        self.comm += us
+        if sync:  # on the compute stream
+            self.clock = max(self.clock, self.host) + us
+            self.exposed += us
+            return self.clock
+        spans = self.busy.setdefault(stream, [])
+        begin = max(self.host, self.clock, spans[-1][1] if spans else 0.0)
+        spans.append((begin, begin + us, contention))
+        return begin + us
+
+    def wait(self, done: float) -> None:
+        if done > self.clock:
+            self.exposed += done - self.clock
+            self.clock = done
+
+    def _advance(self, t: float, work: float) -> float:
+        while work > 0:
+            share, nxt = 0.0, float("inf")
+            for s, spans in self.busy.items():
+                i = self.head.get(s, 0)
+                while i < len(spans) and spans[i][1] <= t:
+                    i += 1
+                self.head[s] = i
+                if i < len(spans):
+                    b, e, k = spans[i]
+                    share, nxt = (max(share, k), min(nxt, e)) if b <= t else \
+                        (share, min(nxt, b))
+            rate = 1.0 - share
+            if t + work / rate <= nxt:
+                return t + work / rate
+            work -= (nxt - t) * rate
+            t = nxt
+        return t
+
+
+def _replayed() -> bool:
+    """Whether Inductor replays its graphs as CUDA graphs (no host cost per launch)."""
+    try:
+        import torch._inductor.config as inductor_config
+
+        return bool(inductor_config.triton.cudagraphs)
+    except Exception:
+        return False
 
 
 def _local_generation() -> str:

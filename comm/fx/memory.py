@@ -11,6 +11,11 @@ def peak_bytes(order: list[fx.Node]) -> int:
     """Peak of live tensor bytes along ``order``: a tensor lives from the node that makes
     it to the last use of it or of any alias of it (views, the wait of a collective), so
     moving a wait to the first use of a result that lives on anyway costs nothing."""
+    return max(live_bytes(order), default=0)
+
+
+def live_bytes(order: list[fx.Node]) -> list[int]:
+    """Bytes live while each node of ``order`` runs (see ``peak_bytes``)."""
     pos = {n: i for i, n in enumerate(order)}
     root: dict[fx.Node, fx.Node] = {}
     last: dict[fx.Node, int] = {}
@@ -22,12 +27,12 @@ def peak_bytes(order: list[fx.Node]) -> int:
         end = max((pos[u] for u in n.users if u in pos), default=i)
         last[r] = max(last.get(r, pos.get(r, i)), end)
     frees: dict[int, int] = {}
-    live = peak = 0
+    live, out = 0, []
     for i, n in enumerate(order):
         if root[n] is n:
             b = static_bytes(node_val(n)) or 0
             live += b
             frees[last[n]] = frees.get(last[n], 0) + b
-        peak = max(peak, live)
+        out.append(live)
         live -= frees.pop(i, 0)
-    return peak
+    return out

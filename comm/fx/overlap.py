@@ -6,7 +6,8 @@ Before::
     b = mm(...); ar2 = all_reduce(g2); w2 = wait(ar2); use(w2)
 
 After (each collective's input first computed as soon as its own inputs exist, within
-the memory budget, see ``hoist``; bucketing decided together with the schedule; starts
+the memory budget, see ``hoist``; bucketing by whole candidate plans, each simulated as
+the step would run, see ``bucketing.bucket``; starts
 raised to their inputs, waits sunk to their first use, and a wait that would still
 stall moved after the work that does not need it, see ``stalls``)::
 
@@ -72,6 +73,8 @@ class OverlapReport:
     limited: int = 0  # collectives moved to a copy of their group (``comm_groups``)
     pinned: int = 0  # collectives whose placement Inductor is made to keep
     hoisted: int = 0  # collectives whose input is now computed as early as it can be
+    plan: str = ""  # the bucketing chosen (``bucketing.bucket``)
+    plan_us: dict = dataclasses.field(default_factory=dict)  # each candidate's predicted µs
     seconds: float = 0.0
     skipped: list[str] = dataclasses.field(default_factory=list)
 
@@ -308,7 +311,11 @@ def overlap_and_bucket(gm: fx.GraphModule | fx.Graph, *, profile=None,
             report.skipped.append(f"{kept} collectives' inputs left where the graph makes "
                                   "them: computing them sooner would exceed the memory budget")
         left = max(0, peak + budget - peak_bytes(list(graph.nodes)))
-        colls, report.buckets = bucket(graph, colls, model, bucket_cap)
+        kind = variant(comm_ctas, copy_engine)
+        chosen = bucket(graph, colls, model, bucket_cap, memory_limit=peak + budget,
+                        ce_slack=CE_SLACK if kind == COPY_ENGINE else None)
+        colls, report.buckets = chosen.colls, chosen.merged
+        report.plan, report.plan_us = chosen.plan, chosen.predicted_us
         order, report.moved, report.peak_in_flight_bytes = place(graph, colls, left)
         deferred, report.deferred = defer_stalls(graph, colls, model)
         if report.deferred and peak_bytes(deferred) > peak_bytes(order) + budget:
@@ -320,7 +327,6 @@ def overlap_and_bucket(gm: fx.GraphModule | fx.Graph, *, profile=None,
             order = deferred
         # simulated before pinning, which replaces the nodes that ``colls`` names
         report.exposed_us_after, report.comm_us = _simulate(order, colls, model)
-        kind = variant(comm_ctas, copy_engine)
         if kind:
             report.limited = _to_copies(graph, colls, kind, report, model)
         if for_inductor:
