@@ -6,7 +6,9 @@ tensor, any copy into the workspace counted), ``<algorithm>@ws`` (on a ``comm.em
 tensor: no copy in), ``torch_<op>@ws`` (PyTorch's op in place on its symmetric buffer,
 as BASELINE.md measures it) and ``auto`` (what the dispatcher picks); the process group's
 own all-reduce (algorithm ``nccl``) is labelled after its backend: ``gloo``, ``nccl`` or
-``rccl`` (``process_group_label``).
+``rccl`` (``process_group_label``). ``nccl_symm`` is NCCL's symmetric kernel, the process
+group's all-reduce on the NCCL-registered workspace (only where PyTorch's symmetric-memory
+backend is NCCL: ``COMMRT_SYMM_BACKEND=nccl``).
 
 The bench calls a forced algorithm as a user forces one (``COMMRT_ALGO``): through
 ``comm.all_reduce``, the same host path as ``auto``, so ``auto / best`` in eager mode
@@ -105,10 +107,10 @@ def process_group_label(comm: Communicator) -> str:
 def standard_variants(comm: Communicator, include_ws: bool = True) -> list[Variant]:
     out = [Variant(process_group_label(comm), "nccl")]
     out += [Variant(a, a, as_user=True) for a in OURS]
-    out += [Variant(a, a, as_user=True) for a in ("symm_one_shot", "symm_two_shot")]
+    out += [Variant(a, a, as_user=True) for a in ("symm_one_shot", "symm_two_shot", "nccl_symm")]
     if include_ws:
         out += [Variant(f"{a}@ws", a, on_workspace=True, as_user=True)
-                for a in ("one_shot", "two_shot", "two_shot_push")]
+                for a in ("one_shot", "two_shot", "two_shot_push", "nccl_symm")]
         out += [Variant("torch_one_shot@ws", "symm_one_shot", True, "one_shot_all_reduce"),
                 Variant("torch_two_shot@ws", "symm_two_shot", True, "two_shot_all_reduce_")]
     out.append(Variant("auto", "auto"))
@@ -406,10 +408,11 @@ def write_results(path: str, meta_: dict, rows: list) -> None:
 def tune(comm: Communicator, sizes: list[int], dtype, progress=None) -> tuple[dict, list, list]:
     """Time every eligible algorithm per size and mode and rank them, fastest first.
 
-    Graph mode tries each of our algorithms over ``CONFIG_GRID``; eager mode reuses the
-    graph-mode best config (the host dominates there). One config per size for every rank:
-    a rank reducing a ``comm.empty`` tensor in place runs the same tiling as one that
-    does not (the barriers pair programs across ranks). A variant that sums wrong is left
+    Graph mode tries each of our algorithms over ``CONFIG_GRID``; the others (PyTorch's
+    ops, ``nccl_symm``, ``nccl``) have no launch config and are timed once. Eager mode
+    reuses the graph-mode best config (the host dominates there). One config per size for
+    every rank: a rank reducing a ``comm.empty`` tensor in place runs the same tiling as one
+    that does not (the barriers pair programs across ranks). A variant that sums wrong is left
     out of the table and reported, never ranked. Returns the table's ``ops.all_reduce``
     section, every measurement, and what was excluded.
     """

@@ -10,7 +10,7 @@ import torch
 import torch.distributed as dist
 
 from commrt import config as _config
-from commrt import custom
+from commrt import custom, pg
 from commrt.dispatch import profile as _profile
 from commrt.dispatch import table as _table
 from commrt.dispatch.dispatcher import ALGORITHMS, Decision, Dispatcher, Facts, Query, why_not
@@ -18,6 +18,7 @@ from commrt.errors import CommrtError, ConfigError, MismatchError, PeerTimeoutEr
 from commrt.stats import COUNTS as _COUNTS
 from commrt.stats import print_at_exit, record
 from commrt.symm_mem import launch as _launch
+from commrt.symm_mem import nccl_symm as _nccl_symm
 
 log = logging.getLogger("commrt")
 
@@ -39,6 +40,9 @@ _is_compiling = torch.compiler.is_compiling
 _capturing = getattr(torch._C, "_cuda_isCurrentStreamCapturing", None)
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 _IDENTITY_KEY = ("all_reduce", "identity")
+# Decisions whose launch is never replayed from the per-shape cache: nccl_symm is a copy
+# and a process-group call, not one Triton launch.
+_NOT_REPLAYED = frozenset({"nccl_symm"})
 
 
 def op_name(op) -> str:
@@ -80,7 +84,9 @@ class Communicator:
 
     Reads the ``COMMRT_*`` config once, profiles the group's devices, loads the table
     for them, checks that every rank agrees, and allocates the symmetric workspace
-    when custom kernels can run. Create it before CUDA-graph capture.
+    when custom kernels can run (with PyTorch's symmetric-memory backend as the process
+    has it, or NCCL's under ``COMMRT_SYMM_BACKEND=nccl``: then the same buffer also serves
+    ``nccl_symm``). Create it before CUDA-graph capture.
     """
 
     def __init__(self, group: dist.ProcessGroup | None = None,
@@ -171,6 +177,7 @@ class Communicator:
         table = _table.find(self.profile.generation, self.world_size, cfg.table) \
             if self.profile.vendor != "cpu" or cfg.table else None
         blocked = self._custom_blocked()
+        nccl_symm_why = blocked or self._nccl_backend()
         if not blocked:
             try:
                 from commrt.symm_mem.workspace import Workspace
@@ -180,6 +187,8 @@ class Communicator:
                     min(PUSH_SLOT_BYTES, cfg.max_custom_bytes))
             except Exception as exc:  # symmetric memory unavailable here
                 blocked = f"symmetric workspace could not be set up ({type(exc).__name__}: {exc})"
+            nccl_symm_why = nccl_symm_why or _nccl_symm.probe(
+                _nccl_symm.current_backend(self.device), self.workspace is not None)
         ws = self.workspace
         # The device attribute claims multicast even where binding fails: the handle decides.
         self.profile = dataclasses.replace(self.profile, multicast=bool(ws and ws.multicast_ptr))
@@ -191,22 +200,43 @@ class Communicator:
             symm_ops=torch_ops.available() if ws else frozenset(),
             workspace_bytes=ws.data_bytes if ws else 0,
             push_bytes=ws.slot_bytes if ws else 0,
+            nccl_symm_blocked=nccl_symm_why,
         )
 
+    def _nccl_backend(self) -> str:
+        """``COMMRT_SYMM_BACKEND=nccl``: make NCCL the process's symmetric-memory backend
+        before the workspace is allocated ("" on success or when not asked, else why not)."""
+        if self.config.symm_backend != "nccl" or "nccl_symm" in self.config.disable:
+            return ""
+        why = _nccl_symm.use_nccl_backend(self.device)
+        if why:
+            log.warning("commrt rank %d: %s", self.rank, why)
+        return why
+
     def _agree(self, facts: Facts) -> Facts:
-        """Every rank must decide alike: compare what decisions depend on; else all nccl."""
+        """Every rank must decide alike: compare what decisions depend on; else all nccl.
+
+        ``nccl_symm`` has its own verdict: one rank that cannot run it (an older NCCL,
+        a failed registration) rules it out on every rank, naming that rank.
+        """
         mine = (self.profile.key(), facts.table.digest if facts.table else None,
                 facts.custom_blocked, facts.multicast_ptr, facts.multicast_env_off,
                 sorted(facts.symm_ops), facts.workspace_bytes, facts.push_bytes,
                 self.config.describe())
         gathered: list = [None] * self.world_size
-        dist.all_gather_object(gathered, mine, group=self.group)
-        if all(g == mine for g in gathered):
+        dist.all_gather_object(gathered, (mine, facts.nccl_symm_blocked), group=self.group)
+        facts = dataclasses.replace(
+            facts, nccl_symm_blocked=_nccl_symm.agree([g[1] for g in gathered]))
+        theirs = [g[0] for g in gathered]
+        if all(g == mine for g in theirs):
             return facts
         fields = ("device profile", "tuning table", "custom-kernel availability", "multicast",
                   "multicast env", "torch symm ops", "workspace size", "push size", "config")
-        differ = [f for i, f in enumerate(fields) if any(g[i] != mine[i] for g in gathered)]
+        differ = [f for i, f in enumerate(fields) if any(g[i] != mine[i] for g in theirs)]
         why = "ranks disagree on " + ", ".join(differ)
+        blocked = [(r, g[2]) for r, g in enumerate(theirs) if g[2]]
+        if blocked and "custom-kernel availability" in differ:
+            why += f" (rank {blocked[0][0]}: {blocked[0][1]})"
         if self.rank == 0:
             warnings.warn(f"commrt: {why}; every all-reduce of group {self.group_name} goes "
                           "to the process group", stacklevel=3)
@@ -370,8 +400,8 @@ class Communicator:
         record("all_reduce", d.algorithm)
         if d.algorithm == "nccl":
             out.copy_(inp)
-            dist.all_reduce(out, group=self.group)
-        elif fast is not None and not self.config.check:
+            pg.all_reduce(out, group=self.group)
+        elif fast is not None and not self.config.check and d.algorithm not in _NOT_REPLAYED:
             self._run_recorded(key, d, inp, out)
         else:
             self._custom(d, inp, out)
@@ -442,6 +472,7 @@ class Communicator:
                 out.copy_(tensor)
             return self._process_group(target, op, async_op)
         if self._fast is not None and out is None and not self.config.check \
+                and d.algorithm not in _NOT_REPLAYED \
                 and type(tensor) is _Tensor and tensor.is_contiguous():
             key = (tensor.data_ptr(), numel, tensor.dtype, mode == "graph")
             self._run_recorded(key, d, tensor, tensor)
@@ -522,9 +553,9 @@ class Communicator:
 
     def _process_group(self, target: torch.Tensor, op, async_op: bool):
         if target.is_contiguous():
-            return dist.all_reduce(target, op=op, group=self.group, async_op=async_op)
+            return pg.all_reduce(target, op=op, group=self.group, async_op=async_op)
         flat = target.contiguous()
-        work = dist.all_reduce(flat, op=op, group=self.group, async_op=async_op)
+        work = pg.all_reduce(flat, op=op, group=self.group, async_op=async_op)
         if not async_op:
             target.copy_(flat)
             return None
@@ -551,7 +582,8 @@ class Communicator:
         return ws is not None and ws.holds(t) and not ws.is_data_start(t)
 
     def _custom(self, d: Decision, inp: torch.Tensor, out: torch.Tensor) -> None:
-        custom.run(d.algorithm, self.workspace, inp, out, d.config, self.config.spin_timeout)
+        custom.run(d.algorithm, self.workspace, inp, out, d.config, self.config.spin_timeout,
+                   self.group)
 
     def close(self) -> None:
         """Free the workspace. The communicator falls back to the process group after."""

@@ -25,6 +25,7 @@ ALGORITHMS = (
     "symm_one_shot",
     "symm_two_shot",
     "multimem",
+    "nccl_symm",
     "nccl",
 )
 
@@ -92,6 +93,16 @@ def _disable(text: str) -> frozenset[str]:
     return frozenset(names)
 
 
+SYMM_BACKENDS = ("auto", "nccl")
+
+
+def _symm_backend(text: str) -> str:
+    name = text.strip().lower() or "auto"
+    if name not in SYMM_BACKENDS:
+        raise ValueError("expected one of " + ", ".join(SYMM_BACKENDS))
+    return name
+
+
 def _positive_bytes(text: str) -> int:
     value = parse_bytes(text)
     if value <= 0:
@@ -146,6 +157,10 @@ VARIABLES: tuple[Variable, ...] = (
              "a tuning-table JSON file to use instead of the shipped ones"),
     Variable("COMMRT_MAX_CUSTOM_BYTES", "max_custom_bytes", "64MiB", _positive_bytes,
              "size of the symmetric workspace; larger messages are reduced in pieces"),
+    Variable("COMMRT_SYMM_BACKEND", "symm_backend", "auto", _symm_backend,
+             "auto: the workspace uses PyTorch's symmetric-memory backend as the process has "
+             "it; nccl: commrt.init() sets it to NCCL first (for nccl_symm; PyTorch keeps it "
+             "for the whole process)"),
     Variable("COMMRT_LOG", "log", "0", _bool, "log each new decision (rank 0)"),
     Variable("COMMRT_CHECK", "check", "0", _bool,
              "compare shape, dtype and op (fused op: also residual and weight) across ranks "
@@ -161,9 +176,9 @@ VARIABLES: tuple[Variable, ...] = (
              "commrt.fx.install(): run the graphs' hidden sum/avg all-reduces on a "
              "copy-engine group (data moved by the copy engines, not the SMs); auto: where "
              "the group is two NCCL ranks on GPUs"),
-    Variable("COMMRT_PATCH", "patch", "0", _bool,
-             "`python -m commrt.run` patches torch.distributed before running the script "
-             "(read by that launcher only)"),
+    Variable("COMMRT_PATCH", "patch", "1", _bool,
+             "`python -m commrt.run` patches torch's all-reduces before running the script; "
+             "0 runs it unpatched through the same command (read by that launcher only)"),
 )
 
 
@@ -173,13 +188,14 @@ class Config:
     disable: frozenset[str] = frozenset()
     table: str | None = None
     max_custom_bytes: int = 64 * 1024**2
+    symm_backend: str = "auto"
     log: bool = False
     check: bool = False
     spin_timeout: float = 30.0
     partitioned_scatter: bool = False
     fx_comm_ctas: int = 0
     fx_copy_engine: bool | None = None  # None: auto
-    patch: bool = False
+    patch: bool = True
 
     def describe(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)

@@ -3,12 +3,17 @@
 Maps algorithm names to the kernel launchers in ``commrt.symm_mem`` and feeds them the
 workspace pieces (peer views, pointer tables, signal pads). Messages larger than the
 data region are reduced in workspace-sized pieces, in the same order on every rank.
+PyTorch's ops and ``nccl_symm`` (NCCL's symmetric kernel, through the process group on the
+NCCL-registered workspace) take the input at the start of the data region: copied there
+unless it is a ``comm.empty`` tensor already, never larger than the region.
 """
 
 from __future__ import annotations
 
 import torch
+import torch.distributed as dist
 
+from commrt import pg
 from commrt.dispatch.dispatcher import NOT_IN_PLACE
 from commrt.symm_mem import fused_rmsnorm as fused
 from commrt.symm_mem import torch_ops
@@ -78,8 +83,11 @@ def _scatter_gather(ws: Workspace, inp: torch.Tensor, out: torch.Tensor, config,
 
 
 def run(algorithm: str, ws: Workspace, inp: torch.Tensor, out: torch.Tensor,
-        config: dict, timeout: float) -> None:
-    """Sum the flat, contiguous ``inp`` over the group into the flat ``out``."""
+        config: dict, timeout: float, group: dist.ProcessGroup | None = None) -> None:
+    """Sum the flat, contiguous ``inp`` over the group into the flat ``out``.
+
+    ``group`` (the workspace's process group) serves ``nccl_symm``, which reduces through it.
+    """
     if algorithm in ("one_shot", "two_shot"):
         kernel = one_shot if algorithm == "one_shot" else two_shot
         _pull(kernel, ws, inp, out, config, timeout,
@@ -95,7 +103,18 @@ def run(algorithm: str, ws: Workspace, inp: torch.Tensor, out: torch.Tensor,
         symm_inp = inp if ws.is_data_start(inp) else ws.views(inp.dtype)[ws.rank][:inp.numel()]
         if symm_inp.data_ptr() != inp.data_ptr():
             symm_inp.copy_(inp)
-        torch_ops.run(algorithm, symm_inp=symm_inp, out=out, group_name=ws.group_name)
+        if algorithm == "nccl_symm":
+            _nccl_symm(symm_inp, out, group)
+        else:
+            torch_ops.run(algorithm, symm_inp=symm_inp, out=out, group_name=ws.group_name)
+
+
+def _nccl_symm(symm_inp: torch.Tensor, out: torch.Tensor, group: dist.ProcessGroup | None) -> None:
+    """NCCL's symmetric kernel: the process group's own all-reduce (never a patched
+    ``dist.all_reduce``) in place on the NCCL-registered workspace, then into ``out``."""
+    pg.all_reduce(symm_inp, group=group)
+    if symm_inp.data_ptr() != out.data_ptr():
+        out.copy_(symm_inp.view(out.shape))
 
 
 def run_fused(algorithm: str, ws: Workspace, x: torch.Tensor, residual: torch.Tensor,

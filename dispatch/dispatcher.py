@@ -67,6 +67,9 @@ class Facts:
     symm_ops: frozenset[str] = frozenset()
     workspace_bytes: int = 0
     push_bytes: int = 0
+    # why NCCL's symmetric kernels cannot run, agreed across ranks ("" when they can;
+    # commrt.symm_mem.nccl_symm.probe / agree)
+    nccl_symm_blocked: str = "not probed"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,6 +140,28 @@ def _multimem(q: Query, f: Facts) -> str | None:
     return _torch_symm("multimem_all_reduce_")(q, f)
 
 
+def _nccl_symm(q: Query, f: Facts) -> str | None:
+    """NCCL's symmetric kernels on the NCCL-registered workspace (copy in, reduce, copy out).
+
+    NVLink only: the symmetric kernels need every rank in one NVLink domain (NCCL 2.27
+    release notes); commrt's profile knows one host's NVLink mesh, not a multi-node domain.
+    Messages beyond the workspace go to the process group's generic path: NCCL's symmetric
+    kernel was already slower than its generic one at 16 and 64 MiB (BASELINE.md).
+    """
+    return (
+        f.custom_blocked
+        or f.nccl_symm_blocked
+        or (f"tensor is on {q.device_type}, NCCL needs CUDA" if q.device_type != "cuda" else None)
+        or (f"the group's GPUs are linked by {f.profile.link}, NCCL's symmetric kernels need "
+            "one NVLink domain" if f.profile.link != "nvlink" else None)
+        or (f"op {q.op} (commrt routes only sums to it)" if q.op != "sum" else None)
+        or (f"dtype {q.dtype} (bf16, fp16, fp32 only)" if q.dtype not in CUSTOM_DTYPES else None)
+        or (f"{q.nbytes} B exceeds the {f.workspace_bytes} B workspace "
+            "(raise COMMRT_MAX_CUSTOM_BYTES)" if q.nbytes > f.workspace_bytes else None)
+        or ("fused residual+RMSNorm is ours only" if q.kind != "all_reduce" else None)
+    )
+
+
 def _process_group(q: Query, f: Facts) -> str | None:
     return None
 
@@ -150,6 +175,7 @@ ALGORITHMS: tuple[tuple[str, Check], ...] = (
     ("symm_one_shot", _torch_symm("one_shot_all_reduce")),
     ("symm_two_shot", _torch_symm("two_shot_all_reduce_")),
     ("multimem", _multimem),
+    ("nccl_symm", _nccl_symm),
     ("nccl", _process_group),
 )
 _CHECKS = dict(ALGORITHMS)

@@ -9,7 +9,8 @@ A table file looks like::
 Each row covers messages up to ``max_bytes`` (rows ascending) and ranks the algorithms
 measured at that size, fastest first: ``{"max_bytes": 65536, "ranking": [{"algorithm":
 "one_shot_push", "config": {...}, "us": 4.1}, ...]}``. The dispatcher takes the first
-eligible entry, so a dtype one algorithm lacks falls to the next measured best. Tables
+eligible entry, so a dtype one algorithm lacks falls to the next measured best. Any name
+of ``commrt.config.ALGORITHMS`` may appear (``nccl_symm`` with an empty config). Tables
 are written by ``commrt tune``, never by hand.
 """
 
