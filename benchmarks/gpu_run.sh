@@ -10,6 +10,7 @@
 #  STAGE_TIMEOUT=seconds caps each stage's command)
 # (default: env tests tune bench cli decode)
 # Logs and results go to $OUT (or ./gpu_out) as log.txt plus results.tar.gz.
+# GIT_COMMIT names the commit where the copy is not a git checkout.
 # NVLink multicast stays OFF: these three are exported here and never unset.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PYTHONUNBUFFERED=1
@@ -53,7 +54,7 @@ onegpu() {
     echo "device: $name"
     versions
     echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-    echo "commit: $(git rev-parse HEAD 2>/dev/null || echo unknown)"
+    echo "commit: ${GIT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}"
     echo "command: $cmd${TESTS_K:+ -k \"$TESTS_K\"}"
     echo "exit: $rc"
     echo
