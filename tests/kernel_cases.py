@@ -1,7 +1,9 @@
-"""Inputs and float64 checks shared by the kernel harnesses (interpreter and one-GPU).
+"""Inputs and checks shared by the kernel harnesses (interpreter and one-GPU).
 
 Data is seeded from (seed, rank, call), on the CPU, so every harness and every rank can
-rebuild any rank's input and the float64 reference of any call.
+rebuild any rank's input and the reference of any call: float64 for the all-reduces, the
+inputs in rank order (bit for bit) for the all-gathers, the fp32 rank-order sum (bit for
+bit) and float64 for the reduce-scatters.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import torch
 
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 EPS = 1e-5
+LAMPORT_WORD32 = -2147450880  # 0x80008000: the fp32 receive slots' sentinel (one_shot_push)
+_BITS = {2: torch.int16, 4: torch.int32}
 
 
 def make_input(seed: int, rank: int, call: int, n: int, dtype: torch.dtype) -> torch.Tensor:
@@ -30,6 +34,21 @@ def fused_inputs(rank: int, call: int, shape: tuple[int, int], dtype: torch.dtyp
     res = make_input(2, 0, call, rows * hidden, dtype).view(rows, hidden)
     w = make_input(3, 0, call, hidden, dtype)
     return x, res, w
+
+
+def collective_input(algo: str, rank: int, call: int, n: int, dtype: torch.dtype,
+                     world: int) -> torch.Tensor:
+    """Rank ``rank``'s flat input of call ``call``: ``world * n`` elements for a
+    reduce-scatter (``rs_*``), else ``n``; int32 data is the bits of random fp32."""
+    count = world * n if algo.startswith("rs_") else n
+    if dtype == torch.int32:
+        return make_input(0, rank, call, count, torch.float32).view(torch.int32)
+    return make_input(0, rank, call, count, dtype)
+
+
+def bits(t: torch.Tensor) -> torch.Tensor:
+    """``t``'s bits as integers of its width (compares -0.0 and +0.0 apart)."""
+    return t.view(_BITS[t.element_size()])
 
 
 def all_reduce_reference(world: int, call: int, n: int, dtype: torch.dtype) -> torch.Tensor:
@@ -63,3 +82,57 @@ def check_fused(label: str, world: int, call: int, shape: tuple[int, int], dtype
     for name, got, ref in (("normed", outs[0][0], y), ("new_residual", outs[0][1], z.double())):
         err = (got.double() - ref).norm() / ref.norm()
         assert err < 2e-2, f"fused {label} {dtype} {shape} {name}: {err:.3g}"
+
+
+def all_gather_reference(algo: str, xs: Sequence[torch.Tensor]) -> torch.Tensor:
+    """Every rank's all-gather output: the inputs ``xs`` in rank order, as ``algo`` delivers
+    them. ``ag_push``'s receive slots carry a 16-bit -0.0 as +0.0 and the fp32 word
+    ``0x80008000`` as ``0x80008001``; everything else arrives bit for bit."""
+    want = torch.cat(list(xs))
+    if algo != "ag_push":
+        return want
+    if want.element_size() == 2:
+        return torch.where(want == 0, torch.zeros_like(want), want)
+    words = bits(want)
+    return torch.where(words == LAMPORT_WORD32, words + 1, words).view(want.dtype)
+
+
+def check_all_gather(label: str, algo: str, xs: Sequence[torch.Tensor],
+                     outs: Sequence[torch.Tensor]) -> None:
+    """Every rank's output is bitwise ``all_gather_reference(algo, xs)``."""
+    want = bits(all_gather_reference(algo, xs))
+    for r, out in enumerate(outs):
+        assert torch.equal(bits(out.cpu()), want), \
+            f"{label}: rank {r} does not hold the inputs in rank order"
+
+
+def rank_order_sums(chunks: Sequence[torch.Tensor],
+                    bf16_toward_zero: bool = False) -> list[torch.Tensor]:
+    """What every reduce-scatter and all-reduce kernel computes: the fp32 sum of ``chunks``
+    in rank order, rounded once to their dtype (to nearest even, as the GPU and torch
+    round). ``bf16_toward_zero`` also accepts bf16 rounded toward zero (Triton 3.9's
+    interpreter casts fp32 to bf16 by dropping the low bits)."""
+    acc = torch.zeros(chunks[0].shape, dtype=torch.float32)
+    for c in chunks:
+        acc += c.float()
+    sums = [acc.to(chunks[0].dtype)]
+    if bf16_toward_zero and chunks[0].dtype == torch.bfloat16:
+        sums.append((acc.view(torch.int32) >> 16).to(torch.int16).view(torch.bfloat16))
+    return sums
+
+
+def check_reduce_scatter(label: str, xs: Sequence[torch.Tensor], outs: Sequence[torch.Tensor],
+                         bf16_toward_zero: bool = False) -> None:
+    """Rank ``r``'s output is bitwise the fp32 rank-order sum of the inputs' chunk ``r``
+    (so whichever rank holds a chunk, it is the same), and all of them together are close
+    to the float64 sum. ``xs[r]`` is rank r's input of ``world`` chunks."""
+    world, n = len(xs), outs[0].numel()
+    outs = [o.cpu() for o in outs]
+    for r in range(world):
+        sums = rank_order_sums([x.view(world, n)[r] for x in xs], bf16_toward_zero)
+        assert any(torch.equal(bits(outs[r]), bits(s)) for s in sums), \
+            f"{label}: rank {r} is not the fp32 rank-order sum of its chunk"
+    ref = sum(x.double() for x in xs).view(world, n)
+    tol = 1e-5 if outs[0].dtype == torch.float32 else 2e-2
+    err = (torch.stack(outs).double() - ref).norm() / ref.norm().clamp_min(1e-30)
+    assert err < tol, f"{label}: relative error {err:.3g}"

@@ -22,15 +22,10 @@ import io
 import traceback
 
 import torch
-from ranks_interpret import DATA_BYTES, SLOT_BYTES, make_input
+from kernel_cases import collective_input
+from ranks_interpret import DATA_BYTES, SLOT_BYTES
 
 SMALL = {"block": 64, "warps": 1, "blocks": 4}  # several programs and grid-stride loops
-
-
-def collective_input(algo: str, rank: int, call: int, n: int, dtype: torch.dtype,
-                     world: int) -> torch.Tensor:
-    """Rank ``rank``'s flat input of call ``call``."""
-    return make_input(0, rank, call, world * n if algo.startswith("rs_") else n, dtype)
 
 
 def _gather(ws, name, cfg, x, mode):

@@ -5,9 +5,10 @@ rendezvous only. Rank ``r``'s buffer is an ordinary ``torch.empty(total, uint8)`
 GPU; every rank's ``Workspace`` is built over the list of all W buffers, exactly as
 ``Workspace.allocate`` builds it over the symmetric handle's buffers, so the pointer
 tables (``pad_tab``, ``push_tab``), peer views, signal pads and receive slots are the
-real ones. Calls go through ``commrt.custom.run`` / ``run_fused`` (the launchers' one
-caller) unchanged; rank ``r``'s launch is issued under ``torch.cuda.stream(streams[r])``
-(the launchers launch on the current stream), so the W ranks' kernels run concurrently.
+real ones. Calls go through the launchers' callers unchanged (``commrt.custom.run`` and
+``run_fused``; ``commrt.collective_kernels.run_all_gather`` and ``run_reduce_scatter``);
+rank ``r``'s launch is issued under ``torch.cuda.stream(streams[r])`` (the launchers launch
+on the current stream), so the W ranks' kernels run concurrently.
 
 Residency. A rank's programs wait for the programs of the same id on the other ranks (and
 a split fused ``one_shot_push`` row waits for its rank's other programs), so all W grids
@@ -136,6 +137,28 @@ class OneGpuRanks:
         cfg = self.config(config)
         self.on_ranks(lambda r, ws: custom.run_fused(algorithm, ws, *args[r], eps, cfg,
                                                      timeout), ranks)
+
+    def all_gather(self, algorithm: str, inps: Sequence[torch.Tensor],
+                   outs: Sequence[torch.Tensor], config: Mapping[str, int], timeout: float,
+                   ranks: Iterable[int] | None = None) -> None:
+        """``run_all_gather`` of rank r's ``inps[r]`` (n elements) into ``outs[r]``
+        (world * n) on every rank."""
+        from commrt.collective_kernels import run_all_gather
+
+        cfg = self.config(config)
+        self.on_ranks(lambda r, ws: run_all_gather(algorithm, ws, inps[r], outs[r], cfg,
+                                                   timeout), ranks)
+
+    def reduce_scatter(self, algorithm: str, inps: Sequence[torch.Tensor],
+                       outs: Sequence[torch.Tensor], config: Mapping[str, int],
+                       timeout: float, ranks: Iterable[int] | None = None) -> None:
+        """``run_reduce_scatter`` of rank r's ``inps[r]`` (world * n elements) into
+        ``outs[r]`` (n) on every rank."""
+        from commrt.collective_kernels import run_reduce_scatter
+
+        cfg = self.config(config)
+        self.on_ranks(lambda r, ws: run_reduce_scatter(algorithm, ws, inps[r], outs[r], cfg,
+                                                       timeout), ranks)
 
     def capture(self, body: Callable[[], None]) -> torch.cuda.CUDAGraph:
         """Capture ``body`` (launches through this harness) into a CUDA graph: the capture

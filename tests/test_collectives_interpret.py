@@ -18,7 +18,8 @@ import time
 import pytest
 import torch
 import torch.multiprocessing as mp
-from ranks_collectives_interpret import _rank_main, collective_input
+from kernel_cases import check_all_gather, check_all_reduce, check_reduce_scatter, collective_input
+from ranks_collectives_interpret import _rank_main
 from ranks_interpret import DATA_BYTES, SLOT_BYTES
 
 # Never import triton here: the spawned ranks must import it with TRITON_INTERPRET set.
@@ -27,7 +28,6 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None,
 
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 KERNELS = ("ag_push", "ag_bw", "rs_pull", "rs_push")
-_BITS = {2: torch.int16, 4: torch.int32}
 
 
 def run_ranks(world: int, cases, skip=()):
@@ -80,24 +80,6 @@ def run_ranks(world: int, cases, skip=()):
     return [got[r] for r in range(world)]
 
 
-def bits(t: torch.Tensor) -> torch.Tensor:
-    return t.view(_BITS[t.element_size()])
-
-
-def rank_order_sums(chunks: list[torch.Tensor]) -> list[torch.Tensor]:
-    """What every reduce-scatter and all-reduce kernel computes: the fp32 sum in rank order,
-    rounded once to the dtype. Two roundings are accepted for bf16: to nearest even (the
-    GPU, torch) and toward zero (Triton 3.9's interpreter casts fp32 to bf16 by dropping
-    the low bits)."""
-    acc = torch.zeros(chunks[0].shape, dtype=torch.float32)
-    for c in chunks:
-        acc += c.float()
-    sums = [acc.to(chunks[0].dtype)]
-    if chunks[0].dtype == torch.bfloat16:
-        sums.append((acc.view(torch.int32) >> 16).to(torch.int16).view(torch.bfloat16))
-    return sums
-
-
 def check(world: int, cases, results) -> None:
     for call, (algo, dtype, n, mode) in enumerate(cases):
         name = algo[0] if isinstance(algo, tuple) else algo
@@ -105,26 +87,11 @@ def check(world: int, cases, results) -> None:
         xs = [collective_input(name, r, call, n, dtype, world) for r in range(world)]
         outs = [results[r][0][call] for r in range(world)]
         if name.startswith("ag_"):
-            want = torch.cat(xs)
-            if name == "ag_push" and dtype != torch.float32:  # 16-bit -0.0 comes as +0.0
-                want = torch.where(want == 0, torch.zeros_like(want), want)
-            for r in range(world):
-                assert torch.equal(bits(outs[r]), bits(want)), f"{label}: rank {r} differs"
-            continue
-        if name.startswith("rs_"):
-            ref = sum(x.double() for x in xs).view(world, n)
-            for r in range(world):
-                sums = rank_order_sums([x.view(world, n)[r] for x in xs])
-                assert any(torch.equal(bits(outs[r]), bits(s)) for s in sums), \
-                    f"{label}: rank {r} is not the fp32 rank-order sum of its chunk"
-            got = torch.stack(outs).double()
+            check_all_gather(label, name, xs, outs)
+        elif name.startswith("rs_"):
+            check_reduce_scatter(label, xs, outs, bf16_toward_zero=True)
         else:  # an all-reduce between the collectives
-            ref = sum(x.double() for x in xs)
-            assert all(torch.equal(outs[0], o) for o in outs), f"{label}: ranks differ"
-            got = outs[0].double()
-        tol = 1e-5 if dtype == torch.float32 else 2e-2
-        err = (got - ref).norm() / ref.norm().clamp_min(1e-30)
-        assert err < tol, f"{label}: relative error {err:.3g}"
+            check_all_reduce(f"call {call}: {name} world={world}", world, call, n, dtype, outs)
 
 
 def _modes(algo: str) -> tuple[str, ...]:

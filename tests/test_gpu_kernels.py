@@ -1,24 +1,41 @@
 """Every kernel at world sizes 2-8 on one GPU: W virtual ranks in one process.
 
 The harness (``ranks_onegpu``) builds the real workspaces over ordinary allocations and
-runs each rank on its own stream; inputs and float64 checks are the interpreter tests'
-(``kernel_cases``). Every test runs once per kernel of ``CONFIGS`` and world size.
+runs each rank on its own stream; inputs and checks are the interpreter tests'
+(``kernel_cases``): the all-reduces (plain and fused with RMSNorm) against float64, every
+rank's output bitwise the same; the all-gathers bit for bit against the inputs in rank
+order; the reduce-scatters bitwise against the fp32 rank-order sum, and close to float64.
+Every test runs once per kernel of ``CONFIGS`` and world size.
 """
 
 from __future__ import annotations
 
 import pytest
 import torch
-from kernel_cases import EPS, check_all_reduce, check_fused, fused_inputs, make_input
+from kernel_cases import (
+    EPS,
+    LAMPORT_WORD32,
+    check_all_gather,
+    check_all_reduce,
+    check_fused,
+    check_reduce_scatter,
+    collective_input,
+    fused_inputs,
+    make_input,
+)
 from ranks_onegpu import OneGpuRanks
 
 from commrt.errors import PeerTimeoutError
 
-F32, BF16, F16 = torch.float32, torch.bfloat16, torch.float16
+F32, BF16, F16, I32 = torch.float32, torch.bfloat16, torch.float16, torch.int32
 DEVICE = "cuda"
 WORLDS = (2, 3, 4, 6, 8)
 DATA_BYTES = 512 * 1024
-SLOT_BYTES = 512 * 1024  # one_shot_push and its fused twin take messages up to this
+SLOT_BYTES = 512 * 1024  # one_shot_push, its fused twin and ag_push take messages up to this
+# fp32 elements a rank that go in pieces at every world size: more than a receive slot
+# holds (131072, ag_push) or than a rank's share of the data region (65536 at world size 2)
+AG_PIECES = 150_001
+RS_PIECES = 70_001  # a reduce-scatter's input is world times this, on every rank
 TIMEOUT = 5.0  # seconds: generous, every launch of a call is queued within microseconds
 QUEUE_TIMEOUT = 1.0  # long queues: a broken call costs this, not TIMEOUT, per barrier
 MISSING_TIMEOUT = 0.25
@@ -32,14 +49,37 @@ CONFIGS = {
     ("fused", "one_shot_push"): {"warps": 8, "split": 4},
     ("fused", "one_shot"): {"warps": 8},
     ("fused", "two_shot_push"): {"warps": 8},
+    # no table rows yet: blocks small enough that the grid-stride loops (and rs_push's
+    # rounds) turn at these sizes
+    ("all_gather", "ag_push"): {"block": 1024, "warps": 4},
+    ("all_gather", "ag_bw"): {"block": 2048, "warps": 8},
+    ("reduce_scatter", "rs_pull"): {"block": 2048, "warps": 8},
+    ("reduce_scatter", "rs_push"): {"block": 1024, "warps": 4, "round_tiles": 2},
 }
-# (dtype, size or (rows, hidden), in place) per call. Sizes are odd; each dtype keeps one
-# hidden size so that the tests below reuse the kernels this table compiles.
+# Lamport kernels: their receive-buffer rotation gets 1000 calls back to back, not 200
+LAMPORT = ("one_shot_push", "ag_push")
+# ag_push rotates the receive buffers one_shot_push rotates: every third call of its
+# back-to-back queue is an all-reduce
+INTERLEAVED = {("all_gather", "ag_push"): ("all_reduce", "one_shot_push")}
+# (dtype, size or (rows, hidden), in place) per call; a (kind, algorithm) key overrides its
+# kind's rows. Sizes are odd; each dtype keeps one hidden size so that the tests below reuse
+# the kernels this table compiles. A collective's size is one rank's share (the all-gather's
+# input, the reduce-scatter's output); in place, that share is chunk ``rank`` of the other
+# tensor: at 16 bytes a rank the chunks stay 16-byte aligned and reuse the odd sizes' kernels.
+_COLLECTIVES = [(dt, n, False) for dt in (F32, BF16, F16) for n in (7, 4097)] + [
+    (F32, 1, False), (F32, 4, True), (BF16, 8, True)]
+_COLLECTIVES_B2B = [(F32, 4097, False), (BF16, 7, False), (F16, 1023, False), (F32, 4, True),
+                    (BF16, 4097, False)]
+_COLLECTIVES_GRAPH = [(BF16, 4097, False), (F32, 4, True)]
 EVERY_DTYPE = {
     "all_reduce": [(dt, n, n == 4097) for dt in (F32, BF16, F16) for n in (7, 4097, 65537)]
     + [(F32, 1, True)],
     "fused": [(F32, (7, 1000), False), (BF16, (5, 96), False), (BF16, (1, 96), False),
               (F16, (13, 4096), False)],
+    "all_gather": _COLLECTIVES + [(F32, AG_PIECES, False)],
+    ("all_gather", "ag_bw"): _COLLECTIVES + [(F32, AG_PIECES, False), (I32, 7, False),
+                                             (I32, 4097, False)],
+    "reduce_scatter": _COLLECTIVES + [(F32, RS_PIECES, False)],
 }
 # cycled call after call: the dtype and the fill change every call
 BACK_TO_BACK = {
@@ -47,11 +87,17 @@ BACK_TO_BACK = {
                    (BF16, 4097, False), (F32, 33, True)],
     "fused": [(F32, (3, 1000), False), (BF16, (5, 96), False), (F16, (2, 4096), False),
               (BF16, (9, 96), False), (F32, (7, 1000), False)],
+    "all_gather": _COLLECTIVES_B2B,
+    "reduce_scatter": _COLLECTIVES_B2B,
 }
-MISSING_RANK = {"all_reduce": [(F32, 4097, False)], "fused": [(BF16, (5, 96), False)]}
+WARM_CALLS = 15  # run before the long queues: every row of BACK_TO_BACK (and INTERLEAVED)
+MISSING_RANK = {"all_reduce": [(F32, 4097, False)], "fused": [(BF16, (5, 96), False)],
+                "all_gather": [(F32, 4097, False)], "reduce_scatter": [(F32, 4097, False)]}
 IN_GRAPH = {
     "all_reduce": [(BF16, 4097, False), (F32, 7, True)],
     "fused": [(BF16, (5, 96), False), (F16, (13, 4096), False)],
+    "all_gather": _COLLECTIVES_GRAPH + [(F32, AG_PIECES, False)],
+    "reduce_scatter": _COLLECTIVES_GRAPH + [(F32, RS_PIECES, False)],
 }
 REPLAYS = 5
 
@@ -112,16 +158,87 @@ class FusedCall:
                     [(a[3], a[4]) for a in self.args])
 
 
-CALLS = {"all_reduce": AllReduceCall, "fused": FusedCall}
+class CollectiveCall:
+    """One all-gather or reduce-scatter on every rank: rank r's ``inps[r]`` and ``outs[r]``,
+    one of them ``world`` chunks of ``n`` elements, the other ``n`` (in place: chunk
+    ``rank`` of the first)."""
+
+    KIND = ""
+
+    def __init__(self, algo: str, world: int, call: int, dtype: torch.dtype, n: int,
+                 inplace: bool):
+        self.algo, self.world, self.dtype, self.n = algo, world, dtype, n
+        big = [torch.empty(world * n, dtype=dtype, device=DEVICE) for _ in range(world)]
+        small = ([b[r * n:(r + 1) * n] for r, b in enumerate(big)] if inplace
+                 else [torch.empty(n, dtype=dtype, device=DEVICE) for _ in range(world)])
+        gather = self.KIND == "all_gather"
+        self.inps, self.outs = (small, big) if gather else (big, small)
+        self.refill(call)
+
+    @property
+    def label(self) -> str:
+        return f"{self.algo} w{self.world} {self.dtype} n={self.n} call {self.call}"
+
+    def inputs(self) -> list[torch.Tensor]:
+        """Every rank's input of this call (CPU)."""
+        return [collective_input(self.algo, r, self.call, self.n, self.dtype, self.world)
+                for r in range(self.world)]
+
+    def refill(self, call: int) -> None:
+        """Fresh inputs (those of call ``call``, kept for the check) into the same tensors."""
+        self.call = call
+        self.xs = self.inputs()
+        for o in self.outs:  # in place, the inputs overwrite their chunks next
+            o.view(torch.uint8).fill_(0xFF)  # NaN in every float dtype, -1 in int32
+        for x, value in zip(self.inps, self.xs, strict=True):
+            x.copy_(value)
+
+    def launch(self, h: OneGpuRanks, timeout: float = TIMEOUT, ranks=None) -> None:
+        run = h.all_gather if self.KIND == "all_gather" else h.reduce_scatter
+        run(self.algo, self.inps, self.outs, CONFIGS[self.KIND, self.algo], timeout, ranks)
+
+
+class GatherCall(CollectiveCall):
+    KIND = "all_gather"
+
+    def inputs(self) -> list[torch.Tensor]:
+        """With fp32's element 2 the receive slots' sentinel word, which ag_push must
+        deliver as its neighbour (and ag_bw as it is)."""
+        xs = super().inputs()
+        if self.dtype == F32 and self.n > 3:
+            for x in xs:
+                x.view(I32)[2] = LAMPORT_WORD32
+        return xs
+
+    def check(self) -> None:
+        check_all_gather(self.label, self.algo, self.xs, self.outs)
+
+
+class ScatterCall(CollectiveCall):
+    KIND = "reduce_scatter"
+
+    def check(self) -> None:
+        check_reduce_scatter(self.label, self.xs, self.outs)
+
+
+CALLS = {"all_reduce": AllReduceCall, "fused": FusedCall, "all_gather": GatherCall,
+         "reduce_scatter": ScatterCall}
 EVERY_KERNEL = pytest.mark.parametrize(
     "kind, algo, world",
     [pytest.param(kind, algo, w, id=f"{kind}-{algo}-w{w}")
      for kind, algo in CONFIGS for w in WORLDS])
 
 
-def _calls(kind: str, algo: str, world: int, table, count: int) -> list:
-    """Calls 0 .. count - 1, cycling through the rows of ``table``."""
-    return [CALLS[kind](algo, world, i, *table[i % len(table)]) for i in range(count)]
+def _call(kind: str, algo: str, world: int, table: dict, i: int):
+    """Call ``i``: row ``i`` (cycling) of the kernel's rows in ``table``."""
+    rows = table.get((kind, algo), table[kind])
+    return CALLS[kind](algo, world, i, *rows[i % len(rows)])
+
+
+def _calls(kind: str, algo: str, world: int, table: dict) -> list:
+    """One call per row of the kernel's rows in ``table``."""
+    rows = table.get((kind, algo), table[kind])
+    return [_call(kind, algo, world, table, i) for i in range(len(rows))]
 
 
 def _eager(h: OneGpuRanks, calls, timeout: float = TIMEOUT) -> None:
@@ -135,8 +252,7 @@ def _eager(h: OneGpuRanks, calls, timeout: float = TIMEOUT) -> None:
 @EVERY_KERNEL
 def test_every_dtype_and_odd_size_matches_float64(kind, algo, world):
     h = OneGpuRanks(world, DATA_BYTES, SLOT_BYTES)
-    table = EVERY_DTYPE[kind]
-    for c in _calls(kind, algo, world, table, len(table)):
+    for c in _calls(kind, algo, world, EVERY_DTYPE):
         _eager(h, [c])
         c.check()
 
@@ -146,11 +262,13 @@ def test_every_dtype_and_odd_size_matches_float64(kind, algo, world):
 def test_back_to_back_calls_keep_epochs_and_flags(kind, algo, world):
     # no join within a queue of 100 calls: a rank may run calls ahead of the others, as on
     # real GPUs (the Lamport buffers rotate, barrier counters reach 2)
-    count = 1000 if algo == "one_shot_push" else 200
+    count = 1000 if algo in LAMPORT else 200
+    other = INTERLEAVED.get((kind, algo))
     h = OneGpuRanks(world, DATA_BYTES, SLOT_BYTES)
-    calls = _calls(kind, algo, world, BACK_TO_BACK[kind], count)
-    _eager(h, calls[:1])  # compiled and alive before the long queues
-    for start in range(1, count, 100):
+    calls = [_call(*(other if other and i % 3 == 2 else (kind, algo)), world, BACK_TO_BACK, i)
+             for i in range(count)]
+    _eager(h, calls[:WARM_CALLS])  # compiled and alive before the long queues
+    for start in range(WARM_CALLS, count, 100):
         _eager(h, calls[start:start + 100], QUEUE_TIMEOUT)
     for c in calls:
         c.check()
@@ -160,8 +278,7 @@ def test_back_to_back_calls_keep_epochs_and_flags(kind, algo, world):
 @EVERY_KERNEL
 def test_cuda_graph_replays_fresh_inputs(kind, algo, world):
     h = OneGpuRanks(world, DATA_BYTES, SLOT_BYTES)
-    table = IN_GRAPH[kind]
-    calls = _calls(kind, algo, world, table, len(table))
+    calls = _calls(kind, algo, world, IN_GRAPH)
     _eager(h, calls)  # warm-up: every kernel compiled before capture
 
     def body():
@@ -184,7 +301,7 @@ def test_a_rank_that_never_arrives_is_named_not_awaited(kind, algo, world):
     missing = world // 2
     others = [r for r in range(world) if r != missing]
     h = OneGpuRanks(world, DATA_BYTES, SLOT_BYTES)
-    (c,) = _calls(kind, algo, world, MISSING_RANK[kind], 1)
+    (c,) = _calls(kind, algo, world, MISSING_RANK)
     with h.concurrent():
         c.launch(h, MISSING_TIMEOUT, ranks=others)
     for r in others:
@@ -212,3 +329,5 @@ def test_harness_builds_the_real_pointer_tables_cpu():
         h.check_health(1.0)
     with pytest.raises(RuntimeError, match="only on a CUDA device"):
         h.on_ranks(lambda r, ws: None)
+    with pytest.raises(RuntimeError, match="only on a CUDA device"):
+        h.all_gather("ag_bw", [], [], {}, 1.0)
