@@ -18,7 +18,10 @@ import json
 import os
 import queue
 import sys
+import threading
 import time
+import types
+import zlib
 
 import torch
 import triton
@@ -150,14 +153,19 @@ class _ForceCommrt:
 
 
 def _column(name: str, fn):
-    """(compiled callable, context to compile it in) of one column."""
+    """The callable of one column (to be called in ``_context(name)``)."""
+    return fn if name == "eager" else torch.compile(fn, dynamic=False)
+
+
+def _context(name: str) -> contextlib.AbstractContextManager:
+    """The settings one column compiles and runs in (entered on return)."""
     import torch._inductor.config as ic
     from torch._inductor.custom_graph_pass import CustomGraphPass
 
     import commrt.fx
 
     if name == "eager":
-        return fn, contextlib.nullcontext()
+        return contextlib.nullcontext()
     patches = {"fx_graph_cache": False}
     ctx = contextlib.nullcontext()
     if name == "inductor partitioned":
@@ -170,74 +178,119 @@ def _column(name: str, fn):
     stack = contextlib.ExitStack()
     stack.enter_context(ic.patch(patches))
     stack.enter_context(ctx)
-    return torch.compile(fn, dynamic=False), stack
+    return stack
 
 
 def _rel_err(got: torch.Tensor, ref: torch.Tensor) -> float:
     return float((got.double() - ref).norm() / ref.norm())
 
 
-def grid_group(group: tuple, columns: tuple, lock) -> list[dict]:
-    """The cells of one group: errors against float64 first, then median ms."""
-    import commrt.fx
-
+def compile_group(group: tuple, columns: tuple) -> dict:
+    """A group's data, its columns compiled (one function each, so that Dynamo keeps one
+    graph a column) and its cells' errors against float64. A column that raises is recorded
+    in each cell's ``failed`` (its times and errors NaN); the others go on."""
     op, dt, width, rows = group
-    fn, dtype, n = OPS[op], DTYPES[dt], VALUES // max(1, width)
-    g = torch.Generator(device="cuda").manual_seed(hash(group) % (1 << 31))
+    dtype, n = DTYPES[dt], VALUES // max(1, width)
+    g = torch.Generator(device="cuda").manual_seed(zlib.crc32(repr(group).encode()))
     shape = (rows,) if width == 0 else (rows, width)
     out = torch.randn(shape, device="cuda", generator=g).to(dtype)
     vals = torch.randn((n, *shape[1:]), device="cuda", generator=g).to(dtype)
     idxs = {d: grid_indices(d, rows, n, g) for d in DISTS}
-    with lock:  # all GPU work but the first (uniform) call of each column under the lock
-        refs = {d: fn(out.double(), idxs[d], vals.double()) for d in DISTS}
+    refs = {d: OPS[op](out.double(), idxs[d], vals.double()) for d in DISTS}
     cells = [{"op": op, "dtype": dt, "width": width, "rows": rows, "n": n, "dist": d,
-              "ms": {}, "err": {}, "compile_s": {}} for d in DISTS]
+              "ms": {}, "err": {}, "compile_s": {}, "failed": {}} for d in DISTS]
+    fns = {}
     for name in columns:
-        torch._dynamo.reset()
-        t0 = time.perf_counter()
-        f, ctx = _column(name, fn)
-        with ctx:
-            first = f(out, idxs["uniform"], vals)  # compiles, in parallel with other groups
-            with lock:
-                for cell, d in zip(cells, DISTS, strict=True):
-                    got = first if d == "uniform" else f(out, idxs[d], vals)
-                    cell["err"][name] = _rel_err(got, refs[d])
-            if name == "commrt":
-                rep = [r for k, r in commrt.fx.last_reports if k == "partitioned_scatter"]
-                for cell in cells:
-                    cell["commrt decision"] = rep[-1].decisions if rep else []
-        torch.cuda.synchronize()
-        for cell in cells:
-            cell["compile_s"][name] = time.perf_counter() - t0
-        with lock:
-            for cell, d in zip(cells, DISTS, strict=True):
-                cell["ms"][name] = triton.testing.do_bench(
-                    lambda f=f, i=idxs[d]: f(out, i, vals), warmup=5, rep=20,
-                    return_mode="median")
+        code = OPS[op].__code__
+        fn = types.FunctionType(code.replace(co_name=f"{op}_{name.replace(' ', '_')}"),
+                                OPS[op].__globals__)
+        try:
+            fns[name] = _compile_column(name, fn, cells, (out, vals, idxs, refs))
+        except Exception as exc:  # noqa: BLE001 (recorded in the cells, the group goes on)
+            _failed(cells, name, exc)
     for cell in cells:
         err = cell["err"]
-        cell["wrong"] = not (err["commrt"] <= max(TOL[dt], 1.5 * err["compiled"])
-                             and (dt != "float32" or max(err.values()) <= TOL[dt]))
+        cell["wrong"] = not cell["failed"] and not (
+            err["commrt"] <= max(TOL[dt], 1.5 * err["compiled"])
+            and (dt != "float32" or max(err.values()) <= TOL[dt]))
+    return {"group": group, "cells": cells, "fns": fns, "data": (out, vals, idxs)}
+
+
+def _failed(cells: list, name: str, exc: Exception) -> None:
+    for cell in cells:
+        cell["failed"][name] = repr(exc)[:500]
+        cell["ms"][name] = cell["err"][name] = float("nan")
+
+
+def _compile_column(name: str, fn, cells: list, data: tuple):
+    """One column of a group's cells compiled (returned), its errors, the commrt pass's
+    decisions."""
+    import commrt.fx
+
+    out, vals, idxs, refs = data
+    t0 = time.perf_counter()
+    f = _column(name, fn)
+    with _context(name):
+        for cell, d in zip(cells, DISTS, strict=True):  # the first call compiles
+            cell["err"][name] = _rel_err(f(out, idxs[d], vals), refs[d])
+        if name == "commrt":
+            rep = [r for k, r in commrt.fx.last_reports if k == "partitioned_scatter"]
+            for cell in cells:
+                cell["commrt decision"] = rep[-1].decisions if rep else []
+    torch.cuda.synchronize()
+    for cell in cells:
+        cell["compile_s"][name] = time.perf_counter() - t0
+    return f
+
+
+def time_group(state: dict) -> list[dict]:
+    """Median ms of every compiled column of a group (the caller holds the GPU alone)."""
+    out, vals, idxs = state["data"]
+    cells = state["cells"]
+    for name, f in state["fns"].items():
+        try:
+            with _context(name):  # the compiled callable of compile_group: no new compile
+                for cell, d in zip(cells, DISTS, strict=True):
+                    cell["ms"][name] = triton.testing.do_bench(
+                        lambda f=f, i=idxs[d]: f(out, i, vals), warmup=5, rep=20,
+                        return_mode="median")
+        except Exception as exc:  # noqa: BLE001 (recorded in the cells, the group goes on)
+            _failed(cells, name, exc)
     return cells
 
 
-def _grid_worker(rank: int, groups: list, columns: tuple, q, lock, deadline: float) -> None:
+def _grid_worker(rank: int, groups: list, columns: tuple, q, lock, barrier,
+                 deadline: float) -> None:
+    """Compiles its groups (in parallel with the other workers), waits until every worker
+    has (no compile, nor Inductor's autotuning, shares the GPU with a timing), then times
+    them one group at a time under ``lock``."""
     torch.cuda.set_device(0)
+    compiled = []
     for group in groups:
         if time.time() > deadline:
             q.put({"group": group, "not run": "time budget"})
             continue
         try:
-            q.put({"group": group, "cells": grid_group(group, columns, lock)})
-            torch.cuda.empty_cache()
+            compiled.append(compile_group(group, columns))
         except Exception as exc:  # noqa: BLE001 (recorded in the results, the grid goes on)
             q.put({"group": group, "error": repr(exc)[:500]})
+    with contextlib.suppress(threading.BrokenBarrierError):
+        barrier.wait(timeout=max(60.0, deadline - time.time() + 600))
+    while compiled:
+        state = compiled.pop(0)
+        try:
+            with lock:
+                q.put({"group": state["group"], "cells": time_group(state)})
+        except Exception as exc:  # noqa: BLE001 (recorded in the results, the grid goes on)
+            q.put({"group": state["group"], "error": repr(exc)[:500]})
+        del state
+        torch.cuda.empty_cache()
     q.put(None)
 
 
 def grid(args) -> None:
-    """Every group on ``args.workers`` processes that compile in parallel and time one at
-    a time (a lock around the GPU timing); results written after each group."""
+    """Every group on ``args.workers`` processes that compile in parallel, then time one
+    group at a time with the GPU to itself; results written after each group."""
     import torch.multiprocessing as mp
 
     os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
@@ -245,13 +298,13 @@ def grid(args) -> None:
     groups = grid_groups()
     start = time.time()
     ctx = mp.get_context("spawn")
-    q, lock = ctx.Queue(), ctx.Lock()
+    q, lock, barrier = ctx.Queue(), ctx.Lock(), ctx.Barrier(args.workers)
     procs = [ctx.Process(target=_grid_worker, args=(r, groups[r::args.workers], columns, q,
-                                                    lock, start + args.budget_s))
+                                                    lock, barrier, start + args.budget_s))
              for r in range(args.workers)]
     for p in procs:
         p.start()
-    done, results, meta = 0, [], grid_meta(args, columns, start)
+    done, results, meta = 0, [], grid_meta(args, columns, start, groups)
     while done < len(procs):
         try:
             item = q.get(timeout=5)
@@ -268,20 +321,34 @@ def grid(args) -> None:
         write_grid(results, meta, args.out_dir, time.time() - start)
     for p in procs:
         p.join()
-    bad = [c for r in results for c in r.get("cells", []) if c["wrong"]]
-    missing = len(groups) - sum("cells" in r for r in results)
+    write_grid(results, meta, args.out_dir, time.time() - start)
+    cells = [c for r in results for c in r.get("cells", [])]
+    bad, failed = [c for c in cells if c["wrong"]], [c for c in cells if c["failed"]]
+    status = group_status(results, groups)
     print(f"grid: {len(results)} groups in {time.time() - start:.0f} s, {len(bad)} cells "
-          f"wrong, {missing} groups not run", flush=True)
-    if bad or missing:
+          f"wrong, {len(failed)} cells with a column that failed, "
+          + ", ".join(f"{len(v)} groups {k}" for k, v in status.items()), flush=True)
+    if bad or failed or any(status.values()):
         raise SystemExit(1)
 
 
-def grid_meta(args, columns: tuple, start: float) -> dict:
+def group_status(results: list, groups: list) -> dict[str, list]:
+    """The groups without cells: failed (with the error), not run (time budget), and not
+    reported (the grid stopped, or a worker died, before they finished)."""
+    reported = {tuple(r["group"]) for r in results}
+    return {"failed": [r for r in results if "error" in r],
+            "not run": [r for r in results if "not run" in r],
+            "not reported": [{"group": g, "not reported": "no result"} for g in groups
+                             if tuple(g) not in reported]}
+
+
+def grid_meta(args, columns: tuple, start: float, groups: list) -> dict:
     name = torch.cuda.get_device_name()
     return {"device": name, "torch": torch.__version__, "triton": triton.__version__,
             "date": datetime.date.today().isoformat(), "columns": list(columns),
             "command": "python " + " ".join(sys.argv), "values_a_cell": VALUES,
             "max_output_elements": MAX_OUT, "workers": args.workers, "start": start,
+            "groups": [list(g) for g in groups],
             "file": f"scatter_grid_{name.replace(' ', '_')}"}
 
 
@@ -290,9 +357,12 @@ def grid_line(item: dict) -> str:
     head = f"{op} {dt} width {w or '1-D'} rows {r}:"
     if "cells" not in item:
         return f"{head} {item.get('error') or item.get('not run')}"
+    failed = {f"{k}: {v}" for c in item["cells"] for k, v in c["failed"].items()}
     return head + "  ".join(
-        f" {c['dist']} " + "/".join(f"{c['ms'][k]:.3f}" for k in c["ms"])
-        + f" ({ratio(c):.2f}{' WRONG' if c['wrong'] else ''})" for c in item["cells"])
+        f" {c['dist']} " + "/".join("FAILED" if k in c["failed"] else f"{v:.3f}"
+                                    for k, v in c["ms"].items())
+        + f" ({ratio(c):.2f}{' WRONG' if c['wrong'] else ''})" for c in item["cells"]) \
+        + "".join(f"\n    failed {f}" for f in sorted(failed))
 
 
 def ratio(cell: dict) -> float:
@@ -314,16 +384,20 @@ def write_grid(results: list, meta: dict, out_dir: str, elapsed: float) -> None:
     for c in cells:
         c["commrt_over_best_compiled"] = ratio(c)
         c["needs_1.3x"] = needs_win(c)
+    status = group_status(results, [tuple(g) for g in meta["groups"]])
     with open(path + ".json", "w") as f:
         json.dump({"meta": {**meta, "elapsed_s": elapsed}, "cells": cells,
-                   "not_run": [r for r in results if "cells" not in r]}, f, indent=1)
+                   **{k.replace(" ", "_"): v for k, v in status.items()}}, f, indent=1)
     with open(path + ".md", "w") as f:
-        f.write(grid_markdown(cells, meta, elapsed, results))
+        f.write(grid_markdown(cells, meta, elapsed, status))
 
 
-def grid_markdown(cells: list, meta: dict, elapsed: float, results: list) -> str:
+def grid_markdown(cells: list, meta: dict, elapsed: float, status: dict) -> str:
+    """The cells, then one row a distribution for every group without cells (failed, not
+    run, not reported), each saying so in every time column."""
     cols = meta["columns"]
     over = [c for c in cells if c["commrt_over_best_compiled"] > 1.05]
+    failed = [c for c in cells if c.get("failed")]
     need = [c for c in cells if c["needs_1.3x"]]
     won = [c for c in need if c["commrt_over_best_compiled"] <= 1 / 1.3]
     lines = [
@@ -336,20 +410,36 @@ def grid_markdown(cells: list, meta: dict, elapsed: float, results: list) -> str
         "scatter. err: relative error against float64 (Frobenius).", "",
         f"Cells: {len(cells)}; commrt over 1.05x the faster compiled column: {len(over)}; "
         f"cells where Inductor's columns are slow (need 1.3x): {len(need)}, commrt 1.3x "
-        f"faster in {len(won)}; wrong: {sum(c['wrong'] for c in cells)}; groups not run: "
-        f"{sum('cells' not in r for r in results)}.", "",
+        f"faster in {len(won)}; wrong: {sum(c['wrong'] for c in cells)}; cells with a "
+        f"column that failed (FAILED, its error in the commrt path column): {len(failed)}; "
+        + "; ".join(f"groups {k}: {len(v)}" for k, v in status.items()) + ".", "",
         "| op | dtype | width | rows | dist | " + " | ".join(cols)
         + " | commrt / best compiled | needs 1.3x | commrt path | err compiled | err commrt |",
         "|" + "---|" * 5 + "---:|" * (len(cols) + 1) + "---|---|---:|---:|"]
     for c in cells:
+        fails = c.get("failed", {})
         path = ",".join(sorted({d.split(": ")[1].split(" ")[0]
                                 for d in c.get("commrt decision", [])})) or "none"
+        path += "".join(f"; {k} failed: {_short(v)}" for k, v in fails.items())
         lines.append(
             f"| {c['op']} | {c['dtype']} | {c['width'] or '1-D'} | {c['rows']} | {c['dist']} | "
-            + " | ".join(f"{c['ms'][k]:.4f}" for k in cols)
+            + " | ".join("FAILED" if k in fails else f"{c['ms'][k]:.4f}" for k in cols)
             + f" | {c['commrt_over_best_compiled']:.2f} | {'yes' if c['needs_1.3x'] else ''}"
             f" | {path} | {c['err']['compiled']:.1e} | {c['err']['commrt']:.1e} |")
+    for kind, items in status.items():
+        for r in sorted(items, key=lambda r: tuple(r["group"])):
+            op, dt, width, rows = r["group"]
+            lines += [f"| {op} | {dt} | {width or '1-D'} | {rows} | {d} | "
+                      + " | ".join([kind.upper()] * len(cols)) + " |  |  | "
+                      + _short(r.get("error") or r.get("not run") or r["not reported"])
+                      + " |  |  |" for d in DISTS]
     return "\n".join(lines) + "\n"
+
+
+def _short(message: str) -> str:
+    """An error message on one table cell: its first line, no pipes."""
+    return message.replace("\\n", "\n").split("\n")[0].replace("|", "/")[:160]
+
 
 if __name__ == "__main__":
     main()

@@ -101,6 +101,35 @@ def test_the_pass_follows_the_rule_on_traced_graphs(rows, width, n, dtype, choic
     assert (torch.ops.commrt.partitioned_index_put.default in ops) == (choice == "commrt")
 
 
+@pytest.mark.parametrize("width,dtype", [(0, torch.float32), (4, torch.bfloat16)])
+def test_inductor_partitioned_graph_has_no_aten_zeros_for_inductor(width, dtype):
+    """The inlined graph of Inductor's partitioned scatter goes through Inductor (its C++
+    backend) and matches float64: no ``aten.zeros`` node, which Inductor decomposes before
+    its post-grad passes and has no lowering for ("both a fallback and a decomp")."""
+    import torch._inductor.config as ic
+
+    rows, n = 64, 8192  # 128 values a row: the rule answers inductor_partitioned
+    g = torch.Generator().manual_seed(rows + n)
+    shape = (rows,) if width == 0 else (rows, width)
+    out = torch.randn(shape, generator=g).to(dtype)
+    idx = torch.randint(0, rows, (n,), generator=g)
+    idx[::2] = rows // 3  # half the values into one row
+    idx[::7] -= rows  # negative indices count from the end
+    v = torch.randn((n, *shape[1:]), generator=g).to(dtype)
+    exact = index_put(out.double(), idx, v.double())
+    commrt.fx.last_reports.clear()
+    torch._dynamo.reset()
+    with ic.patch(fx_graph_cache=False), commrt.fx.installed(
+            fuse_rmsnorm=False, overlap=False, partitioned_scatter=True):
+        got = torch.compile(index_put, dynamic=False)(out, idx, v)
+    rep = [r for k, r in commrt.fx.last_reports if k == "partitioned_scatter"][-1]
+    assert rep.inductor_partitioned == 1, rep
+    err = float((got.double() - exact).norm() / exact.norm())
+    plain = float((index_put(out, idx, v).double() - exact).norm() / exact.norm())
+    assert got.dtype == dtype and err <= max(1e-6 if dtype == torch.float32 else 1e-2,
+                                             2 * plain), (err, plain)
+
+
 def test_integer_values_are_bitwise():
     out = torch.randint(-5, 5, (ROWS, D))
     idx = torch.zeros(N, dtype=torch.int64)

@@ -204,7 +204,11 @@ def _inductor_partitioned(self, index, values, p: int):
     iota = torch.ops.prims.iota.default(n, start=0, step=1, dtype=index.dtype,
                                         device=index.device, requires_grad=False)
     part = torch.ops.aten.bitwise_and.Scalar(iota, p - 1)
-    buf = torch.zeros((p * rows, *self.shape[1:]), dtype=values.dtype, device=values.device)
+    # aten.full, as Inductor's pass builds it: Inductor has no lowering for aten.zeros (a
+    # decomposition it applies before the post-grad passes)
+    buf = torch.ops.aten.full.default([p * rows, *self.shape[1:]], 0, dtype=values.dtype,
+                                      layout=torch.strided, device=values.device,
+                                      pin_memory=False)
     index = torch.where(index < 0, index + rows, index)  # the offsets need it in range
     buf = torch.ops.aten.index_put.default(buf, [index + part * rows], values, True)
     summed = buf.view(p, rows, *self.shape[1:]).sum(0)
@@ -213,14 +217,17 @@ def _inductor_partitioned(self, index, values, p: int):
 
 def _inline(graph: fx.Graph, node: fx.Node, fn, inputs: tuple, *extra) -> None:
     """Replace ``node`` by the aten graph of ``fn(*inputs, *extra)``, traced on the inputs'
-    fake values (each new node keeps its ``meta['val']``)."""
+    fake values (each new node keeps its ``meta['val']``) with Inductor's decompositions, so
+    that every new node is one Inductor lowers after its own decompositions ran."""
     from torch._guards import detect_fake_mode
+    from torch._inductor.decomposition import select_decomp_table
     from torch.fx.experimental.proxy_tensor import make_fx
 
     vals = [n.meta["val"] for n in inputs]
     mode = detect_fake_mode(vals)
     with mode if mode is not None else contextlib.nullcontext():
-        sub = make_fx(lambda *a: fn(*a, *extra), tracing_mode="real")(*vals)
+        sub = make_fx(lambda *a: fn(*a, *extra), select_decomp_table(),
+                      tracing_mode="real")(*vals)
     env = dict(zip([n for n in sub.graph.nodes if n.op == "placeholder"], inputs,
                    strict=True))
     with graph.inserting_before(node):
