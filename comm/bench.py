@@ -1,5 +1,7 @@
-"""All-reduce benchmark and tuner: every eligible variant, checked against the process
-group's result, then timed in CUDA-graph and eager mode (see ``commrt.timing``).
+"""All-reduce, all-gather and reduce-scatter benchmark and tuner: every eligible variant,
+checked against the process group's result, then timed in CUDA-graph and eager mode (see
+``commrt.timing``). The all-gather and the reduce-scatter (``run_collective_bench``,
+``tune_collective``) are sized by their output's bytes, as the tables key them.
 
 Variants are labelled ``<algorithm>`` (called as a user calls commrt: on an ordinary
 tensor, any copy into the workspace counted), ``<algorithm>@ws`` (on a ``comm.empty``
@@ -34,7 +36,7 @@ import torch.distributed as dist
 
 from commrt import __version__
 from commrt.communicator import Communicator
-from commrt.dispatch.dispatcher import ALGORITHMS, Dispatcher, Query, why_not
+from commrt.dispatch.dispatcher import ALGORITHMS, BY_KIND, Dispatcher, Query, why_not
 from commrt.dispatch.profile import has_pdl
 from commrt.timing import agree_median, busbw_factor, time_eager, time_graph, time_pair
 
@@ -55,7 +57,16 @@ CONFIG_GRID = {
                       for b, w in ((2048, 8), (4096, 8), (4096, 16), (8192, 16))
                       for g in (132, 264, 512, 528, 1024, 1056)
                       for r, p in ((0, 0), (2, 0), (0, 1))],
+    "ag_push": [dict(block=b, warps=w, blocks=g) for b, w in ((512, 4), (1024, 4), (2048, 8))
+                for g in (8, 32, 132)],
+    "ag_bw": [dict(block=b, warps=w, blocks=g) for b, w in ((2048, 8), (4096, 16))
+              for g in (32, 66, 132, 264)],
+    "rs_pull": [dict(block=b, warps=w, blocks=g) for b, w in ((2048, 8), (4096, 16))
+                for g in (32, 64, 132, 264)],
+    "rs_push": [dict(block=b, warps=w, blocks=g, round_tiles=r)
+                for b, w in ((2048, 8), (4096, 16)) for g in (66, 132, 264) for r in (0, 2)],
 }
+COLLECTIVES = ("all_gather", "reduce_scatter")
 
 
 def _same_as_one_round(comm: Communicator, name: str, cfg: dict | None, nbytes: int,
@@ -142,12 +153,12 @@ def _make_call(comm: Communicator, v: Variant, x: torch.Tensor) -> Callable[[], 
     return lambda: comm.run_algorithm(v.algorithm, x, v.config)
 
 
-def forced_view(comm: Communicator, algorithm: str) -> Communicator:
-    """``comm`` as a user who sets ``COMMRT_ALGO=algorithm`` sees it: the same group,
-    workspace and state, a dispatcher that forces ``algorithm`` (with the table's launch
-    config for it)."""
+def forced_view(comm: Communicator, algorithm: str, op: str = "all_reduce") -> Communicator:
+    """``comm`` as a user who sets ``COMMRT_ALGO=op:algorithm`` sees it: the same group,
+    workspace and state, a dispatcher that forces ``algorithm`` for ``op`` (with the table's
+    launch config for it)."""
     view = copy.copy(comm)
-    view.config = dataclasses.replace(comm.config, algo=algorithm)
+    view.config = dataclasses.replace(comm.config, forced=((op, algorithm),))
     view.facts = dataclasses.replace(comm.facts, config=view.config)
     view.dispatcher = Dispatcher(view.facts)
     return view
@@ -344,7 +355,7 @@ def meta(comm: Communicator, command: str) -> dict:
     }
 
 
-def format_table(rows: list, world: int) -> str:
+def format_table(rows: list, world: int, op: str = "all_reduce") -> str:
     """nccl-tests-like lines: size, count, type, mode, then time/algbw/busbw per variant,
     and auto timed beside the fastest other variant where that is not auto (``paired``:
     on a busy host, separate columns of one call differ more than the variants do)."""
@@ -360,10 +371,11 @@ def format_table(rows: list, world: int) -> str:
         cells = " ".join(f"{r['us'][lb]:>14.2f}" if lb in r["us"] else f"{'-':>14}"
                          for lb in labels)
         best = min(r["us"].values()) if r["us"] else float("nan")
-        algbw = r["bytes"] / best / 1e3 if best else 0.0
+        moved = r["bytes"] * (world if op == "reduce_scatter" else 1)  # nccl-tests' size
+        algbw = moved / best / 1e3 if best else 0.0
         lines.append(f"{r['bytes']:>11} {r['count']:>10} {r['dtype']:>8} {r['mode']:>5} "
                      f"{r.get('auto_algorithm', ''):>13} {cells} {algbw:>10.2f} "
-                     f"{algbw * busbw_factor(world):>7.2f} {sum(r['wrong'].values()):>6}  "
+                     f"{algbw * busbw_factor(world, op):>7.2f} {sum(r['wrong'].values()):>6}  "
                      f"{auto_paired(r)}")
     return "\n".join(lines)
 
@@ -374,12 +386,12 @@ def auto_ratio(row: dict) -> float:
     return row["us"].get("auto", float("nan")) / min(plain) if plain else float("nan")
 
 
-def write_results(path: str, meta_: dict, rows: list) -> None:
+def write_results(path: str, meta_: dict, rows: list, op: str = "all_reduce") -> None:
     with open(path, "w") as f:
-        json.dump({"meta": meta_, "results": rows}, f, indent=1)
+        json.dump({"meta": meta_, "op": op, "results": rows}, f, indent=1)
     md = path.rsplit(".", 1)[0] + ".md"
     with open(md, "w") as f:
-        f.write(f"# all-reduce on {meta_['world_size']}x {meta_['device']}\n\n")
+        f.write(f"# {op.replace('_', '-')} on {meta_['world_size']}x {meta_['device']}\n\n")
         f.write("\n".join(f"- {k}: `{v}`" for k, v in meta_.items() if k != "config"))
         f.write(f"\n- config: `{json.dumps(meta_['config'])}`\n\n")
         for mode in ("graph", "eager"):
@@ -389,7 +401,7 @@ def write_results(path: str, meta_: dict, rows: list) -> None:
             labels: list[str] = []
             for r in sub:
                 labels += [k for k in r["us"] if k not in labels]
-            f.write(f"## {mode} mode, median µs per all-reduce\n\n")
+            f.write(f"## {mode} mode, median µs per {op.replace('_', '-')}\n\n")
             f.write("auto / best: auto on an ordinary tensor against the fastest variant a user "
                     "can call on one (no `@ws`). paired: where that variant is not auto, the "
                     "median of auto over it timed side by side in alternating bursts.\n\n")
@@ -502,6 +514,118 @@ def _row(nbytes: int, ranking: list, progress, label: str) -> dict:
     if progress:
         progress(f"{label}: {ranking[0]['algorithm']}")
     return {"max_bytes": nbytes, "ranking": ranking}
+
+
+# ----- all-gather and reduce-scatter ------------------------------------------------------
+def collective_call(comm: Communicator, op: str, algorithm: str, nbytes: int, dtype,
+                    config: dict | None = None, seed: int = 0):
+    """(call, wrong) for one ``op`` whose output has ``nbytes``, run by ``algorithm``:
+    ``auto`` (the dispatcher's choice), else forced as ``COMMRT_ALGO=op:algorithm`` forces
+    it, or, with ``config``, run with that launch config (the tuner). ``wrong()`` runs one
+    call and counts elements off the float64 result of the process group on all ranks."""
+    elt = torch.empty((), dtype=dtype).element_size()
+    n_out = nbytes // elt
+    n_in = n_out // comm.world_size if op == "all_gather" else n_out * comm.world_size
+    g = torch.Generator(device=comm.device).manual_seed(seed * 1009 + comm.rank)
+    x = torch.randn(n_in, generator=g, dtype=torch.float32, device=comm.device).to(dtype)
+    out = torch.empty(n_out, dtype=dtype, device=comm.device)
+    if config is not None:
+        def call():
+            comm.run_collective(op, algorithm, out, x, config)
+    else:
+        view = comm if algorithm == "auto" else forced_view(comm, algorithm, op)
+        fn = view.all_gather_into_tensor if op == "all_gather" else view.reduce_scatter_tensor
+        def call():
+            fn(out, x)
+
+    def wrong() -> int:
+        call()
+        ref = torch.empty(n_out, dtype=torch.float64, device=comm.device)
+        if op == "all_gather":  # bit for bit (ag_push: -0.0 arrives as +0.0, still ==)
+            dist.all_gather_into_tensor(ref, x.double(), group=comm.group)
+            ok = out.double() == ref
+        else:
+            dist.reduce_scatter_tensor(ref, x.double(), group=comm.group)
+            mag = torch.empty_like(ref)
+            dist.reduce_scatter_tensor(mag, x.double().abs(), group=comm.group)
+            ok = (out.double() - ref).abs() <= sum_bound(mag, dtype, comm.world_size)
+        n = (~ok).sum().reshape(1)
+        dist.all_reduce(n, group=comm.group)
+        return int(n.item())
+    return call, wrong
+
+
+def collective_variants(comm: Communicator, op: str, include_all: bool) -> list[tuple[str, str]]:
+    """(label, algorithm) pairs: the process group's and ``auto``; with ``include_all``
+    every algorithm of ``op``."""
+    pairs = [(process_group_label(comm), "nccl")]
+    if include_all:
+        pairs += [(name, name) for name, _ in BY_KIND[op] if name != "nccl"]
+    return pairs + [("auto", "auto")]
+
+
+def run_collective_bench(comm: Communicator, op: str, sizes: Iterable[int], dtype,
+                         modes: Iterable[str], variants: list[tuple[str, str]],
+                         progress: Callable[[str], None] | None = None) -> list:
+    """Every eligible variant of ``op`` per output size and mode: checked, then timed."""
+    rows = []
+    for mode in modes:
+        for nbytes in sizes:
+            elt = torch.empty((), dtype=dtype).element_size()
+            row = {"bytes": nbytes, "count": nbytes // elt, "op": op,
+                   "dtype": str(dtype).replace("torch.", ""), "mode": mode, "us": {},
+                   "wrong": {}}
+            q = Query(nbytes, dtype, "sum", mode, comm.device.type, op)
+            for label, algo in variants:
+                if algo != "auto" and why_not(algo, q, comm.facts) is not None:
+                    continue
+                call, wrong = collective_call(comm, op, algo, nbytes, dtype)
+                row["wrong"][label] = wrong()
+                row["us"][label] = round(_time(comm, call, mode), 3)
+            row["auto_algorithm"] = comm.dispatcher.decide(nbytes, dtype, "sum", mode,
+                                                           comm.device.type, op).algorithm
+            rows.append(row)
+            if progress:
+                progress(f"{op} {mode} {nbytes} B")
+    return rows
+
+
+def tune_collective(comm: Communicator, op: str, sizes: list[int], dtype,
+                    progress=None) -> tuple[dict, list]:
+    """The table's ``ops.<op>`` section: per output size and mode, every eligible algorithm
+    ranked, fastest first. Graph mode tries our kernels over ``CONFIG_GRID``; eager mode
+    reuses each one's graph-mode best config. Wrong ones are left out (in the raw list)."""
+    section: dict[str, list] = {}
+    raw: list = []
+    best_cfg: dict[tuple[str, int], dict | None] = {}
+    for mode in ("graph", "eager"):
+        rows = []
+        for nbytes in sizes:
+            q = Query(nbytes, dtype, "sum", mode, comm.device.type, op)
+            ranking = []
+            for name, _ in BY_KIND[op]:
+                if why_not(name, q, comm.facts):
+                    continue
+                grid = CONFIG_GRID.get(name, [None]) if mode == "graph" else \
+                    [best_cfg.get((name, nbytes))]
+                best = None
+                for cfg in grid:
+                    call, wrong = collective_call(
+                        comm, op, name, nbytes, dtype,
+                        None if name == "nccl" else dict(cfg or {}))
+                    bad = wrong()
+                    us = _time(comm, call, mode)
+                    raw.append({"op": op, "mode": mode, "bytes": nbytes, "algorithm": name,
+                                "config": cfg, "us": us, "wrong": bad})
+                    if not bad and (best is None or us < best[0]):
+                        best = (us, cfg)
+                if best is not None:
+                    best_cfg[(name, nbytes)] = best[1]
+                    ranking.append(_choice(name, best))
+            if ranking:
+                rows.append(_row(nbytes, ranking, progress, f"{op} {mode} {nbytes} B"))
+        section[mode] = rows
+    return section, raw
 
 
 FUSED_KIND = "all_reduce_residual_rmsnorm"

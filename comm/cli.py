@@ -62,11 +62,18 @@ def _count(text: str) -> int:
     return int(text)
 
 
+# ``--only`` sections measured on their own, the rest of the table in use kept
+_KEPT = ("fused", "all_gather", "reduce_scatter")
+
+
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="commrt", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="cmd", required=True)
     sub.add_parser("info", help="device, group, config, and the decision for a range of sizes")
-    b = sub.add_parser("bench", help="all-reduce latency and bandwidth per size (nccl-tests-like)")
+    b = sub.add_parser("bench", help="collective latency and bandwidth per size (nccl-tests-like)")
+    b.add_argument("--op", choices=["all_reduce", "all_gather", "reduce_scatter"],
+                   default="all_reduce",
+                   help="the collective (all_gather / reduce_scatter: sizes are the output's)")
     b.add_argument("--min-bytes", type=_size, default="4KiB")
     b.add_argument("--max-bytes", type=_size, default=None,
                    help="default 256MiB on GPUs, 4MiB on CPU")
@@ -83,10 +90,10 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--out", default=None, help="table path (default <generation>_ws<N>.json)")
     t.add_argument("--raw", default=None, help="also write every measurement as JSON here")
     t.add_argument("--plot", default=None, help="write a log-log PNG of latency per algorithm")
-    t.add_argument("--only", choices=["all_reduce", "fused"], default=None,
-                   help="all_reduce: measure only that section (the table then has no fused "
-                        "section); fused: re-measure only the fused all-reduce + RMSNorm "
-                        "section, keeping the all_reduce section of the table in use "
+    t.add_argument("--only", choices=["all_reduce", *_KEPT], default=None,
+                   help="all_reduce: measure only that section (the table then has no other); "
+                        "fused (the all-reduce + RMSNorm), all_gather, reduce_scatter: "
+                        "re-measure only that section, keeping the others of the table in use "
                         "(COMMRT_TABLE or shipped)")
     for q in (b, t):
         q.add_argument("--nproc", type=_count, default=None, help="processes to spawn")
@@ -178,7 +185,7 @@ def _say(comm, text: str) -> None:
 
 
 def _info(comm, args) -> None:
-    from commrt.dispatch.dispatcher import ALGORITHMS, Query, why_not
+    from commrt.dispatch.dispatcher import BY_KIND, Query, why_not
 
     f = comm.facts
     lines = [f"commrt {commrt_version()}  torch {torch.__version__}",
@@ -191,16 +198,26 @@ def _info(comm, args) -> None:
              f"{comm.world_size}: untuned, conservative rule",
              f"custom kernels: {'available' if not f.custom_blocked else f.custom_blocked}",
              "algorithms in dispatch order (bf16, 64 KiB):"]
-    q = Query(65536, torch.bfloat16, device_type=comm.device.type)
-    for name, _ in ALGORITHMS:
-        why = why_not(name, q, f)
-        lines.append(f"  {name:<14} {'enabled' if why is None else 'off: ' + why}")
+    for op, algos in BY_KIND.items():
+        if op == "all_reduce_residual_rmsnorm":
+            continue
+        q = Query(65536, torch.bfloat16, device_type=comm.device.type, kind=op)
+        lines.append(f" {op}:")
+        for name, _ in algos:
+            why = why_not(name, q, f)
+            lines.append(f"  {name:<14} {'enabled' if why is None else 'off: ' + why}")
     dtype = torch.bfloat16 if comm.device.type == "cuda" else torch.float32
     lines.append(f"decisions ({str(dtype).replace('torch.', '')}):")
     for mode in ("graph", "eager"):
         for nbytes in [1 << k for k in range(10, 29, 2)]:
             d = comm.dispatcher.decide(nbytes, dtype, "sum", mode, comm.device.type)
             lines.append(f"  {mode:<5} {nbytes:>10} B  {d}")
+    for op in ("all_gather", "reduce_scatter"):
+        lines.append(f"{op} decisions (output bytes, {str(dtype).replace('torch.', '')}):")
+        for mode in ("graph", "eager"):
+            for nbytes in [1 << k for k in range(10, 29, 3)]:
+                d = comm.dispatcher.decide(nbytes, dtype, "sum", mode, comm.device.type, op)
+                lines.append(f"  {mode:<5} {nbytes:>10} B  {d}")
     lines.append("fused all-reduce + residual + RMSNorm decisions (hidden 4096):")
     for mode in ("graph", "eager"):
         for rows in (1, 8, 32, 128, 512, 2048):
@@ -226,17 +243,31 @@ def _bench(comm, args) -> None:
     modes = args.modes or (["graph", "eager"] if on_gpu else ["eager"])
     if not on_gpu and "graph" in modes:
         raise CliError("--modes graph needs CUDA GPUs; use --modes eager here")
+    sizes = bench.sizes_between(args.min_bytes, hi)
+    if args.op != "all_reduce":
+        show = bench.progress_printer(comm.rank, len(sizes) * len(modes))
+        rows = bench.run_collective_bench(comm, args.op, sizes, dtype, modes,
+                                          bench.collective_variants(comm, args.op, args.all),
+                                          show)
+        _say(comm, bench.format_table(rows, comm.world_size, args.op))
+        _write_bench(comm, args, rows)
+        return
     variants = bench.standard_variants(comm) if args.all else [
         bench.Variant(bench.process_group_label(comm), "nccl"), bench.Variant("auto", "auto")]
-    sizes = bench.sizes_between(args.min_bytes, hi)
     rounds = 3
     show = bench.progress_printer(comm.rank, len(sizes) * len(modes) * rounds)
     rows = bench.run_bench(comm, sizes, dtype, modes, variants, show, rounds=rounds)
     _say(comm, bench.format_table(rows, comm.world_size))
+    _write_bench(comm, args, rows)
+
+
+def _write_bench(comm, args, rows: list) -> None:
+    from commrt import bench
+
     if args.out and comm.rank == 0:
         with _writing("--out", args.out):
             bench.write_results(args.out, bench.meta(comm, "commrt " + " ".join(sys.argv[1:])),
-                                rows)
+                                rows, args.op)
 
 
 @contextlib.contextmanager
@@ -254,35 +285,41 @@ def _tune(comm, args) -> None:
     if comm.device.type != "cuda":
         raise CliError("commrt tune needs CUDA GPUs (there is nothing to tune on gloo)")
     sizes = bench.sizes_between(args.min_bytes, args.max_bytes)
+    only = args.only
+    todo = {only} if only else {"all_reduce", *_KEPT}
     # 1..2048 rows of hidden 4096
-    fused_rows = [] if args.only == "all_reduce" else [1 << k for k in range(0, 12)]
-    base = _base_table(comm) if args.only == "fused" else None
-    show = bench.progress_printer(comm.rank, (0 if base else 2 * len(sizes))
+    fused_rows = [1 << k for k in range(0, 12)] if "fused" in todo else []
+    base = _base_table(comm) if only in _KEPT else None
+    collectives = [op for op in bench.COLLECTIVES if op in todo]
+    show = bench.progress_printer(comm.rank, 2 * len(sizes) * (("all_reduce" in todo)
+                                                               + len(collectives))
                                   + 2 * len(fused_rows))
-    raw, excluded = [], []
-    if base is None:
-        section, raw, excluded = bench.tune(comm, sizes, torch.bfloat16, show)
-    fused_section = None
+    raw, excluded, sections = [], [], {}
+    if "all_reduce" in todo:
+        sections["all_reduce"], raw, excluded = bench.tune(comm, sizes, torch.bfloat16, show)
     if fused_rows:
-        fused_section, fused_raw = bench.tune_fused(comm, fused_rows, 4096, torch.bfloat16,
-                                                    show)
+        sections[bench.FUSED_KIND], fused_raw = bench.tune_fused(comm, fused_rows, 4096,
+                                                                 torch.bfloat16, show)
         raw += fused_raw
+    for op in collectives:
+        sections[op], op_raw = bench.tune_collective(comm, op, sizes, torch.bfloat16, show)
+        raw += op_raw
     for line in excluded:
         _say(comm, f"commrt tune: left out (wrong results): {line}")
     m = bench.meta(comm, "commrt " + " ".join(sys.argv[1:]))
-    if base is not None:  # the all_reduce rows and their provenance stay as measured
+    if base is not None:  # the other sections and their provenance stay as measured
         table = dict(base)
-        table["ops"] = {**base["ops"], bench.FUSED_KIND: fused_section}
-        table["provenance"] = {**base["provenance"], "fused_section": {**m, "rows_of": 4096}}
+        table["ops"] = {**base["ops"], **sections}
+        extra = {"rows_of": 4096} if only == "fused" else {"sized_by": "output bytes"}
+        table["provenance"] = {**base["provenance"], f"{only}_section": {**m, **extra}}
     else:
         table = {"schema": _table.SCHEMA, "generation": comm.profile.generation,
                  "world_size": comm.world_size,
                  "provenance": {**m, "measured_by": "commrt tune", "dtype": "bf16",
                                 "excluded": excluded,
-                                "note": "bf16 timings rank algorithms for every dtype by bytes"},
-                 "ops": {"all_reduce": section}}
-        if fused_section is not None:
-            table["ops"][bench.FUSED_KIND] = fused_section
+                                "note": "bf16 timings rank algorithms for every dtype by bytes; "
+                                        "all_gather / reduce_scatter rows by output bytes"},
+                 "ops": sections}
     _table.parse(table, "<tuner output>")  # never write a table the loader would refuse
     if comm.rank != 0:
         return
@@ -304,7 +341,7 @@ def _base_table(comm) -> dict:
 
     t = comm.facts.table
     if t is None:
-        raise CliError("--only fused: no table to keep the all_reduce rows of (set "
+        raise CliError("--only: no table to keep the other sections of (set "
                        "COMMRT_TABLE, or run without --only)")
     if t.source.startswith("commrt/tuning_tables/"):
         res = importlib.resources.files("commrt.tuning_tables").joinpath(

@@ -1,4 +1,5 @@
-"""``Communicator``: a drop-in for ``dist.all_reduce`` that picks the fastest algorithm per call."""
+"""``Communicator``: drop-ins for ``dist.all_reduce``, ``all_gather_into_tensor`` and
+``reduce_scatter_tensor`` that pick the fastest algorithm per call."""
 
 from __future__ import annotations
 
@@ -8,9 +9,10 @@ import warnings
 
 import torch
 import torch.distributed as dist
+import torch.distributed.distributed_c10d as _c10d
 
+from commrt import collective_kernels, custom, pg
 from commrt import config as _config
-from commrt import custom, pg
 from commrt.dispatch import profile as _profile
 from commrt.dispatch import table as _table
 from commrt.dispatch.dispatcher import ALGORITHMS, Decision, Dispatcher, Facts, Query, why_not
@@ -43,6 +45,20 @@ _IDENTITY_KEY = ("all_reduce", "identity")
 # Decisions whose launch is never replayed from the per-shape cache: nccl_symm is a copy
 # and a process-group call, not one Triton launch.
 _NOT_REPLAYED = frozenset({"nccl_symm"})
+# The process group's all-gather and reduce-scatter as torch defines them (taken before
+# ``commrt.patch()`` can replace them, as ``commrt.pg`` keeps the all-reduce).
+_PG_COLLECTIVES = {"all_gather": _c10d.all_gather_into_tensor,
+                   "reduce_scatter": _c10d.reduce_scatter_tensor}
+_TORCH_NAMES = {"all_gather": "all_gather_into_tensor", "reduce_scatter": "reduce_scatter_tensor"}
+# PyTorch's symm-mem ops for these collectives (present from torch 2.11 on).
+_SYMM_COLLECTIVE_OPS = ("reduce_scatter_out", "multimem_all_gather_out")
+
+
+def _funcol_op(op) -> str:
+    """The functional collectives' name of ``op`` (traceable by torch.compile)."""
+    import torch.distributed._functional_collectives as funcol
+
+    return funcol.REDUCE_OP_TO_STR[op]
 
 
 def op_name(op) -> str:
@@ -80,7 +96,7 @@ class _DoneWork:
 
 
 class Communicator:
-    """All-reduce over one process group (default: the world).
+    """All-reduce, all-gather and reduce-scatter over one process group (default: the world).
 
     Reads the ``COMMRT_*`` config once, profiles the group's devices, loads the table
     for them, checks that every rank agrees, and allocates the symmetric workspace
@@ -158,7 +174,7 @@ class Communicator:
 
     def _custom_blocked(self) -> str:
         cfg = self.config
-        customs = [a for a, _ in ALGORITHMS if a != "nccl"]
+        customs = [a for a in _config.ALGORITHMS if a != "nccl"]
         if all(a in cfg.disable for a in customs):
             return "COMMRT_DISABLE switches off every custom algorithm"
         if self.device.type != "cuda":
@@ -197,7 +213,7 @@ class Communicator:
             custom_blocked=blocked,
             multicast_ptr=bool(ws and ws.multicast_ptr),
             multicast_env_off=_config.multicast_disabled_by_env(),
-            symm_ops=torch_ops.available() if ws else frozenset(),
+            symm_ops=torch_ops.available() | _symm_collective_ops() if ws else frozenset(),
             workspace_bytes=ws.data_bytes if ws else 0,
             push_bytes=ws.slot_bytes if ws else 0,
             nccl_symm_blocked=nccl_symm_why,
@@ -238,7 +254,7 @@ class Communicator:
         if blocked and "custom-kernel availability" in differ:
             why += f" (rank {blocked[0][0]}: {blocked[0][1]})"
         if self.rank == 0:
-            warnings.warn(f"commrt: {why}; every all-reduce of group {self.group_name} goes "
+            warnings.warn(f"commrt: {why}; every collective of group {self.group_name} goes "
                           "to the process group", stacklevel=3)
         return dataclasses.replace(facts, table=None, custom_blocked=why)
 
@@ -252,7 +268,11 @@ class Communicator:
     # ----- public API -----------------------------------------------------------------
     def plan(self, tensor: torch.Tensor, op=dist.ReduceOp.SUM,
              kind: str = "all_reduce") -> Decision:
-        """The decision for ``tensor`` in the current mode, without running anything."""
+        """The decision for ``tensor`` in the current mode, without running anything.
+
+        ``kind`` ``all_gather`` / ``reduce_scatter``: ``tensor`` is the call's output (the
+        gathered tensor, this rank's shard), whose bytes the dispatcher keys on.
+        """
         return self.dispatcher.decide(tensor.numel() * tensor.element_size(), tensor.dtype,
                                       op_name(op), self._mode(tensor), tensor.device.type, kind)
 
@@ -291,6 +311,31 @@ class Communicator:
         if self._identity:
             return self._identity_all_reduce(tensor, op, async_op, out)
         return self._all_reduce(tensor, op, async_op, out)
+
+    def all_gather_into_tensor(self, output: torch.Tensor, input: torch.Tensor,
+                               async_op: bool = False):
+        """``dist.all_gather_into_tensor`` semantics: ``output`` receives every rank's
+        ``input`` in rank order (``[world * n, ...]``, ``[world, n, ...]`` or any shape of
+        ``world * input.numel()`` elements); a work handle if ``async_op``."""
+        if _is_compiling():
+            res = torch.ops.commrt.all_gather(input.reshape(-1), self.world_size,
+                                              self.group_name)
+            output.copy_(res.view(output.shape))
+            return None
+        return self._collective("all_gather", output, input, _SUM, async_op)
+
+    def reduce_scatter_tensor(self, output: torch.Tensor, input: torch.Tensor, op=_SUM,
+                              async_op: bool = False):
+        """``dist.reduce_scatter_tensor`` semantics: ``output`` receives chunk ``rank`` (of
+        ``world`` equal chunks of the flat ``input``) reduced over the ranks; a work handle
+        if ``async_op``. Sums run on commrt's kernels where the dispatcher says so, other
+        ops on the process group."""
+        if _is_compiling():
+            res = torch.ops.commrt.reduce_scatter(input.reshape(-1), _funcol_op(op),
+                                                  self.world_size, self.group_name)
+            output.copy_(res.view(output.shape))
+            return None
+        return self._collective("reduce_scatter", output, input, op, async_op)
 
     def all_reduce_residual_rmsnorm(self, x: torch.Tensor, residual: torch.Tensor,
                                     weight: torch.Tensor, eps: float = 1e-6,
@@ -377,6 +422,24 @@ class Communicator:
         else:
             self._run_custom(d, tensor, tensor)
 
+    def run_collective(self, kind: str, algorithm: str, output: torch.Tensor,
+                       input: torch.Tensor, config: dict | None = None) -> None:
+        """An all-gather or reduce-scatter (sum) with ``algorithm`` and ``config``,
+        bypassing the table's choice (bench, tuner); ``ConfigError`` says why it cannot."""
+        self._check_sizes(kind, output, input)
+        q = Query(output.numel() * output.element_size(), output.dtype, "sum",
+                  self._mode(output), output.device.type, kind)
+        why = why_not(algorithm, q, self.facts)
+        if why:
+            raise ConfigError(f"{algorithm} cannot run this {kind}: {why}")
+        if config is None:
+            config = self.dispatcher.config_for(algorithm, q.nbytes, q.mode, kind)
+        record(kind, algorithm)
+        if algorithm == "nccl":
+            self._process_group_collective(kind, output, input, _SUM, False)
+        elif output.numel():
+            self._run_collective(kind, Decision(algorithm, "requested", config), output, input)
+
     def run_flat(self, inp: torch.Tensor, out: torch.Tensor) -> None:
         """Sum a flat contiguous tensor into ``out`` (the custom op's kernel)."""
         fast = self._fast
@@ -419,7 +482,7 @@ class Communicator:
                     "skipped or reordered a collective. This communicator is now unusable.")
                 raise PeerTimeoutError(self._broken)
 
-    def check_same(self, tensor: torch.Tensor, opn: str) -> None:
+    def check_same(self, tensor: torch.Tensor, opn: str, kind: str = "all_reduce") -> None:
         """Compare shape, dtype and op across ranks; raise on every rank if they differ."""
         mine = (tuple(tensor.shape), str(tensor.dtype).replace("torch.", ""), opn)
         gathered: list = [None] * self.world_size
@@ -427,7 +490,7 @@ class Communicator:
         if any(g != mine for g in gathered):
             lines = "; ".join(f"rank {r}: shape {g[0]} {g[1]} {g[2]}"
                               for r, g in enumerate(gathered))
-            raise MismatchError(f"commrt.all_reduce called with different arguments across "
+            raise MismatchError(f"commrt.{kind} called with different arguments across "
                                 f"the ranks of group {self.group_name}: {lines}")
 
     def check_replicated(self, **tensors: torch.Tensor) -> None:
@@ -479,6 +542,85 @@ class Communicator:
         else:
             self._run_custom(d, tensor, target)
         return _DoneWork(target) if async_op else None
+
+    def _collective(self, kind: str, output: torch.Tensor, input: torch.Tensor, op,
+                    async_op: bool):
+        """All-gather or reduce-scatter: validate, decide, run ours or the process group's."""
+        self._check_sizes(kind, output, input)
+        opn = "sum" if op is _SUM else op_name(op)
+        if self._checking(input):
+            self.check_same(input, opn, _TORCH_NAMES[kind])
+        if self._identity and opn in _IDENTITY_OPS:  # one rank: the input is the result
+            record(kind, "identity")
+            output.copy_(input.reshape(output.shape))
+            return _DoneWork(output) if async_op else None
+        mode = self._mode(output)
+        d = self.dispatcher.decide(output.numel() * output.element_size(), output.dtype, opn,
+                                   mode, output.device.type, kind)
+        if self.config.log and self.rank == 0:
+            log.info("commrt %s %s %s %s: %s", kind, tuple(output.shape), output.dtype, mode, d)
+        record(kind, d.algorithm)
+        if d.algorithm == "nccl":
+            return self._process_group_collective(kind, output, input, op, async_op)
+        if output.numel():
+            self._run_collective(kind, d, output, input)
+        return _DoneWork(output) if async_op else None
+
+    def _check_sizes(self, kind: str, output: torch.Tensor, input: torch.Tensor) -> None:
+        """torch's checks (same dtype and device, world times the elements), said plainly."""
+        name = _TORCH_NAMES[kind]
+        for t in (output, input):
+            if not isinstance(t, torch.Tensor):
+                raise TypeError(f"commrt.{name} expects torch.Tensors, got {type(t)}")
+            self._validate(t, None)
+        big, small = (output, input) if kind == "all_gather" else (input, output)
+        if output.dtype != input.dtype or big.numel() != self.world_size * small.numel():
+            raise CommrtError(
+                f"commrt.{name} on group {self.group_name} (world size {self.world_size}) "
+                f"needs the {'output' if big is output else 'input'} to hold world size times "
+                f"the {'input' if big is output else 'output'}'s elements, of one dtype: got "
+                f"output {tuple(output.shape)} {output.dtype}, input {tuple(input.shape)} "
+                f"{input.dtype}")
+
+    def _process_group_collective(self, kind: str, output: torch.Tensor,
+                                  input: torch.Tensor, op, async_op: bool):
+        """torch's own collective on flat contiguous tensors (any output shape, as NCCL
+        takes; gloo wants dim 0 scaled), copied into a non-contiguous ``output`` after."""
+        flat_in = input.reshape(-1) if input.is_contiguous() else input.contiguous().view(-1)
+        direct = output.is_contiguous()
+        flat_out = output.view(-1) if direct else output.new_empty(output.numel())
+        extra = {"op": op} if kind == "reduce_scatter" else {}
+        work = _PG_COLLECTIVES[kind](flat_out, flat_in, group=self.group, async_op=async_op,
+                                     **extra)
+        if direct:
+            return work
+        if not async_op:
+            output.copy_(flat_out.view(output.shape))
+            return None
+        return _DoneWork(output, after=lambda: output.copy_(flat_out.view(output.shape)),
+                         inner=work)
+
+    def _run_collective(self, kind: str, d: Decision, output: torch.Tensor,
+                        input: torch.Tensor) -> None:
+        """One of commrt's all-gathers or reduce-scatters on flat contiguous tensors."""
+        if self._broken:
+            raise PeerTimeoutError(self._broken)
+        flat_in = input.reshape(-1) if input.is_contiguous() else input.contiguous().view(-1)
+        direct = output.is_contiguous()
+        flat_out = output.view(-1) if direct else output.new_empty(output.numel())
+        ws, timeout = self.workspace, self.config.spin_timeout
+        if d.algorithm == "multimem_ag":
+            _multimem_all_gather(ws, flat_in, flat_out)
+        elif d.algorithm == "symm_rs":
+            _symm_reduce_scatter(ws, flat_in, flat_out)
+        elif kind == "all_gather":
+            collective_kernels.run_all_gather(d.algorithm, ws, flat_in, flat_out,
+                                              dict(d.config), timeout)
+        else:
+            collective_kernels.run_reduce_scatter(d.algorithm, ws, flat_in, flat_out,
+                                                  dict(d.config), timeout)
+        if not direct:
+            output.copy_(flat_out.view(output.shape))
 
     def _identity_all_reduce(self, tensor: torch.Tensor, op, async_op: bool,
                              out: torch.Tensor | None):
@@ -591,3 +733,33 @@ class Communicator:
         self._fast, self._owned = None, ()
         self.facts = dataclasses.replace(self.facts, custom_blocked="communicator closed")
         self.dispatcher = Dispatcher(self.facts)
+
+
+def _symm_collective_ops() -> frozenset[str]:
+    """Names of PyTorch's symm-mem all-gather / reduce-scatter ops this torch provides."""
+    ns = getattr(torch.ops, "symm_mem", None)
+    return frozenset(op for op in _SYMM_COLLECTIVE_OPS if hasattr(ns, op))
+
+
+def _symm_reduce_scatter(ws, flat_in: torch.Tensor, flat_out: torch.Tensor) -> None:
+    """PyTorch's ``reduce_scatter_out`` on the input at the start of the data region."""
+    buf = ws.views(flat_in.dtype)[ws.rank][:flat_in.numel()]
+    if buf.data_ptr() != flat_in.data_ptr():
+        buf.copy_(flat_in.clone() if ws.holds(flat_in) else flat_in)
+    # the peers read the data region until the op's last barrier; 16-byte aligned output
+    out = flat_out if not ws.holds(flat_out) and flat_out.data_ptr() % 16 == 0 else \
+        torch.empty_like(flat_out)
+    torch.ops.symm_mem.reduce_scatter_out(buf, ws.group_name, False, out)
+    if out is not flat_out:
+        flat_out.copy_(out)
+
+
+def _multimem_all_gather(ws, flat_in: torch.Tensor, flat_out: torch.Tensor) -> None:
+    """PyTorch's ``multimem_all_gather_out`` into the start of the data region (multicast
+    stores), then out of it; the input read in 16-byte vectors, never from the region."""
+    buf = ws.views(flat_out.dtype)[ws.rank][:flat_out.numel()]
+    if ws.holds(flat_in) or flat_in.data_ptr() % 16:
+        flat_in = flat_in.clone()
+    torch.ops.symm_mem.multimem_all_gather_out(flat_in, ws.group_name, buf)
+    if buf.data_ptr() != flat_out.data_ptr():
+        flat_out.copy_(buf.clone() if ws.holds(flat_out) else buf)

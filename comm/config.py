@@ -15,19 +15,17 @@ from typing import Any
 
 from .errors import ConfigError
 
-# Every algorithm name commrt knows, in dispatch order (the dispatcher owns the logic;
-# this list only validates user input).
-ALGORITHMS = (
-    "one_shot_push",
-    "one_shot",
-    "two_shot",
-    "two_shot_push",
-    "symm_one_shot",
-    "symm_two_shot",
-    "multimem",
-    "nccl_symm",
-    "nccl",
-)
+# Every algorithm name commrt knows per operation, in dispatch order (the dispatcher owns
+# the logic; these lists only validate user input). ``nccl`` (the process group) serves
+# every operation; every other name belongs to one.
+OP_ALGORITHMS = {
+    "all_reduce": ("one_shot_push", "one_shot", "two_shot", "two_shot_push", "symm_one_shot",
+                   "symm_two_shot", "multimem", "nccl_symm", "nccl"),
+    "all_gather": ("ag_push", "ag_bw", "multimem_ag", "nccl"),
+    "reduce_scatter": ("rs_pull", "rs_push", "symm_rs", "nccl"),
+}
+OPS = tuple(OP_ALGORITHMS)
+ALGORITHMS = tuple(dict.fromkeys(a for names in OP_ALGORITHMS.values() for a in names))
 
 _SIZE_UNITS = {
     "": 1, "b": 1,
@@ -69,11 +67,32 @@ def _auto_bool(text: str) -> bool | None:
             from None
 
 
-def _algo(text: str) -> str:
-    name = text.strip().lower()
-    if name not in ("auto",) + ALGORITHMS:
-        raise ValueError("expected one of auto, " + ", ".join(ALGORITHMS))
-    return name
+def _ops_of(name: str) -> tuple[str, ...]:
+    """The operations a bare algorithm name forces (``nccl``: all of them)."""
+    return tuple(op for op, names in OP_ALGORITHMS.items() if name in names)
+
+
+_ALGO_HELP = ("expected auto, an algorithm name, or a comma list of op:algorithm pairs such as "
+              "all_gather:ag_bw,reduce_scatter:rs_push; " + "; ".join(
+                  f"{op}: {', '.join(names)}" for op, names in OP_ALGORITHMS.items()))
+
+
+def _algo(text: str) -> tuple[tuple[str, str], ...]:
+    """``COMMRT_ALGO`` -> sorted ``(op, algorithm)`` pairs; ``auto`` (or ``op:auto``) forces
+    nothing. A bare name forces the operation that has it (``nccl``: every operation)."""
+    forced: dict[str, str] = {}
+    for item in (i.strip().lower() for i in text.split(",") if i.strip()):
+        op, sep, name = item.rpartition(":")
+        if sep and op not in OP_ALGORITHMS:
+            raise ValueError(f"unknown operation {op!r}; " + _ALGO_HELP)
+        if name != "auto" and not (name in OP_ALGORITHMS[op] if sep else _ops_of(name)):
+            raise ValueError(f"{name!r} is not {'an ' + op if sep else 'an'} algorithm; "
+                             + _ALGO_HELP)
+        for o in (op,) if sep else (_ops_of(name) if name != "auto" else OPS):
+            if o in forced:
+                raise ValueError(f"{o} is named twice; " + _ALGO_HELP)
+            forced[o] = name
+    return tuple(sorted((op, name) for op, name in forced.items() if name != "auto"))
 
 
 def _disable(text: str) -> frozenset[str]:
@@ -81,7 +100,7 @@ def _disable(text: str) -> frozenset[str]:
     if "all" in names:
         if len(names) > 1:
             raise ValueError("'all' cannot be combined with algorithm names")
-        return frozenset(a for a in ALGORITHMS if a != "nccl")
+        return frozenset(a for a in ALGORITHMS if a != "nccl")  # every operation's
     unknown = sorted(names - set(ALGORITHMS))
     if unknown:
         raise ValueError(
@@ -149,8 +168,10 @@ class Variable:
 
 
 VARIABLES: tuple[Variable, ...] = (
-    Variable("COMMRT_ALGO", "algo", "auto", _algo,
-             "auto (measured tables) or one algorithm name to force"),
+    Variable("COMMRT_ALGO", "forced", "auto", _algo,
+             "auto (measured tables), an algorithm name to force for the operation that has "
+             "it (nccl: every operation), or op:algorithm pairs, e.g. "
+             "all_gather:ag_bw,reduce_scatter:rs_push"),
     Variable("COMMRT_DISABLE", "disable", "", _disable,
              "'all' (process group only) or a comma list of algorithms to switch off"),
     Variable("COMMRT_TABLE", "table", "", _path,
@@ -184,7 +205,7 @@ VARIABLES: tuple[Variable, ...] = (
 
 @dataclasses.dataclass(frozen=True)
 class Config:
-    algo: str = "auto"
+    forced: tuple[tuple[str, str], ...] = ()  # COMMRT_ALGO: (operation, algorithm) pairs
     disable: frozenset[str] = frozenset()
     table: str | None = None
     max_custom_bytes: int = 64 * 1024**2
@@ -197,9 +218,21 @@ class Config:
     fx_copy_engine: bool | None = None  # None: auto
     patch: bool = True
 
+    @property
+    def algo(self) -> str:
+        """The algorithm COMMRT_ALGO forces for the all-reduce (``auto``: none)."""
+        return self.algo_for("all_reduce")
+
+    def algo_for(self, op: str) -> str:
+        """The algorithm COMMRT_ALGO forces for ``op`` (``auto``: none). The fused
+        all-reduce + RMSNorm follows the all-reduce."""
+        op = "all_reduce" if op not in OP_ALGORITHMS else op
+        return next((name for o, name in self.forced if o == op), "auto")
+
     def describe(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
         out["disable"] = sorted(self.disable)
+        out["forced"] = dict(self.forced)
         return out
 
 
@@ -220,10 +253,11 @@ def load(environ: Mapping[str, str] | None = None) -> Config:
         except ValueError as exc:
             raise ConfigError(f"{var.name}={raw!r} is not valid: {exc}") from None
     cfg = Config(**values)
-    if cfg.algo != "auto" and cfg.algo in cfg.disable:
+    clash = [name for _, name in cfg.forced if name in cfg.disable]
+    if clash:
         raise ConfigError(
-            f"COMMRT_ALGO={cfg.algo!r} names an algorithm that COMMRT_DISABLE switches off; "
-            "drop it from one of them"
+            f"COMMRT_ALGO={env.get('COMMRT_ALGO')!r} names {clash[0]}, an algorithm that "
+            "COMMRT_DISABLE switches off; drop it from one of them"
         )
     return cfg
 

@@ -1,4 +1,5 @@
-"""``commrt.patch()``: code that calls torch's all-reduces runs on commrt, unchanged.
+"""``commrt.patch()``: code that calls torch's all-reduces, all-gathers and reduce-scatters
+runs on commrt, unchanged.
 
     commrt.patch()                  # every group; or patch(groups=[tp_group or mesh])
     with commrt.patched(): ...      # the same, scoped
@@ -6,9 +7,11 @@
 
 While patched:
 
-- ``torch.distributed.all_reduce`` (Megatron-style code) is commrt's function;
-- ``_c10d_functional::all_reduce`` and ``all_reduce_`` (DTensor, the functional
-  collectives, the code Inductor generates for them) get CPU and CUDA kernels of commrt;
+- ``torch.distributed.all_reduce``, ``all_gather_into_tensor`` and ``reduce_scatter_tensor``
+  (Megatron-style code) are commrt's functions;
+- ``_c10d_functional::all_reduce``, ``all_reduce_``, ``all_gather_into_tensor`` and
+  ``reduce_scatter_tensor`` (DTensor, sequence parallelism, the functional collectives, the
+  code Inductor generates for them) get CPU and CUDA kernels of commrt;
 - torch.compile graphs get the ``adopt`` pass (``commrt.fx.adopt``), which rewrites
   functional all-reduces into ``commrt::all_reduce`` where commrt runs its own kernels.
 
@@ -37,8 +40,12 @@ from commrt.dispatch.dispatcher import Decision
 
 # torch's all_reduce, or what stood in its place when ``patch()`` ran; the fallback.
 original_all_reduce = pg.all_reduce
-_MODULES = (dist, c10d)  # where ``all_reduce`` is replaced
-_FUNCTIONAL = ("all_reduce", "all_reduce_")
+_MODULES = (dist, c10d)  # where the functions below are replaced
+_REPLACED = ("all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor")
+# the same for the all-gather and the reduce-scatter, by name
+_ORIGINAL = {name: getattr(c10d, name) for name in _REPLACED}
+_FUNCTIONAL = ("all_reduce", "all_reduce_", "all_gather_into_tensor", "reduce_scatter_tensor")
+_KIND = {"all_gather_into_tensor": "all_gather", "reduce_scatter_tensor": "reduce_scatter"}
 _KEYS = ("CPU", "CUDA")  # the backends whose tensors DTensor reduces
 _OPS = {name.lower(): op for name, op in dist.ReduceOp.RedOpType.__members__.items()
         if name != "PREMUL_SUM"}  # the functional ops' op strings ("sum", "avg", ...)
@@ -49,7 +56,7 @@ _LOCAL = threading.local()  # ``inside``: commrt is running a call (its own call
 @dataclasses.dataclass
 class _Patch:
     groups: frozenset[str] | None  # names of the groups commrt takes (None: all)
-    saved: dict  # module -> the all_reduce it had
+    saved: dict  # (module, name) -> the function it had
     lib: torch.library.Library  # commrt's functional kernels; destroyed by unpatch()
     fx_pass: object  # the Inductor pass patch() installed (None: compile=False)
     fx_before: object  # Inductor's post-grad custom pass before it
@@ -85,7 +92,7 @@ def _communicator(pg_: dist.ProcessGroup) -> Communicator | str:
     return registry.get(pg_)
 
 
-def _taker(tensor, op, group) -> Communicator | str:
+def _taker(tensor, op, group, kind: str = "all_reduce") -> Communicator | str:
     """The communicator that takes this call, or why torch's own implementation runs."""
     state = _STATE
     if state is None:
@@ -109,8 +116,9 @@ def _taker(tensor, op, group) -> Communicator | str:
                                          or tensor.device.type != comm.device.type):
         return (f"tensor is on {tensor.device}, group {group.group_name}'s communicator "
                 f"reduces on {comm.device}")
-    if comm.config.algo != "auto" and op != dist.ReduceOp.SUM:
-        return f"COMMRT_ALGO={comm.config.algo} is forced and only sums run there"
+    forced = comm.config.algo_for(kind)
+    if forced != "auto" and kind != "all_gather" and op != dist.ReduceOp.SUM:
+        return f"COMMRT_ALGO forces {forced} for {kind} and only sums run there"
     return comm
 
 
@@ -131,6 +139,17 @@ def _run(comm: Communicator, tensor: torch.Tensor, op, async_op: bool):
     _LOCAL.inside = True
     try:
         return comm.all_reduce(tensor, op=op, async_op=async_op)
+    finally:
+        _LOCAL.inside = False
+
+
+def _run_collective(comm: Communicator, kind: str, output: torch.Tensor,
+                    input: torch.Tensor, op, async_op: bool):
+    _LOCAL.inside = True
+    try:
+        if kind == "all_gather":
+            return comm.all_gather_into_tensor(output, input, async_op=async_op)
+        return comm.reduce_scatter_tensor(output, input, op=op, async_op=async_op)
     finally:
         _LOCAL.inside = False
 
@@ -159,6 +178,49 @@ def all_reduce(tensor, op=dist.ReduceOp.SUM, group=None, async_op=False):
     return _run(comm, tensor, op, async_op)
 
 
+# ----- torch.distributed.all_gather_into_tensor / reduce_scatter_tensor -----------------
+def _traced_collective(kind: str, output, input, op, group, async_op):
+    """Under torch.compile: the functional form Dynamo makes of torch's functions."""
+    import torch.distributed._functional_collectives as funcol
+
+    name = "all_gather_into_tensor" if kind == "all_gather" else "reduce_scatter_tensor"
+    if async_op or (kind == "reduce_scatter" and op not in funcol.REDUCE_OP_TO_STR):
+        extra = () if kind == "all_gather" else (op,)
+        return _ORIGINAL[name](output, input, *extra, group=group, async_op=async_op)
+    if kind == "all_gather":
+        funcol.all_gather_tensor_inplace(output, input, group or dist.group.WORLD)
+    else:
+        funcol.reduce_scatter_tensor_inplace(output, input, funcol.REDUCE_OP_TO_STR[op],
+                                             group or dist.group.WORLD)
+    return None
+
+
+def _dist_collective(kind: str, output, input, op, group, async_op):
+    name = "all_gather_into_tensor" if kind == "all_gather" else "reduce_scatter_tensor"
+    extra = () if kind == "all_gather" else (op,)
+    if torch.compiler.is_compiling():
+        return _traced_collective(kind, output, input, op, group, async_op)
+    comm = None if getattr(_LOCAL, "inside", False) else _taker(input, op, group, kind)
+    if comm is None or isinstance(comm, str) or type(output) not in _PLAIN:
+        return _ORIGINAL[name](output, input, *extra, group=group, async_op=async_op)
+    return _run_collective(comm, kind, output, input, op, async_op)
+
+
+def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op=False):
+    """``torch.distributed.all_gather_into_tensor`` while commrt is patched in."""
+    return _dist_collective("all_gather", output_tensor, input_tensor, dist.ReduceOp.SUM,
+                            group, async_op)
+
+
+def reduce_scatter_tensor(output, input, op=dist.ReduceOp.SUM, group=None, async_op=False):
+    """``torch.distributed.reduce_scatter_tensor`` while commrt is patched in."""
+    return _dist_collective("reduce_scatter", output, input, op, group, async_op)
+
+
+_PATCHED = {"all_reduce": all_reduce, "all_gather_into_tensor": all_gather_into_tensor,
+            "reduce_scatter_tensor": reduce_scatter_tensor}
+
+
 # ----- _c10d_functional::all_reduce(_) kernels ------------------------------------------
 def _functional_kernel(original, inplace: bool):
     """A kernel for ``all_reduce`` (``inplace``: ``all_reduce_``) that routes through
@@ -167,9 +229,7 @@ def _functional_kernel(original, inplace: bool):
         op = _OPS.get(reduce_op) if isinstance(reduce_op, str) else None
         if op is not None and not getattr(_LOCAL, "inside", False) \
                 and not (inplace and not input.is_contiguous()):
-            group = group_name if isinstance(group_name, dist.ProcessGroup) \
-                else c10d._resolve_process_group(group_name)
-            comm = _taker(input, op, group)
+            comm = _taker(input, op, _group_of(group_name))
             if not isinstance(comm, str):
                 out = input if inplace else input.clone(memory_format=torch.contiguous_format)
                 work = _run(comm, out, op, True)
@@ -180,14 +240,64 @@ def _functional_kernel(original, inplace: bool):
     return kernel
 
 
+# ----- _c10d_functional::all_gather_into_tensor / reduce_scatter_tensor kernels ---------
+def _group_of(group_name):
+    return group_name if isinstance(group_name, dist.ProcessGroup) \
+        else c10d._resolve_process_group(group_name)
+
+
+def _collective_out(comm: Communicator, kind: str, input: torch.Tensor, op,
+                    group_size: int) -> torch.Tensor:
+    """Run the functional collective through ``comm`` into a fresh dim-0 output,
+    registering the process group's work for ``wait_tensor`` as torch's kernel does."""
+    rows = input.shape[0] * group_size if kind == "all_gather" else input.shape[0] // group_size
+    out = input.new_empty((rows, *input.shape[1:]))
+    work = _run_collective(comm, kind, out, input, op, True)
+    if isinstance(work, dist.Work):
+        torch._C._distributed_c10d._register_work(out, work)
+    return out
+
+
+def _gather_kernel(original):
+    """A kernel for ``all_gather_into_tensor(input, group_size, group_name)``."""
+    def kernel(keyset, input, group_size, group_name):
+        if input.dim() and not getattr(_LOCAL, "inside", False):
+            comm = _taker(input, dist.ReduceOp.SUM, _group_of(group_name), "all_gather")
+            if not isinstance(comm, str) and comm.world_size == group_size:
+                return _collective_out(comm, "all_gather", input, dist.ReduceOp.SUM,
+                                       group_size)
+        return original.call_boxed(keyset, input, group_size, group_name)
+    return kernel
+
+
+def _scatter_kernel(original):
+    """A kernel for ``reduce_scatter_tensor(input, reduce_op, group_size, group_name)``."""
+    def kernel(keyset, input, reduce_op, group_size, group_name):
+        op = _OPS.get(reduce_op) if isinstance(reduce_op, str) else None
+        if op is not None and input.dim() and input.shape[0] % group_size == 0 \
+                and not getattr(_LOCAL, "inside", False):
+            comm = _taker(input, op, _group_of(group_name), "reduce_scatter")
+            if not isinstance(comm, str) and comm.world_size == group_size:
+                return _collective_out(comm, "reduce_scatter", input, op, group_size)
+        return original.call_boxed(keyset, input, reduce_op, group_size, group_name)
+    return kernel
+
+
+def _kernel_for(name: str, original):
+    if name == "all_gather_into_tensor":
+        return _gather_kernel(original)
+    if name == "reduce_scatter_tensor":
+        return _scatter_kernel(original)
+    return _functional_kernel(original, name.endswith("_"))
+
+
 def _register_kernels() -> torch.library.Library:
     lib = torch.library.Library("_c10d_functional", "IMPL")
     for name in _FUNCTIONAL:
         op = getattr(torch.ops._c10d_functional, name).default
         for key in _KEYS:
             original = torch.library.get_kernel(op, key)  # before ours replaces it
-            lib.impl(name, _functional_kernel(original, name.endswith("_")), key,
-                     with_keyset=True)
+            lib.impl(name, _kernel_for(name, original), key, with_keyset=True)
     return lib
 
 
@@ -207,7 +317,8 @@ def _install_fx():
 
 
 def patch(groups: Iterable | None = None, compile: bool = True) -> None:
-    """Route torch's all-reduces through commrt (see the module docstring).
+    """Route torch's all-reduces, all-gathers and reduce-scatters through commrt (see the
+    module docstring).
 
     ``groups``: process groups, device meshes or group names commrt takes (default:
     every group). ``compile``: also install the ``adopt`` pass for torch.compile.
@@ -217,14 +328,15 @@ def patch(groups: Iterable | None = None, compile: bool = True) -> None:
     if _STATE is not None:
         unpatch()
     names = None if groups is None else _group_names(groups)
-    saved = {m: m.all_reduce for m in _MODULES}
-    original_all_reduce = saved[dist]
+    saved = {(m, name): getattr(m, name) for m in _MODULES for name in _REPLACED}
+    original_all_reduce = saved[dist, "all_reduce"]
+    _ORIGINAL.update({name: saved[dist, name] for name in _REPLACED})
     lib = _register_kernels()
     fx_pass, fx_before = _install_fx() if compile else (None, None)
     _STATE = _Patch(names, saved, lib, fx_pass, fx_before,
                     {"groups": groups, "compile": compile})
-    for m in _MODULES:
-        m.all_reduce = all_reduce
+    for (m, name) in saved:
+        setattr(m, name, _PATCHED[name])
 
 
 def unpatch() -> None:
@@ -234,8 +346,8 @@ def unpatch() -> None:
     state, _STATE = _STATE, None
     if state is None:
         return
-    for m, fn in state.saved.items():
-        m.all_reduce = fn
+    for (m, name), fn in state.saved.items():
+        setattr(m, name, fn)
     state.lib._destroy()
     if state.fx_pass is not None:
         import torch._inductor.config as inductor_config

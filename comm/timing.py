@@ -1,4 +1,4 @@
-"""Timing of all-reduce variants, shared by ``commrt bench``, the benchmarks and the tuner.
+"""Timing of collective variants, shared by ``commrt bench``, the benchmarks and the tuner.
 
 Graph mode: ``ops`` calls captured in one CUDA graph, the replays queued back to back
 with an event between two, median per op. Eager mode: the calls back to back, an event
@@ -17,9 +17,10 @@ import torch
 import torch.distributed as dist
 
 
-def busbw_factor(world: int) -> float:
-    """nccl-tests' bus-bandwidth factor for all-reduce: 2(n-1)/n."""
-    return 2 * (world - 1) / world
+def busbw_factor(world: int, op: str = "all_reduce") -> float:
+    """nccl-tests' bus-bandwidth factor: 2(n-1)/n for all-reduce, (n-1)/n for all-gather
+    and reduce-scatter (of the whole message: the gathered output, the scattered input)."""
+    return (2 if op == "all_reduce" else 1) * (world - 1) / world
 
 
 def time_eager(fn: Callable[[], None], device: torch.device, iters: int = 200,

@@ -1,8 +1,11 @@
-"""Which all-reduce runs a call: eligibility first, then the measured table.
+"""Which algorithm runs a call: eligibility first, then the measured table.
 
-Dispatch is data: ``ALGORITHMS`` is the ordered list of algorithms with one eligibility
-check each (returning why not, or None). The dispatcher never imports kernels; the
-communicator maps the chosen name to a launcher.
+Dispatch is data: ``ALGORITHMS`` (all-reduce), ``ALL_GATHER`` and ``REDUCE_SCATTER`` are
+the ordered lists of each operation's algorithms with one eligibility check each
+(returning why not, or None); ``BY_KIND`` maps a query's operation to its list. The
+dispatcher never imports kernels; the communicator maps the chosen name to a launcher.
+A query's ``nbytes`` is the bytes of the operation's output: the all-reduced tensor, the
+gathered tensor of an all-gather, one rank's shard of a reduce-scatter.
 """
 
 from __future__ import annotations
@@ -30,6 +33,19 @@ MAX_FUSED_HIDDEN = 16384  # a row must fit one program's registers
 # Without a table for this hardware: our one_shot only where any NVLink/xGMI pair wins
 # (launch-bound sizes), the process group beyond. Conservative by design.
 UNTUNED_CUSTOM_WINDOW = 64 * 1024
+# The same window for the all-gather and the reduce-scatter, on the whole message (the
+# gathered output, the reduce-scatter's input): each rank moves (world - 1) / world of it,
+# less than one_shot moves for an all-reduce of that size, so where one_shot wins these
+# launch-bound sizes the single-kernel ag_push and rs_pull do too.
+UNTUNED_RULE = {"all_reduce": "one_shot", "all_gather": "ag_push", "reduce_scatter": "rs_pull"}
+# ag_push's Lamport slots carry 16- and 32-bit floats; the reduce-scatters sum these in fp32.
+PUSH_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+# ag_bw copies elements bit for bit: any dtype Triton loads (no bool, no complex).
+GATHER_DTYPES = (torch.bfloat16, torch.float16, torch.float32, torch.float64, torch.int8,
+                 torch.uint8, torch.int16, torch.int32, torch.int64)
+# PyTorch's reduce_scatter_out: fp32/bf16, world sizes 2, 4 and 8 (DISPATCH_WORLD_SIZES_NO_DEFAULT
+# in CUDASymmetricMemoryOps.cu), elements divisible by world * 16 B.
+SYMM_RS_WORLDS = (2, 4, 8)
 # Algorithms that cannot write their result into the workspace: one_shot reads every
 # rank's workspace until its last barrier, so a ``comm.empty`` tensor reduced in place goes
 # through a temporary and a copy (``commrt.custom`` reads this set). ``auto`` passes them
@@ -48,7 +64,7 @@ class Query:
     op: str = "sum"  # lower-case ReduceOp name
     mode: str = "eager"  # eager | graph (inside CUDA-graph capture)
     device_type: str = "cuda"
-    kind: str = "all_reduce"  # or all_reduce_residual_rmsnorm
+    kind: str = "all_reduce"  # all_reduce_residual_rmsnorm, all_gather or reduce_scatter
     row: int = 0  # elements per row (hidden size) for the fused kind
     resident: bool = False  # the result lands in the workspace (a ``comm.empty`` tensor)
 
@@ -166,6 +182,64 @@ def _process_group(q: Query, f: Facts) -> str | None:
     return None
 
 
+def _collective(q: Query, f: Facts, dtypes: tuple[torch.dtype, ...]) -> str | None:
+    """What every all-gather and reduce-scatter kernel of ours needs."""
+    return (
+        f.custom_blocked
+        or (f"tensor is on {q.device_type}, custom kernels need CUDA"
+            if q.device_type != "cuda" else None)
+        or (f"op {q.op} (custom kernels only sum)"
+            if q.kind == "reduce_scatter" and q.op != "sum" else None)
+        or (f"dtype {q.dtype} (takes {', '.join(str(d)[6:] for d in dtypes)})"
+            if q.dtype not in dtypes else None)
+        or (f"world size {f.world_size} (custom kernels take 2 to {MAX_CUSTOM_WORLD})"
+            if not 2 <= f.world_size <= MAX_CUSTOM_WORLD else None)
+    )
+
+
+def _ag_push(q: Query, f: Facts) -> str | None:
+    return _collective(q, f, PUSH_DTYPES)
+
+
+def _ag_bw(q: Query, f: Facts) -> str | None:
+    return _collective(q, f, GATHER_DTYPES)
+
+
+def _rs(q: Query, f: Facts) -> str | None:
+    return _collective(q, f, PUSH_DTYPES)
+
+
+def _multimem_ag(q: Query, f: Facts) -> str | None:
+    """PyTorch's ``multimem_all_gather_out`` into the start of the workspace (multicast)."""
+    return (
+        _collective(q, f, GATHER_DTYPES)
+        or ("TORCH_SYMM_MEM_DISABLE_MULTICAST is set" if f.multicast_env_off else None)
+        or ("the symmetric handle has no multicast pointer" if not f.multicast_ptr else None)
+        or ("PyTorch's multimem_all_gather_out is not in this torch"
+            if "multimem_all_gather_out" not in f.symm_ops else None)
+        or (f"{q.nbytes} B exceeds the {f.workspace_bytes} B workspace "
+            "(raise COMMRT_MAX_CUSTOM_BYTES)" if q.nbytes > f.workspace_bytes else None)
+        # 16-byte vectors per rank's chunk: no load past the end of an input
+        or (f"{q.nbytes} B is not a multiple of world * 16 B"
+            if q.nbytes % (16 * f.world_size) else None)
+    )
+
+
+def _symm_rs(q: Query, f: Facts) -> str | None:
+    """PyTorch's ``reduce_scatter_out`` on the input copied to the start of the workspace."""
+    whole = q.nbytes * f.world_size
+    return (
+        _collective(q, f, SYMM_DTYPES)
+        or ("PyTorch's reduce_scatter_out is not in this torch"
+            if "reduce_scatter_out" not in f.symm_ops else None)
+        or (f"world size {f.world_size} (PyTorch's kernel takes 2, 4, 8)"
+            if f.world_size not in SYMM_RS_WORLDS else None)
+        or (f"{whole} B of input exceeds the {f.workspace_bytes} B workspace "
+            "(raise COMMRT_MAX_CUSTOM_BYTES)" if whole > f.workspace_bytes else None)
+        or (f"{q.nbytes} B per rank is not a multiple of 16" if q.nbytes % 16 else None)
+    )
+
+
 # Dispatch order: also the order `commrt info` lists and rank 0 logs.
 ALGORITHMS: tuple[tuple[str, Check], ...] = (
     ("one_shot_push", _fusable(_push, "one_shot_push")),
@@ -178,14 +252,31 @@ ALGORITHMS: tuple[tuple[str, Check], ...] = (
     ("nccl_symm", _nccl_symm),
     ("nccl", _process_group),
 )
-_CHECKS = dict(ALGORITHMS)
+ALL_GATHER: tuple[tuple[str, Check], ...] = (
+    ("ag_push", _ag_push),
+    ("ag_bw", _ag_bw),
+    ("multimem_ag", _multimem_ag),
+    ("nccl", _process_group),
+)
+REDUCE_SCATTER: tuple[tuple[str, Check], ...] = (
+    ("rs_pull", _rs),
+    ("rs_push", _rs),
+    ("symm_rs", _symm_rs),
+    ("nccl", _process_group),
+)
+BY_KIND = {"all_reduce": ALGORITHMS, FUSED_KIND: ALGORITHMS, "all_gather": ALL_GATHER,
+           "reduce_scatter": REDUCE_SCATTER}
+_CHECKS = {kind: dict(algos) for kind, algos in BY_KIND.items()}
 
 
 def why_not(name: str, q: Query, f: Facts) -> str | None:
     """None when ``name`` can run ``q``, else the reason it cannot."""
+    checks = _CHECKS[q.kind]
+    if name not in checks:
+        return f"{name} is not an {q.kind} algorithm"
     if name != "nccl" and name in f.config.disable:
         return f"{name} is switched off by COMMRT_DISABLE"
-    return _CHECKS[name](q, f)
+    return checks[name](q, f)
 
 
 def _fmt(n: int) -> str:
@@ -205,12 +296,14 @@ def decide(q: Query, f: Facts) -> Decision:
 
 
 def _decide(q: Query, f: Facts) -> Decision:
-    if f.config.algo != "auto":
-        why = why_not(f.config.algo, q, f)
+    forced = f.config.algo_for(q.kind)
+    if forced != "auto":
+        why = why_not(forced, q, f)
         if why:
-            raise ConfigError(f"COMMRT_ALGO={f.config.algo!r} cannot run this call: {why}")
-        return Decision(f.config.algo, "forced by COMMRT_ALGO",
-                        table_config(f.table, f.config.algo, q.nbytes, q.mode, q.kind))
+            spelled = forced if q.kind in ("all_reduce", FUSED_KIND) else f"{q.kind}:{forced}"
+            raise ConfigError(f"COMMRT_ALGO={spelled!r} cannot run this call: {why}")
+        return Decision(forced, "forced by COMMRT_ALGO",
+                        table_config(f.table, forced, q.nbytes, q.mode, q.kind))
     if q.op != "sum":
         return Decision("nccl", f"op {q.op}: only the process group reduces it")
     if f.custom_blocked:
@@ -253,9 +346,11 @@ def table_config(table: Table | None, algorithm: str, nbytes: int, mode: str,
 
 def _untuned(q: Query, f: Facts, gap: str | None = None) -> Decision:
     gen = f"untuned {f.profile.generation}/ws{f.world_size}" + (f" ({gap})" if gap else "")
-    why = why_not("one_shot", q, f)
-    if why is None and q.nbytes <= UNTUNED_CUSTOM_WINDOW:
-        return Decision("one_shot", f"{gen}: within the {_fmt(UNTUNED_CUSTOM_WINDOW)} "
+    algo = UNTUNED_RULE.get(q.kind, "one_shot")
+    why = why_not(algo, q, f)
+    whole = q.nbytes * f.world_size if q.kind == "reduce_scatter" else q.nbytes
+    if why is None and whole <= UNTUNED_CUSTOM_WINDOW:
+        return Decision(algo, f"{gen}: within the {_fmt(UNTUNED_CUSTOM_WINDOW)} "
                         "custom window")
     if why is None:
         return Decision("nccl", f"{gen}: beyond the {_fmt(UNTUNED_CUSTOM_WINDOW)} "
@@ -289,7 +384,8 @@ class Dispatcher:
 
     def predict_us(self, nbytes: int, dtype: torch.dtype, mode: str = "graph",
                    kind: str = "all_reduce") -> float | None:
-        """Measured latency of what ``decide`` would run, from the table (None if untuned)."""
+        """Measured latency of what ``decide`` would run, from the table (None if untuned);
+        ``nbytes`` is the output's (the gathered tensor, a reduce-scatter's shard)."""
         d = self.decide(nbytes, dtype, "sum", mode, kind=kind)
         t = self.facts.table
         return t.predict_us(kind, mode, d.algorithm, nbytes) if t else None

@@ -4,14 +4,18 @@ A table file looks like::
 
     {"schema": 1, "generation": "sm90-h200", "world_size": 2,
      "provenance": {"device", "torch", "triton", "nccl", "commrt", "date", "command"},
-     "ops": {"all_reduce": {"graph": [row, ...], "eager": [row, ...]}}}
+     "ops": {"all_reduce": {"graph": [row, ...], "eager": [row, ...]}, ...}}
 
 Each row covers messages up to ``max_bytes`` (rows ascending) and ranks the algorithms
 measured at that size, fastest first: ``{"max_bytes": 65536, "ranking": [{"algorithm":
 "one_shot_push", "config": {...}, "us": 4.1}, ...]}``. The dispatcher takes the first
-eligible entry, so a dtype one algorithm lacks falls to the next measured best. Any name
-of ``commrt.config.ALGORITHMS`` may appear (``nccl_symm`` with an empty config). Tables
-are written by ``commrt tune``, never by hand.
+eligible entry, so a dtype one algorithm lacks falls to the next measured best. A section
+names only its operation's algorithms (``commrt.config.OP_ALGORITHMS``; ``nccl_symm`` with
+an empty config). ``all_reduce`` is required; ``all_reduce_residual_rmsnorm``,
+``all_gather`` and ``reduce_scatter`` are optional (without one the dispatcher's
+conservative rule serves that operation, and says "untuned"). Rows key on the bytes of the
+operation's output: the gathered tensor of an all-gather, one rank's shard of a
+reduce-scatter. Tables are written by ``commrt tune``, never by hand.
 """
 
 from __future__ import annotations
@@ -24,12 +28,12 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from commrt.config import ALGORITHMS
+from commrt.config import OP_ALGORITHMS
 from commrt.errors import ConfigError
 
 SCHEMA = 1
 MODES = ("graph", "eager")
-OPS = ("all_reduce", "all_reduce_residual_rmsnorm")
+OPS = ("all_reduce", "all_reduce_residual_rmsnorm", "all_gather", "reduce_scatter")
 _PROVENANCE_KEYS = ("device", "torch", "date", "command", "commrt")
 
 
@@ -88,12 +92,13 @@ def _fail(source: str, where: str, what: str) -> ConfigError:
     return ConfigError(f"tuning table {source}: {where}: {what}")
 
 
-def _choice(source: str, where: str, raw: Any) -> Choice:
+def _choice(source: str, where: str, raw: Any, op: str) -> Choice:
     if not isinstance(raw, Mapping):
         raise _fail(source, where, f"expected an object, got {type(raw).__name__}")
     algo = raw.get("algorithm")
-    if algo not in ALGORITHMS:
-        raise _fail(source, where, f"algorithm {algo!r} is not one of {', '.join(ALGORITHMS)}")
+    names = OP_ALGORITHMS.get(op, OP_ALGORITHMS["all_reduce"])  # the fused op: all-reduce's
+    if algo not in names:
+        raise _fail(source, where, f"algorithm {algo!r} is not one of {', '.join(names)}")
     config = raw.get("config", {})
     if not isinstance(config, Mapping) or not all(
         isinstance(k, str) and isinstance(v, int) for k, v in config.items()
@@ -105,7 +110,7 @@ def _choice(source: str, where: str, raw: Any) -> Choice:
     return Choice(algo, dict(config), float(us))
 
 
-def _rows(source: str, where: str, raw: Any) -> tuple[Row, ...]:
+def _rows(source: str, where: str, raw: Any, op: str) -> tuple[Row, ...]:
     if not isinstance(raw, list) or not raw:
         raise _fail(source, where, "expected a non-empty list of rows")
     rows = []
@@ -121,7 +126,7 @@ def _rows(source: str, where: str, raw: Any) -> tuple[Row, ...]:
         ranking = r.get("ranking")
         if not isinstance(ranking, list) or not ranking:
             raise _fail(source, at, "ranking must be a non-empty list")
-        rows.append(Row(mb, tuple(_choice(source, f"{at}.ranking[{k}]", c)
+        rows.append(Row(mb, tuple(_choice(source, f"{at}.ranking[{k}]", c, op)
                                   for k, c in enumerate(ranking))))
     return tuple(rows)
 
@@ -153,7 +158,7 @@ def parse(data: Any, source: str = "<table>") -> Table:
             raise _fail(source, f"ops.{op}", f"unknown op; expected one of {', '.join(OPS)}")
         if not isinstance(modes, Mapping) or set(modes) - set(MODES) or not modes:
             raise _fail(source, f"ops.{op}", f"expected modes among {', '.join(MODES)}")
-        ops[op] = {m: _rows(source, f"ops.{op}.{m}", rows) for m, rows in modes.items()}
+        ops[op] = {m: _rows(source, f"ops.{op}.{m}", rows, op) for m, rows in modes.items()}
     digest = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
     return Table(gen, ws, dict(prov), ops, digest, source)
 

@@ -80,6 +80,55 @@ def tp_block(device_type: str = "cpu", dtype=torch.float32, seed: int = 0) -> nn
     return parallelize_module(block, mesh, plan)
 
 
+def sp_block(device_type: str = "cpu", dtype=torch.float32, seed: int = 0) -> nn.Module:
+    """``Block`` with sequence parallelism (torchtitan's plan): the norms ``SequenceParallel``
+    on sequence shards, an all-gather before attention and the MLP, a reduce-scatter after."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        PrepareModuleInput,
+        RowwiseParallel,
+        SequenceParallel,
+        parallelize_module,
+    )
+
+    torch.manual_seed(seed)
+    block = Block().to(device=device_type, dtype=dtype)
+    mesh = init_device_mesh(device_type, (dist.get_world_size(),))
+    col, row = ColwiseParallel(), RowwiseParallel(output_layouts=Shard(1))
+    gather = PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),))
+    plan = {"input_layernorm": SequenceParallel(), "post_attention_layernorm": SequenceParallel(),
+            "self_attn": gather, "mlp": gather,
+            "self_attn.q_proj": col, "self_attn.k_proj": col, "self_attn.v_proj": col,
+            "self_attn.o_proj": row, "mlp.gate_proj": col, "mlp.up_proj": col,
+            "mlp.down_proj": row}
+    return parallelize_module(block, mesh, plan)
+
+
+def sequence_parallel(rank, world):
+    """The sequence-parallel block, unpatched and patched (eager and compiled): bitwise
+    equal, its all-gathers and reduce-scatters counted, everything restored after."""
+    from commrt.patch import patched
+    from commrt.stats import stats
+
+    model = sp_block()
+    x = inputs((2, 4 * world, HIDDEN)).chunk(world, dim=1)[rank].contiguous()
+    before = originals()
+    ref = model(x)
+    stats(reset=True)
+    with patched():
+        got = model(x)
+        eager_counts = stats(reset=True)
+    cref, _ = _compiled(model, x, False)
+    stats(reset=True)
+    cgot, _ = _compiled(model, x, True)
+    compiled_counts = stats(reset=True)
+    return {"eager_equal": torch.equal(ref, got), "compiled_equal": torch.equal(cref, cgot),
+            "eager_counts": eager_counts, "compiled_counts": compiled_counts,
+            "restored": restored(before)}
+
+
 class MegatronMLP(nn.Module):
     """Megatron-style: column-parallel then row-parallel linear, ``dist.all_reduce``."""
 
@@ -114,16 +163,17 @@ def originals() -> tuple:
     """What ``unpatch()`` must restore: the functions, the kernels, the Inductor pass."""
     import torch._inductor.config as inductor_config
 
-    return (dist.all_reduce, dist.distributed_c10d.all_reduce,
-            torch._C._dispatch_dump("_c10d_functional::all_reduce"),
-            torch._C._dispatch_dump("_c10d_functional::all_reduce_"),
+    names = ("all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor")
+    kernels = ("all_reduce", "all_reduce_", "all_gather_into_tensor", "reduce_scatter_tensor")
+    return (tuple(getattr(m, n) for m in (dist, dist.distributed_c10d) for n in names),
+            tuple(torch._C._dispatch_dump(f"_c10d_functional::{k}") for k in kernels),
             inductor_config.post_grad_custom_post_pass)
 
 
 def restored(before: tuple) -> bool:
     now = originals()
-    same_functions = now[0] is before[0] and now[1] is before[1]
-    return same_functions and now[2:4] == before[2:4] and now[4] is before[4]
+    same_functions = all(a is b for a, b in zip(now[0], before[0], strict=True))
+    return same_functions and now[1] == before[1] and now[2] is before[2]
 
 
 def _compiled(model, x, patch_it: bool, decide=None):

@@ -86,3 +86,31 @@ def test_table_refused_in_spawned_ranks_is_one_line(tmp_path):
     proc = commrt_cli(tmp_path, "bench", "--max-bytes", "4KiB", "--nproc", "2", timeout=120,
                       COMMRT_TABLE=str(path))
     assert_user_error(proc, "COMMRT_TABLE", "other.json", "gfx000-none")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="spawns the two gloo ranks of a CPU host")
+def test_bench_op_all_gather_and_reduce_scatter_on_two_gloo_ranks(tmp_path):
+    """``commrt bench --op`` times the process group and ``auto`` per output size, checked
+    (#wrong 0), and writes JSON and Markdown; ``--op`` takes only known collectives."""
+    for op in ("all_gather", "reduce_scatter"):
+        out = tmp_path / f"{op}.json"
+        proc = commrt_cli(tmp_path, "bench", "--op", op, "--min-bytes", "1KiB", "--max-bytes",
+                          "2KiB", "--all", "--nproc", "2", "--out", str(out), timeout=180)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        lines = [ln.split() for ln in proc.stdout.splitlines() if ln.strip()[:1].isdigit()]
+        assert [ln[0] for ln in lines] == ["1024", "2048"], proc.stdout
+        assert all(ln[4] == "nccl" and ln[-2:] == ["0", "-"] for ln in lines), proc.stdout
+        saved = json.loads(out.read_text())
+        assert saved["op"] == op and set(saved["results"][0]["us"]) == {"gloo", "auto"}
+        assert f"# {op.replace('_', '-')} on 2x" in out.with_suffix(".md").read_text()
+    assert_user_error(commrt_cli(tmp_path, "bench", "--op", "broadcast"), "--op", "broadcast")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="spawns the two gloo ranks of a CPU host")
+def test_info_prints_every_operations_decisions(tmp_path):
+    proc = commrt_cli(tmp_path, "info", timeout=120,
+                      COMMRT_ALGO="reduce_scatter:nccl")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for needle in ("all_gather decisions (output bytes", "reduce_scatter decisions",
+                   " all_gather:", "  ag_push", "  rs_push", '"forced": {"reduce_scatter"'):
+        assert needle in proc.stdout, proc.stdout

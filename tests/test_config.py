@@ -40,6 +40,12 @@ def test_sizes(text, value):
     ({"COMMRT_FX_COMM_CTAS": "few"}, "COMMRT_FX_COMM_CTAS='few'"),
     ({"COMMRT_FX_COMM_CTAS": "65"}, "0 (no limit) to 64"),
     ({"COMMRT_ALGO": "one_shot", "COMMRT_DISABLE": "one_shot"}, "drop it from one"),
+    ({"COMMRT_ALGO": "all_gather:two_shot"}, "'two_shot' is not an all_gather algorithm"),
+    ({"COMMRT_ALGO": "gather:ag_bw"}, "unknown operation 'gather'"),
+    ({"COMMRT_ALGO": "ag_bw,all_gather:ag_push"}, "all_gather is named twice"),
+    ({"COMMRT_ALGO": "all_gather:bogus"}, "all_gather: ag_push, ag_bw"),
+    ({"COMMRT_ALGO": "reduce_scatter:rs_push", "COMMRT_DISABLE": "rs_push"}, "names rs_push"),
+    ({"COMMRT_DISABLE": "ag_bw,rs_bogus"}, "unknown algorithm rs_bogus"),
 ])
 def test_every_bad_value_raises_a_config_error_that_says_what_is_wrong(env, needle):
     with pytest.raises(ConfigError) as exc:
@@ -50,6 +56,23 @@ def test_every_bad_value_raises_a_config_error_that_says_what_is_wrong(env, need
 def test_disable_all_keeps_only_the_process_group():
     cfg = config.load({"COMMRT_DISABLE": "all"})
     assert "nccl" not in cfg.disable and {"one_shot", "two_shot", "multimem"} <= cfg.disable
+
+
+def test_forcing_is_per_operation():
+    bare = config.load({"COMMRT_ALGO": "two_shot"})
+    assert bare.algo == "two_shot" and bare.algo_for("all_gather") == "auto"
+    assert bare.algo_for("all_reduce_residual_rmsnorm") == "two_shot"
+    pairs = config.load({"COMMRT_ALGO": "all_gather:ag_bw, reduce_scatter:RS_PUSH,all_reduce:auto"})
+    assert pairs.algo == "auto" and pairs.forced == (("all_gather", "ag_bw"),
+                                                     ("reduce_scatter", "rs_push"))
+    mixed = config.load({"COMMRT_ALGO": "rs_pull,all_reduce:one_shot"})
+    assert mixed.algo_for("reduce_scatter") == "rs_pull" and mixed.algo == "one_shot"
+    every = config.load({"COMMRT_ALGO": "nccl"})
+    assert {every.algo_for(op) for op in config.OPS} == {"nccl"}
+    assert config.load({"COMMRT_ALGO": "auto"}).forced == ()
+    off = config.load({"COMMRT_DISABLE": "all"}).disable
+    assert {"ag_push", "ag_bw", "rs_pull", "rs_push", "symm_rs", "multimem_ag"} <= off
+    assert config.load({"COMMRT_DISABLE": "ag_push"}).disable == {"ag_push"}
 
 
 def test_bools_and_forced_algorithm(tmp_path):

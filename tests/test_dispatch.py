@@ -71,7 +71,9 @@ def q(nbytes, dtype=torch.bfloat16, **kw):
     (lambda d: d["ops"]["all_reduce"]["graph"][1].update(max_bytes=1), "ascending"),
     (lambda d: d["ops"]["all_reduce"]["graph"][0]["ranking"][0].update(us=-1), "positive"),
     (lambda d: d["ops"]["all_reduce"].update(weird=[]), "expected modes"),
-    (lambda d: d["ops"].update(all_gather={}), "unknown op"),
+    (lambda d: d["ops"].update(broadcast={}), "unknown op"),
+    (lambda d: d["ops"].update(all_gather={"graph": [{"max_bytes": 1, "ranking": [
+        choice("two_shot", 1.0)]}]}), "'two_shot' is not one of ag_push"),
 ])
 def test_schema_errors_name_the_place(mutate, needle):
     data = copy.deepcopy(table_data())
@@ -320,3 +322,120 @@ def test_eager_tuning_ranks_by_the_faster_of_two_passes(monkeypatch):
         [("one_shot", 10.0), ("two_shot", 12.0)]
     assert [(c["algorithm"], c["us"]) for c in rows[1]["ranking"]] == \
         [("one_shot", 11.0), ("two_shot", 14.0), ("nccl", 25.0)]
+
+
+# ----- all-gather and reduce-scatter ------------------------------------------------------
+def with_sections(f, **sections):
+    """``f`` with the all-reduce table plus measured all_gather / reduce_scatter sections."""
+    data = table_data()
+    data["ops"].update(sections)
+    return dataclasses.replace(f, table=tbl.parse(data))
+
+
+AG_SECTION = {"graph": [
+    {"max_bytes": 256 * KIB, "ranking": [choice("ag_push", 5.0, block=512), choice("ag_bw", 8.0),
+                                         choice("nccl", 20.0)]},
+    {"max_bytes": 64 << 20, "ranking": [choice("ag_bw", 90.0, blocks=64), choice("nccl", 95.0)]}]}
+RS_SECTION = {"graph": [
+    {"max_bytes": 64 << 20, "ranking": [choice("symm_rs", 40.0), choice("rs_push", 50.0,
+                                                                         round_tiles=2),
+                                        choice("nccl", 60.0)]}]}
+SYMM_OPS = frozenset({"reduce_scatter_out", "multimem_all_gather_out", "one_shot_all_reduce"})
+
+
+def cq(kind, nbytes, dtype=torch.bfloat16, **kw):
+    return q(nbytes, dtype, kind=kind, **kw)
+
+
+def test_untuned_collectives_take_a_small_custom_window_and_say_untuned():
+    f = facts(table=False)
+    # all-gather: the gathered output within 64 KiB; reduce-scatter: its whole input
+    small, big = decide(cq("all_gather", 64 * KIB), f), decide(cq("all_gather", 128 * KIB), f)
+    assert small.algorithm == "ag_push" and "untuned sm90-h200/ws2" in small.reason
+    assert big.algorithm == "nccl" and "beyond the 64 KiB custom window" in big.reason
+    assert decide(cq("reduce_scatter", 32 * KIB), f).algorithm == "rs_pull"
+    assert decide(cq("reduce_scatter", 32 * KIB + 16), f).algorithm == "nccl"
+    ws8 = facts(table=False, world_size=8)
+    assert decide(cq("reduce_scatter", 8 * KIB), ws8).algorithm == "rs_pull"
+    assert decide(cq("reduce_scatter", 16 * KIB), ws8).algorithm == "nccl"
+    # a table without these sections: the same rule, saying which section is missing
+    d = decide(cq("all_gather", 4 * KIB), facts())
+    assert d.algorithm == "ag_push" and "its table has no all_gather graph rows" in d.reason
+
+
+def test_collectives_follow_their_own_table_sections():
+    f = with_sections(facts(symm_ops=SYMM_OPS), all_gather=AG_SECTION,
+                      reduce_scatter=RS_SECTION)
+    d = decide(cq("all_gather", 128 * KIB), f)
+    assert (d.algorithm, dict(d.config)) == ("ag_push", {"block": 512})
+    assert "256 KiB row of the sm90-h200/ws2 graph table" in d.reason
+    assert decide(cq("all_gather", 1 << 20), f).algorithm == "ag_bw"
+    assert decide(cq("reduce_scatter", 1 << 20), f).algorithm == "symm_rs"
+    # the measured best lacks this dtype / size: the next measured one
+    assert decide(cq("all_gather", 4 * KIB, torch.int32), f).algorithm == "ag_bw"
+    d = decide(cq("reduce_scatter", 4 * KIB, torch.float16), f)
+    assert d.algorithm == "rs_push" and dict(d.config) == {"round_tiles": 2}
+    assert decide(cq("reduce_scatter", 4 * KIB + 2), f).algorithm == "rs_push"
+    # eager rows missing: untuned rule for that mode
+    assert "untuned" in decide(cq("all_gather", 4 * KIB, mode="eager"), f).reason
+
+
+def test_collective_eligibility_reasons():
+    f = facts(symm_ops=SYMM_OPS)
+    assert why_not("ag_bw", cq("all_gather", 4096, torch.int64), f) is None
+    assert "dtype torch.int64" in why_not("ag_push", cq("all_gather", 4096, torch.int64), f)
+    assert "dtype torch.bool" in why_not("ag_bw", cq("all_gather", 4096, torch.bool), f)
+    assert "op max" in why_not("rs_pull", cq("reduce_scatter", 4096, op="max"), f)
+    assert "need CUDA" in why_not("rs_push", cq("reduce_scatter", 4096, device_type="cpu"), f)
+    assert "world size 9" in why_not("ag_push", cq("all_gather", 4096), facts(world_size=9))
+    assert "peer access" in why_not("rs_pull", cq("reduce_scatter", 4096),
+                                    facts(custom_blocked="no peer access"))
+    assert "not an all_gather algorithm" in why_not("two_shot", cq("all_gather", 4096), f)
+    assert "not an all_reduce algorithm" in why_not("ag_bw", q(4096), f)
+    # PyTorch's ops: present, dtype, world size, workspace, alignment, multicast
+    assert why_not("symm_rs", cq("reduce_scatter", 4096), f) is None
+    assert "not in this torch" in why_not("symm_rs", cq("reduce_scatter", 4096), facts())
+    assert "float16" in why_not("symm_rs", cq("reduce_scatter", 4096, torch.float16), f)
+    assert "2, 4, 8" in why_not("symm_rs", cq("reduce_scatter", 4096),
+                                facts(symm_ops=SYMM_OPS, world_size=6))
+    assert "input exceeds" in why_not("symm_rs", cq("reduce_scatter", 40 << 20), f)
+    assert "multiple of 16" in why_not("symm_rs", cq("reduce_scatter", 4104), f)
+    assert "no multicast pointer" in why_not("multimem_ag", cq("all_gather", 4096),
+                                             facts(symm_ops=SYMM_OPS, multicast_env_off=False))
+    mc = facts(symm_ops=SYMM_OPS, multicast_ptr=True, multicast_env_off=False)
+    assert why_not("multimem_ag", cq("all_gather", 4096), mc) is None
+    assert "world * 16" in why_not("multimem_ag", cq("all_gather", 4112), mc)
+
+
+def test_collectives_are_forced_and_disabled_per_operation():
+    f = facts({"COMMRT_ALGO": "all_gather:ag_bw,reduce_scatter:rs_push"})
+    assert decide(cq("all_gather", 4096), f).reason == "forced by COMMRT_ALGO"
+    assert decide(cq("all_gather", 1 << 30), f).algorithm == "ag_bw"
+    assert decide(cq("reduce_scatter", 4096), f).algorithm == "rs_push"
+    assert decide(q(4096), f).algorithm == "one_shot_push"  # the all-reduce: its table
+    bare = facts({"COMMRT_ALGO": "two_shot"}, table=False)
+    assert decide(q(4096), bare).algorithm == "two_shot"
+    assert decide(cq("all_gather", 4096), bare).algorithm == "ag_push"  # untouched
+    with pytest.raises(ConfigError, match="ALGO='all_gather:ag_push' cannot run.*torch.int32"):
+        decide(cq("all_gather", 4096, torch.int32), facts({"COMMRT_ALGO": "ag_push"}))
+    assert decide(cq("reduce_scatter", 4096), facts({"COMMRT_ALGO": "nccl"})).algorithm == \
+        "nccl"
+    off = facts({"COMMRT_DISABLE": "ag_push"}, table=False)
+    d = decide(cq("all_gather", 4096), off)
+    assert d.algorithm == "nccl" and "switched off by COMMRT_DISABLE" in d.reason
+    assert decide(cq("reduce_scatter", 4096), off).algorithm == "rs_pull"
+    for kind in ("all_gather", "reduce_scatter"):
+        assert decide(cq(kind, 4096), facts({"COMMRT_DISABLE": "all"})).algorithm == "nccl"
+
+
+def test_non_sum_reduce_scatter_and_cpu_collectives_go_to_the_process_group():
+    d = decide(cq("reduce_scatter", 4096, op="avg"), facts(table=False))
+    assert d.algorithm == "nccl" and "op avg" in d.reason
+    assert decide(cq("all_gather", 4096, device_type="cpu"), facts()).algorithm == "nccl"
+
+
+def test_dispatcher_predicts_collectives_from_their_sections():
+    disp = Dispatcher(with_sections(facts(), all_gather=AG_SECTION))
+    assert disp.predict_us(256 * KIB, torch.bfloat16, kind="all_gather") == 5.0
+    assert disp.config_for("ag_bw", 1 << 20, kind="all_gather") == {"blocks": 64}
+    assert disp.predict_us(4096, torch.bfloat16, kind="reduce_scatter") is None

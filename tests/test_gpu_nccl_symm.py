@@ -172,7 +172,9 @@ def test_probe_and_the_nccl_backed_workspace_on_a_one_rank_group():
     assert res["version"] >= (2, 27) and res["api"], res
     assert res["switch"] == "" and res["after"] == "NCCL" and res["probe"] == "", res
     assert res["failures"] == []
-    assert "can not be changed" in res["restore"]  # why commrt never sets and restores
+    # putting the old backend back after an allocation raises (torch 2.11: "does not find
+    # allocation backend CUDA"): why commrt never sets and restores it around its own
+    assert res["restore"].startswith("RuntimeError"), res["restore"]
 
 
 @pytest.mark.gpu

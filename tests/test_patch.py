@@ -32,6 +32,16 @@ def test_dtensor_llama_block_bitwise_patched_eager_and_compiled():
     _check_model(spawn.run(ranks_patch.dtensor_block, 2, env=NO_CACHE), per_forward=2)
 
 
+def test_sequence_parallel_block_bitwise_patched_with_gathers_and_scatters_counted():
+    res = spawn.run(ranks_patch.sequence_parallel, 2, env=NO_CACHE)
+    for r in res:
+        assert r["eager_equal"] and r["compiled_equal"] and r["restored"], r
+        for counts in (r["eager_counts"], r["compiled_counts"]):
+            # attention and MLP: one all-gather before, one reduce-scatter after each
+            assert sum(counts.get("all_gather", {}).values()) == 2, counts
+            assert sum(counts.get("reduce_scatter", {}).values()) == 2, counts
+
+
 def test_megatron_dist_all_reduce_bitwise_patched_eager_and_compiled():
     _check_model(spawn.run(ranks_patch.megatron, 2, env=NO_CACHE), per_forward=1)
 
