@@ -9,7 +9,6 @@ import warnings
 
 import torch
 import torch.distributed as dist
-import torch.distributed.distributed_c10d as _c10d
 
 from commrt import collective_kernels, custom, pg
 from commrt import config as _config
@@ -45,10 +44,10 @@ _IDENTITY_KEY = ("all_reduce", "identity")
 # Decisions whose launch is never replayed from the per-shape cache: nccl_symm is a copy
 # and a process-group call, not one Triton launch.
 _NOT_REPLAYED = frozenset({"nccl_symm"})
-# The process group's all-gather and reduce-scatter as torch defines them (taken before
-# ``commrt.patch()`` can replace them, as ``commrt.pg`` keeps the all-reduce).
-_PG_COLLECTIVES = {"all_gather": _c10d.all_gather_into_tensor,
-                   "reduce_scatter": _c10d.reduce_scatter_tensor}
+# The process group's all-gather and reduce-scatter as torch defines them (``commrt.pg``
+# keeps them from before ``commrt.patch()`` can replace them).
+_PG_COLLECTIVES = {"all_gather": pg.all_gather_into_tensor,
+                   "reduce_scatter": pg.reduce_scatter_tensor}
 _TORCH_NAMES = {"all_gather": "all_gather_into_tensor", "reduce_scatter": "reduce_scatter_tensor"}
 # PyTorch's symm-mem ops for these collectives (present from torch 2.11 on).
 _SYMM_COLLECTIVE_OPS = ("reduce_scatter_out", "multimem_all_gather_out")

@@ -42,8 +42,8 @@ from commrt.dispatch.dispatcher import Decision
 original_all_reduce = pg.all_reduce
 _MODULES = (dist, c10d)  # where the functions below are replaced
 _REPLACED = ("all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor")
-# the same for the all-gather and the reduce-scatter, by name
-_ORIGINAL = {name: getattr(c10d, name) for name in _REPLACED}
+# torch's own functions (``commrt.pg``), by name
+_ORIGINAL = {name: getattr(pg, name) for name in _REPLACED}
 _FUNCTIONAL = ("all_reduce", "all_reduce_", "all_gather_into_tensor", "reduce_scatter_tensor")
 _KIND = {"all_gather_into_tensor": "all_gather", "reduce_scatter_tensor": "reduce_scatter"}
 _KEYS = ("CPU", "CUDA")  # the backends whose tensors DTensor reduces

@@ -516,3 +516,115 @@ def test_producers_stay_where_moving_them_would_exceed_the_memory_budget(groups)
     assert peak_bytes(list(gm.graph.nodes)) <= before
     gm = trace(f, x, *ws)
     assert overlap_and_bucket(gm, memory_budget=1 << 30, bucket_cap=1).hoisted == 3
+
+
+# ----- commrt::all_gather and commrt::reduce_scatter -------------------------------------
+def _gather_ref(x, world, group):
+    """A stand-in for ``commrt::all_gather`` on CPU: rank r's input is ``x * (r + 1)``."""
+    return torch.cat([x * (r + 1) for r in range(world)])
+
+
+def _scatter_ref(x, op, world, group):
+    """A stand-in for ``commrt::reduce_scatter`` on CPU: every rank holds ``x``."""
+    return torch.stack(list(x.chunk(world))).sum(0) if op == "sum" else x.chunk(world)[0]
+
+
+def with_references(gm):
+    """``gm`` with commrt's all-gathers and reduce-scatters replaced by their stand-ins, so
+    that the graph runs on the fake group and its values can be compared."""
+    refs = {torch.ops.commrt.all_gather.default: _gather_ref,
+            torch.ops.commrt.reduce_scatter.default: _scatter_ref}
+    for n in gm.graph.nodes:
+        n.target = refs.get(n.target, n.target)
+    gm.recompile()
+    return gm
+
+
+def commrt_collectives(a, b, wt, group):
+    """Two all-gathers and two reduce-scatters of commrt's on one group, each followed by
+    compute that needs it: as functional collectives they would share buckets."""
+    g1 = torch.ops.commrt.all_gather(a @ wt, 2, group)
+    g2 = torch.ops.commrt.all_gather(b @ wt, 2, group)
+    r1 = torch.ops.commrt.reduce_scatter(a @ wt, "sum", 2, group)
+    r2 = torch.ops.commrt.reduce_scatter(b @ wt, "sum", 2, group)
+    c = torch.relu(wt @ wt) @ wt
+    return g1 + 1, g2 * 2, r1 - 1, r2 + c[:4]
+
+
+def test_commrt_all_gathers_and_reduce_scatters_count_but_are_never_bucketed(groups):
+    args = (w(8, 16), w(8, 16, seed=1), w(16, 16, seed=2))
+    name = groups[2].group_name
+    gm = trace(lambda a, b, wt: commrt_collectives(a, b, wt, name), *args)
+    ref = with_references(trace(lambda a, b, wt: commrt_collectives(a, b, wt, name), *args))
+    rep = overlap_and_bucket(gm)
+    assert rep.collectives_before == rep.collectives_after == 4
+    assert rep.buckets == 0 and rep.moved == 0 and rep.hoisted == 0
+    assert rep.comm_us > 0 and rep.exposed_us_after == pytest.approx(rep.comm_us)
+    ops = names(gm)
+    assert ops.count(torch.ops.commrt.all_gather.default) == 2
+    assert ops.count(torch.ops.commrt.reduce_scatter.default) == 2
+    assert torch.ops.aten.cat.default not in ops  # nothing packed
+    for n in gm.graph.nodes:  # each keeps its own input and group
+        if n.target in (torch.ops.commrt.all_gather.default,
+                        torch.ops.commrt.reduce_scatter.default):
+            assert n.args[0].target == torch.ops.aten.mm.default and n.args[-1] == name
+    got = with_references(gm)(*args)
+    assert all(torch.equal(x, y) for x, y in zip(got, ref(*args), strict=True))
+
+
+def test_a_commrt_all_gather_runs_while_a_functional_all_reduce_is_in_flight(groups):
+    """commrt's ops run on the compute stream: the wait that would stall goes after the
+    all-gather and the reduce-scatter, which hide the all-reduce; no bucket mixes them."""
+    name = groups[2].group_name
+
+    def f(a, b, wt):
+        y = fc.all_reduce(a @ wt, "sum", groups[2]) + 1
+        g = torch.ops.commrt.all_gather(b @ wt, 2, name)
+        s = torch.ops.commrt.reduce_scatter(b @ wt.t(), "sum", 2, name)
+        return y, g, s
+    args = (w(64, 64), w(64, 64, seed=1), w(64, 64, seed=2))
+    gm = trace(f, *args)
+    ref = with_references(trace(f, *args))
+    rep = overlap_and_bucket(gm, memory_budget=1 << 30)
+    assert rep.collectives_before == rep.collectives_after == 3 and rep.buckets == 0
+    assert rep.deferred == 1 and rep.exposed_us_after < rep.exposed_us_before
+    wait = index(gm, c10d.wait_tensor.default)
+    assert index(gm, c10d.all_reduce.default) < index(gm, torch.ops.commrt.all_gather.default)
+    assert index(gm, torch.ops.commrt.all_gather.default) < wait
+    assert index(gm, torch.ops.commrt.reduce_scatter.default) < wait
+    got = with_references(gm)(*args)
+    assert all(torch.equal(x, y) for x, y in zip(got, ref(*args), strict=True))
+
+
+def test_commrt_gathers_and_scatters_are_priced_as_the_dispatcher_predicts(groups,
+                                                                           monkeypatch):
+    """With a communicator for the group: its dispatcher's prediction for its choice
+    (rs_push here: symm_rs, the table's fastest, needs PyTorch's
+    reduce_scatter_out, which these facts lack). Without
+    one: the fastest in the table's rows of the operation; without rows: as the process
+    group runs it."""
+    import types
+
+    from test_dispatch import AG_SECTION, RS_SECTION, facts, with_sections
+
+    from commrt import registry
+    from commrt.dispatch.dispatcher import Dispatcher
+    from commrt.fx import cost
+
+    f = with_sections(facts(), all_gather=AG_SECTION, reduce_scatter=RS_SECTION)
+    disp = Dispatcher(f)
+    name = groups[2].group_name
+    bf16 = torch.bfloat16
+    assert cost.CostModel().comm_us("commrt_all_gather", 4096, bf16, name) == \
+        cost.CostModel().comm_us("all_gather", 4096, bf16, name)
+    monkeypatch.setattr(cost, "_table", lambda generation, world: f.table)
+    assert cost.CostModel().comm_us("commrt_reduce_scatter", 4096, bf16, name) == 40.0
+    monkeypatch.setitem(registry._BY_NAME, name, types.SimpleNamespace(dispatcher=disp))
+    model = cost.CostModel()
+    for nbytes in (4096, 1 << 20):
+        for op in ("all_gather", "reduce_scatter"):
+            want = disp.predict_us(nbytes, bf16, "graph", kind=op)
+            assert want is not None
+            assert model.comm_us(f"commrt_{op}", nbytes, bf16, name) == want
+    assert model.comm_us("commrt_all_gather", 4096, bf16, name) == 5.0
+    assert model.comm_us("commrt_reduce_scatter", 4096, bf16, name) == 50.0

@@ -8,7 +8,9 @@ buckets. Each is simulated as the step would run (``stalls.simulate_plan``: the 
 launches, the compute stream slowed by running collectives, collectives one at a time on
 their stream at their measured table time) and the fastest within the memory budget wins.
 Per collective, launches and the tables' fixed latency make many small ones dearer than
-one large one (1 MiB: 17.5 µs; 64 MiB: 250 µs, ``tuning_tables/sm90-h200_ws2.json``)."""
+one large one (1 MiB: 17.5 µs; 64 MiB: 250 µs, ``tuning_tables/sm90-h200_ws2.json``).
+``commrt::all_gather`` and ``commrt::reduce_scatter`` are never bucketed: each stays a
+collective of its own in every plan."""
 
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ import torch.fx as fx
 
 from .comm_groups import COPY_ENGINE, copy_of
 from .cost import CONTENTION, Bucket, CostModel
-from .graph_types import VIEWS, Coll
+from .graph_types import SYNC_KINDS, UNBUCKETED, VIEWS, Coll
 from .memory import live_bytes, peak_bytes
 from .stalls import plan_dependencies, relink, simulate_plan
 
@@ -79,7 +81,7 @@ def _fine(colls: list[Coll], model: CostModel, spans: dict, prefix: list,
 
     def exposed(nbytes, key, ready, use):
         cost = model.comm_us(key[0], nbytes, key[3], key[1])
-        if key[0] == "commrt_all_reduce":
+        if key[0] in SYNC_KINDS:
             return cost  # runs on the compute stream
         return max(0.0, cost - (prefix[use] - prefix[ready + 1]))
 
@@ -125,9 +127,10 @@ def _plans(colls: list[Coll], model: CostModel, spans: dict, prefix: list,
            cap: int) -> dict[str, list[list[Coll]]]:
     """The candidate bucketings, by name: the fine-grained runs (``_fine``), none, as few
     buckets as the graph allows, DDP's (``DDP_BUCKET_BYTES``) and ``k`` buckets of equal
-    bytes for each of ``SPLITS``. Non-contiguous inputs stay alone in every one."""
-    alone = [[c] for c in colls if not _contiguous(c)]
-    ok = [c for c in colls if _contiguous(c)]
+    bytes for each of ``SPLITS``. Non-contiguous inputs and the kinds never bucketed
+    (``graph_types.UNBUCKETED``) stay alone in every one."""
+    alone = [[c] for c in colls if c.kind in UNBUCKETED or not _contiguous(c)]
+    ok = [c for c in colls if c.kind not in UNBUCKETED and _contiguous(c)]
     totals: dict[tuple, int] = {}
     for c in ok:
         totals[c.key] = totals.get(c.key, 0) + c.nbytes
@@ -207,7 +210,7 @@ def _priced(members: list[Coll], model: CostModel, spans: dict, prefix: list,
     c, nbytes = members[0], sum(m.nbytes for m in members)
     kind, group, op, dtype = c.key
     cat = model.copy_us(nbytes) if len(members) > 1 else 0.0
-    if kind == "commrt_all_reduce":
+    if kind in SYNC_KINDS:
         return Bucket(members, group, model.comm_us(kind, nbytes, dtype, group), 0.0, cat,
                       sync=True)
     nccl = model.comm_us(kind, nbytes, dtype, group)

@@ -35,6 +35,8 @@ CONTENTION = {"nccl": 0.60, "ce": 0.34}
 # 2026-11-22, 0 lanes): about 0.1 ms whatever the size, from its barriers.
 _CE_POINTS = ((256 << 10, 106.7), (1 << 20, 113.9), (4 << 20, 106.1), (16 << 20, 143.7),
               (64 << 20, 324.4))
+# commrt's ops the dispatcher prices by their operation (``dispatch.dispatcher.BY_KIND``)
+_COMMRT_OPS = {"commrt_all_gather": "all_gather", "commrt_reduce_scatter": "reduce_scatter"}
 
 
 def _numel(v) -> int:
@@ -62,10 +64,26 @@ class CostModel:
 
     @functools.lru_cache(maxsize=4096)  # noqa: B019 (instances live for one pass)
     def comm_us(self, kind: str, nbytes: int, dtype: torch.dtype, group: str) -> float:
-        """Predicted µs of one collective from commrt's measured table: ``commrt::all_reduce``
-        at the fastest algorithm's time (what auto runs), a functional collective at the
-        table's ``nccl`` time (the process group runs it); all-gather and reduce-scatter,
-        which move half the bytes, at half an all-reduce of twice their size."""
+        """Predicted µs of one collective whose output has ``nbytes``. ``commrt::all_reduce``
+        at the fastest algorithm's time in commrt's measured table (what auto runs);
+        ``commrt::all_gather`` / ``reduce_scatter`` at what the dispatcher of the group's
+        communicator predicts for its choice, else at the fastest in the table's rows of
+        their operation, else as the process group runs them; a functional collective at
+        the table's ``nccl`` time (the process group runs it). An all-gather or
+        reduce-scatter without rows of its own, which moves half the bytes, at half an
+        all-reduce of twice its size."""
+        op = _COMMRT_OPS.get(kind)
+        if op is not None:
+            us = _dispatcher_us(group, nbytes, dtype, op)
+            if us is None:
+                us = _table_us(self.generation, _world(group), nbytes, dtype, None, op)
+            if us is not None:
+                return us
+            kind = op
+        if kind in ("all_gather", "reduce_scatter"):
+            us = _table_us(self.generation, _world(group), nbytes, dtype, "nccl", kind)
+            if us is not None:
+                return us
         ar_bytes = nbytes if kind in ("all_reduce", "commrt_all_reduce") else nbytes * 2
         us = _table_us(self.generation, _world(group), ar_bytes, dtype,
                        None if kind == "commrt_all_reduce" else "nccl")
@@ -132,7 +150,7 @@ class Bucket:
     us: float
     contention: float  # ``CONTENTION`` of its transport (0 on the compute stream)
     cat_us: float = 0.0  # packing its members on the compute stream
-    sync: bool = False  # runs on the compute stream (``commrt::all_reduce``)
+    sync: bool = False  # runs on the compute stream (commrt's ops)
 
 
 class Timeline:
@@ -231,19 +249,35 @@ def _table(generation: str, world: int):
         return None
 
 
-def _table_us(generation: str, world: int, nbytes: int, dtype,
-              algorithm: str | None = None) -> float | None:
-    """Graph-mode µs of ``algorithm`` at ``nbytes`` (None: the fastest in the row)."""
+def _table_us(generation: str, world: int, nbytes: int, dtype, algorithm: str | None = None,
+              op: str = "all_reduce") -> float | None:
+    """Graph-mode µs of ``algorithm`` running ``op`` at ``nbytes`` (None: the fastest in the
+    row)."""
     t = _table(generation, world)
     if t is None:
         return None
     if algorithm is not None:
-        us = t.predict_us("all_reduce", "graph", algorithm, nbytes)
+        us = t.predict_us(op, "graph", algorithm, nbytes)
         if us is not None:
             return us
-    row = t.row_for("all_reduce", "graph", nbytes)
+    row = t.row_for(op, "graph", nbytes)
     if row is None:
         return None
-    best = [t.predict_us("all_reduce", "graph", c.algorithm, nbytes) for c in row.ranking]
+    best = [t.predict_us(op, "graph", c.algorithm, nbytes) for c in row.ranking]
     best = [b for b in best if b is not None]
     return min(best) if best else None
+
+
+def _dispatcher_us(group: str, nbytes: int, dtype, op: str) -> float | None:
+    """Graph-mode µs the dispatcher of ``group``'s communicator predicts for ``op`` at
+    ``nbytes`` of output (None: no communicator, or its table has no such row)."""
+    from commrt import registry
+    from commrt.errors import ConfigError
+
+    comm = registry._BY_NAME.get(group)
+    if comm is None:
+        return None
+    try:
+        return comm.dispatcher.predict_us(nbytes, dtype, "graph", kind=op)
+    except ConfigError:  # COMMRT_ALGO forces an algorithm that cannot run such a call
+        return None

@@ -17,6 +17,11 @@ WAIT = torch.ops._c10d_functional.wait_tensor.default
 VIEWS = {aten.view.default, aten.reshape.default, aten._unsafe_view.default,
          aten.t.default, aten.permute.default, aten.expand.default, aten.slice.Tensor,
          aten.select.int, aten.squeeze.dim, aten.unsqueeze.default, aten.alias.default}
+# Kinds of commrt's ops (``commrt.ops``): each runs on the compute stream and returns a
+# finished tensor, so its ``Coll`` starts and ends at the one node and nothing hides it.
+SYNC_KINDS = frozenset({"commrt_all_reduce", "commrt_all_gather", "commrt_reduce_scatter"})
+# Kinds the bucketing leaves alone: their inputs are not packed into one buffer.
+UNBUCKETED = frozenset({"commrt_all_gather", "commrt_reduce_scatter"})
 
 
 @dataclasses.dataclass
@@ -24,7 +29,7 @@ class Coll:
     """One collective of the graph, as the pass moves and merges it."""
 
     start: fx.Node
-    end: fx.Node  # the wait (or the node itself for commrt::all_reduce)
+    end: fx.Node  # the wait (or the node itself for commrt's ops, ``SYNC_KINDS``)
     kind: str
     group: str
     key: tuple  # (kind, group, op, dtype): what may share a bucket

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch.fx as fx
 
-from .graph_types import VIEWS, Coll
+from .graph_types import SYNC_KINDS, VIEWS, Coll
 from .memory import peak_bytes
 from .stalls import relink
 
@@ -61,7 +61,7 @@ def hoist_producers(graph: fx.Graph, colls: list[Coll], budget: int) -> tuple[in
 
     candidates = []
     for c in sorted(colls, key=lambda c: pos[c.start]):
-        if c.kind == "commrt_all_reduce":  # runs on the compute stream: nothing to gain
+        if c.kind in SYNC_KINDS:  # runs on the compute stream: nothing to gain
             continue
         src = c.start.args[0]
         while isinstance(src, fx.Node) and src.target in VIEWS:  # to the computing node

@@ -14,8 +14,10 @@ stall moved after the work that does not need it, see ``stalls``)::
     ar = all_reduce(cat([g1, g2])) ... compute ... w = wait(ar); use(view(w[:n1])) ...
 
 Handled: ``_c10d_functional.all_reduce`` / ``all_gather_into_tensor`` /
-``reduce_scatter_tensor`` with ``wait_tensor`` (bucketed and moved) and
-``commrt::all_reduce`` (bucketed; it runs on the compute stream, so it is not moved).
+``reduce_scatter_tensor`` with ``wait_tensor`` (bucketed and moved), ``commrt::all_reduce``
+(bucketed) and ``commrt::all_gather`` / ``commrt::reduce_scatter`` (left alone). commrt's
+ops run on the compute stream and return a finished tensor: nothing hides them, so they
+are not moved, but they count, priced, in the simulated step the others move around.
 Collectives of one group keep their relative order, so every rank issues them alike.
 Anything else (all_to_all, symbolic shapes) is left in place, with the reason in the
 report. Costs: communication from commrt's measured tables (``cost``), compute from
@@ -37,7 +39,7 @@ from . import cost as _cost
 from . import hoist
 from .bucketing import bucket, pin_for_inductor, place
 from .comm_groups import COPY_ENGINE, EXCHANGE_WORLDS, copy_of, variant
-from .graph_types import Coll, node_val, static_bytes
+from .graph_types import SYNC_KINDS, Coll, node_val, static_bytes
 from .memory import peak_bytes
 from .stalls import defer_stalls, relink
 
@@ -79,8 +81,16 @@ class OverlapReport:
     skipped: list[str] = dataclasses.field(default_factory=list)
 
 
+def _commrt_ops() -> dict:
+    """commrt's collective ops (``commrt.ops``) -> their kind (``graph_types.SYNC_KINDS``)."""
+    ops = torch.ops.commrt
+    return {ops.all_reduce.default: "commrt_all_reduce",
+            ops.all_gather.default: "commrt_all_gather",
+            ops.reduce_scatter.default: "commrt_reduce_scatter"}
+
+
 def _find(graph: fx.Graph, report: OverlapReport) -> list[Coll]:
-    colls = []
+    colls, commrt_ops = [], _commrt_ops()
     for n in graph.nodes:
         if n.op != "call_function":
             continue
@@ -99,13 +109,15 @@ def _find(graph: fx.Graph, report: OverlapReport) -> list[Coll]:
                 op = n.args[1] if kind in ("all_reduce", "reduce_scatter") else ""
                 colls.append(Coll(n, waits[0], kind, group, (kind, group, op, node_val(n).dtype),
                                    nbytes))
-        elif n.target == torch.ops.commrt.all_reduce.default:
+        elif n.target in commrt_ops:
             nbytes = static_bytes(node_val(n))
             if nbytes is None:
                 report.skipped.append(f"{n.name}: dynamic shape")
             else:
-                colls.append(Coll(n, n, "commrt_all_reduce", n.args[1],
-                                   ("commrt_all_reduce", n.args[1], "sum", node_val(n).dtype),
+                kind, group = commrt_ops[n.target], n.args[-1]
+                op = n.args[1] if kind == "commrt_reduce_scatter" else \
+                    "sum" if kind == "commrt_all_reduce" else ""
+                colls.append(Coll(n, n, kind, group, (kind, group, op, node_val(n).dtype),
                                    nbytes))
         elif any(u in name for u in _UNHANDLED) and "c10d" in str(n.target):
             report.skipped.append(f"{n.name}: {name} is not handled")
@@ -249,7 +261,7 @@ def _to_copies(graph: fx.Graph, colls: list[Coll], kind: str, report: OverlapRep
     exchanges, landing = [], 0
     window = _windows(graph, colls, model) if kind == COPY_ENGINE else {}
     for c in colls:
-        if c.kind == "commrt_all_reduce":
+        if c.kind in SYNC_KINDS:  # commrt's communicator runs it, on its own group
             continue
         if kind == COPY_ENGINE and (c.kind != "all_reduce" or c.key[2] not in ("sum", "avg")
                                     or node_val(c.start.args[0]).dim() == 0):

@@ -74,7 +74,7 @@ class CommrtPass(CustomGraphPass):
         here = os.path.dirname(os.path.abspath(__file__))
         passes = sorted(os.path.join(here, f) for f in os.listdir(here) if f.endswith(".py"))
         code = get_hash_for_files((*passes, copy_engine_group.__file__, copy_engine.__file__))
-        if "adopt" in self.passes:
+        if {"adopt", "overlap"} & set(self.passes):  # both read the communicators
             code += adopt.state_key()
         blob = (f"commrt-fx/{','.join(self.passes)}/{prev!r}/{self.comm_ctas}/"
                 f"{self.copy_engine}/"

@@ -104,7 +104,7 @@ def defer_stalls(graph: fx.Graph, colls: list, model) -> tuple[list, int]:
         c = by_start.get(n)
         if c is not None:
             us = model.comm_us(c.kind, c.nbytes, c.key[3], c.group)
-            if c.end is c.start:  # commrt::all_reduce runs on the compute stream
+            if c.end is c.start:  # commrt's ops run on the compute stream
                 clock += us
             else:
                 begin = max(clock, comm_free.get(c.group, 0.0))
