@@ -515,7 +515,7 @@ def main() -> None:
                     help="extra rows: commrt.fx with these largest bucket sizes in MiB, e.g. 256")
     ap.add_argument("--no-hoist", action="store_true",
                     help="extra row: commrt.fx leaving each collective's producer in place "
-                         "(the pass before session 14)")
+                         "(no hoisting)")
     ap.add_argument("--memory-budgets", default="",
                     help="extra rows: commrt.fx allowed to add this many MiB to the graph's "
                          "peak (default budget: 5%% of it), e.g. 4096")
