@@ -18,12 +18,9 @@ Modes place the tensors:
 
 from __future__ import annotations
 
-import io
-import traceback
-
 import torch
+from interpret_ranks import serve_rank
 from kernel_cases import collective_input
-from ranks_interpret import DATA_BYTES, SLOT_BYTES
 
 SMALL = {"block": 64, "warps": 1, "blocks": 4}  # several programs and grid-stride loops
 
@@ -65,38 +62,28 @@ def _scatter(ws, name, cfg, x, mode):
 
 
 def _rank_main(rank, world, names, cases, barrier, queue, skip):
-    try:
-        from multiprocessing import shared_memory
+    serve_rank(rank, names, barrier, queue,
+               lambda ws: _calls(ws, rank, world, cases, skip))
 
-        from commrt import custom
-        from commrt.symm_mem.workspace import Workspace
 
-        blocks = [shared_memory.SharedMemory(name=n) for n in names]  # attach by name
-        buffers = [torch.frombuffer(b.buf, dtype=torch.uint8) for b in blocks]
-        ws = Workspace(buffers, rank, DATA_BYTES, SLOT_BYTES, "interp")
-        ws.clear()
-        barrier.wait()
-        outs = []
-        for call, (algo, dtype, n, mode) in enumerate(cases):
-            if (rank, call) in skip:
-                outs.append(None)
-                continue
-            name, extra = algo if isinstance(algo, tuple) else (algo, {})
-            cfg = dict(SMALL, **extra)
-            x = collective_input(name, rank, call, n, dtype, world)
-            if name.startswith("ag_"):
-                outs.append(_gather(ws, name, cfg, x, mode))
-            elif name.startswith("rs_"):
-                outs.append(_scatter(ws, name, cfg, x, mode))
-            else:
-                out = x if mode else torch.empty_like(x)
-                custom.run(name, ws, x, out, cfg, timeout=1.0)
-                outs.append(out.clone())
-        blob = io.BytesIO()
-        torch.save(outs, blob)  # bytes, not shared tensors: this process exits next
-        queue.put((rank, blob.getvalue(), int(ws.err.item())))
-        del ws, buffers
-        for b in blocks:
-            b.close()
-    except BaseException as exc:
-        queue.put((rank, f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}", -1))
+def _calls(ws, rank: int, world: int, cases, skip) -> list:
+    """This rank's outputs of every case, in order (None for a skipped call)."""
+    from commrt import custom
+
+    outs = []
+    for call, (algo, dtype, n, mode) in enumerate(cases):
+        if (rank, call) in skip:
+            outs.append(None)
+            continue
+        name, extra = algo if isinstance(algo, tuple) else (algo, {})
+        cfg = dict(SMALL, **extra)
+        x = collective_input(name, rank, call, n, dtype, world)
+        if name.startswith("ag_"):
+            outs.append(_gather(ws, name, cfg, x, mode))
+        elif name.startswith("rs_"):
+            outs.append(_scatter(ws, name, cfg, x, mode))
+        else:
+            out = x if mode else torch.empty_like(x)
+            custom.run(name, ws, x, out, cfg, timeout=1.0)
+            outs.append(out.clone())
+    return outs

@@ -10,17 +10,12 @@ chunk, it is the same), and close to the float64 sum.
 from __future__ import annotations
 
 import importlib.util
-import io
-import os
-import queue as queue_mod
-import time
 
 import pytest
 import torch
-import torch.multiprocessing as mp
+from interpret_ranks import spawn_ranks
 from kernel_cases import check_all_gather, check_all_reduce, check_reduce_scatter, collective_input
 from ranks_collectives_interpret import _rank_main
-from ranks_interpret import DATA_BYTES, SLOT_BYTES
 
 # Never import triton here: the spawned ranks must import it with TRITON_INTERPRET set.
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None,
@@ -31,53 +26,8 @@ KERNELS = ("ag_push", "ag_bw", "rs_pull", "rs_push")
 
 
 def run_ranks(world: int, cases, skip=()):
-    """Each rank's (outputs, error flag); every rank's workspace is a named shared-memory
-    block that each process maps itself."""
-    from multiprocessing import shared_memory
-
-    from commrt.symm_mem.workspace import Workspace
-
-    ctx = mp.get_context("spawn")
-    total = Workspace.total_bytes(world, DATA_BYTES, SLOT_BYTES)
-    blocks = [shared_memory.SharedMemory(create=True, size=total) for _ in range(world)]
-    barrier, queue = ctx.Barrier(world), ctx.Queue()
-    procs = [ctx.Process(target=_rank_main, args=(r, world, [b.name for b in blocks], cases,
-                                                  barrier, queue, set(skip)))
-             for r in range(world)]
-    old = os.environ.get("TRITON_INTERPRET")
-    os.environ["TRITON_INTERPRET"] = "1"  # inherited by the children at start
-    try:
-        for p in procs:
-            p.start()
-    finally:
-        if old is None:
-            del os.environ["TRITON_INTERPRET"]
-        else:
-            os.environ["TRITON_INTERPRET"] = old
-    got = {}
-    deadline = time.monotonic() + 600
-    try:
-        while len(got) < world:
-            try:
-                rank, outs, err = queue.get(timeout=2)
-            except queue_mod.Empty:
-                dead = [f"rank {r} exited with code {p.exitcode}" for r, p in enumerate(procs)
-                        if r not in got and p.exitcode not in (None, 0)]
-                if dead or time.monotonic() > deadline:
-                    raise AssertionError("; ".join(dead) or "ranks timed out") from None
-                continue
-            if isinstance(outs, str):
-                raise AssertionError(f"rank {rank} failed:\n{outs}")
-            got[rank] = (torch.load(io.BytesIO(outs)), err)
-    finally:
-        for p in procs:
-            p.join(timeout=30)
-            if p.is_alive():
-                p.kill()
-        for b in blocks:
-            b.close()
-            b.unlink()
-    return [got[r] for r in range(world)]
+    """Each rank's (outputs, error flag), one interpreted process per rank."""
+    return spawn_ranks(_rank_main, world, cases, skip)
 
 
 def check(world: int, cases, results) -> None:
