@@ -198,7 +198,8 @@ def trace_stats(prof) -> dict:
             "compute_busy_ms": sum(t - s for s, t in merged) / 1e3}
 
 
-def timed(fn, iters: int = 10, trace: str = ""):
+def _slowest_median_ms(fn, iters: int) -> float:
+    """Median ms of ``fn`` (after warm-up, a barrier before each), the slower rank's."""
     for _ in range(3):
         fn()
     torch.cuda.synchronize()
@@ -211,14 +212,19 @@ def timed(fn, iters: int = 10, trace: str = ""):
         end.record()
         end.synchronize()
         samples.append(start.elapsed_time(end))
+    t = torch.tensor([statistics.median(samples)], device="cuda")
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return float(t.item())
+
+
+def timed(fn, iters: int = 10, trace: str = ""):
+    ms = _slowest_median_ms(fn, iters)
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         fn()
         torch.cuda.synchronize()
     if trace:
         prof.export_chrome_trace(trace)
-    t = torch.tensor([statistics.median(samples)], device="cuda")
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return float(t.item()), trace_stats(prof)
+    return ms, trace_stats(prof)
 
 
 def _with_carveout(sms: int, fn, *args):
@@ -385,25 +391,6 @@ def _close(got, ref) -> float:
     return worst
 
 
-def _grid_time(fn, iters: int) -> float:
-    """Median ms of ``fn`` after a barrier each time, the slower rank's."""
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    samples = []
-    for _ in range(iters):
-        dist.barrier()
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        samples.append(start.elapsed_time(end))
-    t = torch.tensor([statistics.median(samples)], device="cuda")
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return float(t.item())
-
-
 def _grid_cell(cell: dict, args, dev, rank: int, world: int) -> dict:
     """Compile every column, check it against the eager step, time it."""
     import torch._inductor.config as ic
@@ -426,7 +413,7 @@ def _grid_cell(cell: dict, args, dev, rank: int, world: int) -> dict:
             if name != "floor":
                 diff = out["diff_over_tolerance"][name] = _close(got, ref)
                 assert diff <= 1.0, (cell, name, "differs from the eager step", diff)
-            out["ms"][name] = _grid_time(lambda c=compiled: c(*inputs), args.grid_iters)
+            out["ms"][name] = _slowest_median_ms(lambda c=compiled: c(*inputs), args.grid_iters)
         if name == "commrt.fx":
             out["reports"] = [{k: r.__dict__.get(k) for k in (
                 "collectives_before", "collectives_after", "buckets", "plan", "plan_us",
