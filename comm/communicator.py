@@ -5,31 +5,27 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import warnings
 
 import torch
 import torch.distributed as dist
 
 from commrt import collective_kernels, custom, pg
 from commrt import config as _config
-from commrt.dispatch import profile as _profile
-from commrt.dispatch import table as _table
+from commrt.dispatch import table as _table  # noqa: F401  (tests patch table.find through here)
 from commrt.dispatch.dispatcher import ALGORITHMS, Decision, Dispatcher, Facts, Query, why_not
 from commrt.errors import CommrtError, ConfigError, MismatchError, PeerTimeoutError, WorkspaceError
+from commrt.facts import agree_facts, build_profile, gather_facts
 from commrt.stats import COUNTS as _COUNTS
 from commrt.stats import print_at_exit, record
 from commrt.symm_mem import launch as _launch
-from commrt.symm_mem import nccl_symm as _nccl_symm
+from commrt.symm_mem import torch_ops
+from commrt.work import _DoneWork, _funcol_op, op_name
 
 log = logging.getLogger("commrt")
 
-# one_shot_push receive slot per rank; the tuner finds where push stops winning below it.
-PUSH_SLOT_BYTES = 1 << 20
 _BACKEND_DEVICES = {"nccl": {"cuda"}, "rccl": {"cuda"}, "gloo": {"cpu", "cuda"}, "mpi": {"cpu"},
                     "ucc": {"cpu", "cuda"}, "fake": {"cpu", "cuda"}}
 
-
-_OP_NAMES: dict = {}
 _SUM = dist.ReduceOp.SUM
 # Reductions that are the identity over one rank (premul_sum is not: it scales).
 _IDENTITY_OPS = frozenset({"sum", "avg", "max", "min", "product", "band", "bor", "bxor"})
@@ -49,49 +45,6 @@ _NOT_REPLAYED = frozenset({"nccl_symm"})
 _PG_COLLECTIVES = {"all_gather": pg.all_gather_into_tensor,
                    "reduce_scatter": pg.reduce_scatter_tensor}
 _TORCH_NAMES = {"all_gather": "all_gather_into_tensor", "reduce_scatter": "reduce_scatter_tensor"}
-# PyTorch's symm-mem ops for these collectives (present from torch 2.11 on).
-_SYMM_COLLECTIVE_OPS = ("reduce_scatter_out", "multimem_all_gather_out")
-
-
-def _funcol_op(op) -> str:
-    """The functional collectives' name of ``op`` (traceable by torch.compile)."""
-    import torch.distributed._functional_collectives as funcol
-
-    return funcol.REDUCE_OP_TO_STR[op]
-
-
-def op_name(op) -> str:
-    """``ReduceOp.SUM`` / ``RedOpType.SUM`` -> ``'sum'`` (cached: this is the hot path)."""
-    name = _OP_NAMES.get(op)
-    if name is None:
-        name = (getattr(op, "name", None) or str(op).rsplit(".", 1)[-1]).lower()
-        _OP_NAMES[op] = name
-    return name
-
-
-class _DoneWork:
-    """Work handle for a call already enqueued on the current stream (custom kernels)."""
-
-    def __init__(self, result: torch.Tensor | None = None, after=None, inner=None):
-        self._result, self._after, self._inner = result, after, inner
-
-    def wait(self, timeout=None) -> bool:
-        if self._inner is not None:
-            self._inner.wait()
-            self._inner = None
-        if self._after is not None:
-            self._after()
-            self._after = None
-        return True
-
-    def is_completed(self) -> bool:
-        return self._inner is None or self._inner.is_completed()
-
-    def is_success(self) -> bool:
-        return True
-
-    def result(self):
-        return [self._result] if self._result is not None else []
 
 
 class Communicator:
@@ -121,8 +74,7 @@ class Communicator:
         self.device = self._pick_device()
         self._device_kinds = frozenset(self._backend_devices())
         self._forced: dict[tuple, Decision] = {}
-        self.workspace = None
-        self.profile = self._build_profile()
+        self.profile = build_profile(self.group, self.device, self.world_size)
         self.facts = self._agree(self._facts())
         self.dispatcher = Dispatcher(self.facts)
         self._broken = ""
@@ -158,104 +110,18 @@ class Communicator:
             return torch.device("cuda", torch.cuda.current_device())
         return torch.device("cpu")
 
-    def _build_profile(self) -> _profile.DeviceProfile:
-        import socket
-
-        facts = _profile.local_facts() if self.device.type == "cuda" else \
-            _profile.DeviceFacts("cpu", "cpu", "cpu", 0, 0)
-        gathered: list = [None] * self.world_size
-        dist.all_gather_object(gathered, (socket.gethostname(), facts), group=self.group)
-        hosts = [g[0] for g in gathered]
-        all_facts = [g[1] for g in gathered]
-        links = _profile.pair_links(all_facts, hosts) if self.device.type == "cuda" else \
-            [["none"] * self.world_size for _ in range(self.world_size)]
-        return _profile.build_profile(all_facts, links)
-
-    def _custom_blocked(self) -> str:
-        cfg = self.config
-        customs = [a for a in _config.ALGORITHMS if a != "nccl"]
-        if all(a in cfg.disable for a in customs):
-            return "COMMRT_DISABLE switches off every custom algorithm"
-        if self.device.type != "cuda":
-            return f"the group's backend ({self.backend}) reduces on the CPU"
-        if self.world_size < 2:
-            return "world size 1"
-        if not self.profile.full_mesh:
-            return (f"not every pair of the group's GPUs has peer access on one host "
-                    f"(link: {self.profile.link})")
-        return ""
-
     def _facts(self) -> Facts:
-        from commrt.symm_mem import torch_ops
-
-        cfg = self.config
-        table = _table.find(self.profile.generation, self.world_size, cfg.table) \
-            if self.profile.vendor != "cpu" or cfg.table else None
-        blocked = self._custom_blocked()
-        nccl_symm_why = blocked or self._nccl_backend()
-        if not blocked:
-            try:
-                from commrt.symm_mem.workspace import Workspace
-
-                self.workspace = Workspace.allocate(
-                    self.group, self.device, cfg.max_custom_bytes,
-                    min(PUSH_SLOT_BYTES, cfg.max_custom_bytes))
-            except Exception as exc:  # symmetric memory unavailable here
-                blocked = f"symmetric workspace could not be set up ({type(exc).__name__}: {exc})"
-            nccl_symm_why = nccl_symm_why or _nccl_symm.probe(
-                _nccl_symm.current_backend(self.device), self.workspace is not None)
-        ws = self.workspace
-        # The device attribute claims multicast even where binding fails: the handle decides.
-        self.profile = dataclasses.replace(self.profile, multicast=bool(ws and ws.multicast_ptr))
-        return Facts(
-            profile=self.profile, world_size=self.world_size, config=cfg, table=table,
-            custom_blocked=blocked,
-            multicast_ptr=bool(ws and ws.multicast_ptr),
-            multicast_env_off=_config.multicast_disabled_by_env(),
-            symm_ops=torch_ops.available() | _symm_collective_ops() if ws else frozenset(),
-            workspace_bytes=ws.data_bytes if ws else 0,
-            push_bytes=ws.slot_bytes if ws else 0,
-            nccl_symm_blocked=nccl_symm_why,
-        )
-
-    def _nccl_backend(self) -> str:
-        """``COMMRT_SYMM_BACKEND=nccl``: make NCCL the process's symmetric-memory backend
-        before the workspace is allocated ("" on success or when not asked, else why not)."""
-        if self.config.symm_backend != "nccl" or "nccl_symm" in self.config.disable:
-            return ""
-        why = _nccl_symm.use_nccl_backend(self.device)
-        if why:
-            log.warning("commrt rank %d: %s", self.rank, why)
-        return why
+        """This rank's facts: allocates the workspace where custom kernels can run and
+        settles the profile's multicast (``commrt.facts.gather_facts``)."""
+        facts, self.workspace = gather_facts(self.group, self.device, self.backend, self.rank,
+                                             self.world_size, self.profile, self.config)
+        self.profile = facts.profile
+        return facts
 
     def _agree(self, facts: Facts) -> Facts:
-        """Every rank must decide alike: compare what decisions depend on; else all nccl.
-
-        ``nccl_symm`` has its own verdict: one rank that cannot run it (an older NCCL,
-        a failed registration) rules it out on every rank, naming that rank.
-        """
-        mine = (self.profile.key(), facts.table.digest if facts.table else None,
-                facts.custom_blocked, facts.multicast_ptr, facts.multicast_env_off,
-                sorted(facts.symm_ops), facts.workspace_bytes, facts.push_bytes,
-                self.config.describe())
-        gathered: list = [None] * self.world_size
-        dist.all_gather_object(gathered, (mine, facts.nccl_symm_blocked), group=self.group)
-        facts = dataclasses.replace(
-            facts, nccl_symm_blocked=_nccl_symm.agree([g[1] for g in gathered]))
-        theirs = [g[0] for g in gathered]
-        if all(g == mine for g in theirs):
-            return facts
-        fields = ("device profile", "tuning table", "custom-kernel availability", "multicast",
-                  "multicast env", "torch symm ops", "workspace size", "push size", "config")
-        differ = [f for i, f in enumerate(fields) if any(g[i] != mine[i] for g in theirs)]
-        why = "ranks disagree on " + ", ".join(differ)
-        blocked = [(r, g[2]) for r, g in enumerate(theirs) if g[2]]
-        if blocked and "custom-kernel availability" in differ:
-            why += f" (rank {blocked[0][0]}: {blocked[0][1]})"
-        if self.rank == 0:
-            warnings.warn(f"commrt: {why}; every collective of group {self.group_name} goes "
-                          "to the process group", stacklevel=3)
-        return dataclasses.replace(facts, table=None, custom_blocked=why)
+        """``facts`` as every rank agrees on them, else all nccl (``agree_facts``); a
+        warning names the caller of ``Communicator()``."""
+        return agree_facts(facts, self.group, self.group_name, self.rank, stacklevel=4)
 
     def _log_enabled(self) -> None:
         q = Query(1024, torch.bfloat16, device_type=self.device.type)
@@ -609,9 +475,9 @@ class Communicator:
         flat_out = output.view(-1) if direct else output.new_empty(output.numel())
         ws, timeout = self.workspace, self.config.spin_timeout
         if d.algorithm == "multimem_ag":
-            _multimem_all_gather(ws, flat_in, flat_out)
+            torch_ops.multimem_all_gather(ws, flat_in, flat_out)
         elif d.algorithm == "symm_rs":
-            _symm_reduce_scatter(ws, flat_in, flat_out)
+            torch_ops.reduce_scatter(ws, flat_in, flat_out)
         elif kind == "all_gather":
             collective_kernels.run_all_gather(d.algorithm, ws, flat_in, flat_out,
                                               dict(d.config), timeout)
@@ -733,32 +599,3 @@ class Communicator:
         self.facts = dataclasses.replace(self.facts, custom_blocked="communicator closed")
         self.dispatcher = Dispatcher(self.facts)
 
-
-def _symm_collective_ops() -> frozenset[str]:
-    """Names of PyTorch's symm-mem all-gather / reduce-scatter ops this torch provides."""
-    ns = getattr(torch.ops, "symm_mem", None)
-    return frozenset(op for op in _SYMM_COLLECTIVE_OPS if hasattr(ns, op))
-
-
-def _symm_reduce_scatter(ws, flat_in: torch.Tensor, flat_out: torch.Tensor) -> None:
-    """PyTorch's ``reduce_scatter_out`` on the input at the start of the data region."""
-    buf = ws.views(flat_in.dtype)[ws.rank][:flat_in.numel()]
-    if buf.data_ptr() != flat_in.data_ptr():
-        buf.copy_(flat_in.clone() if ws.holds(flat_in) else flat_in)
-    # the peers read the data region until the op's last barrier; 16-byte aligned output
-    out = flat_out if not ws.holds(flat_out) and flat_out.data_ptr() % 16 == 0 else \
-        torch.empty_like(flat_out)
-    torch.ops.symm_mem.reduce_scatter_out(buf, ws.group_name, False, out)
-    if out is not flat_out:
-        flat_out.copy_(out)
-
-
-def _multimem_all_gather(ws, flat_in: torch.Tensor, flat_out: torch.Tensor) -> None:
-    """PyTorch's ``multimem_all_gather_out`` into the start of the data region (multicast
-    stores), then out of it; the input read in 16-byte vectors, never from the region."""
-    buf = ws.views(flat_out.dtype)[ws.rank][:flat_out.numel()]
-    if ws.holds(flat_in) or flat_in.data_ptr() % 16:
-        flat_in = flat_in.clone()
-    torch.ops.symm_mem.multimem_all_gather_out(flat_in, ws.group_name, buf)
-    if buf.data_ptr() != flat_out.data_ptr():
-        flat_out.copy_(buf.clone() if ws.holds(flat_out) else buf)
