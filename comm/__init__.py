@@ -70,9 +70,10 @@ def all_gather_into_tensor(output: torch.Tensor, input: torch.Tensor, group=None
     return _get(group).all_gather_into_tensor(output, input, async_op)
 
 
-def reduce_scatter_tensor(output: torch.Tensor, input: torch.Tensor, op=_SUM, group=None,
+def reduce_scatter_tensor(output: torch.Tensor, input: torch.Tensor, op=None, group=None,
                           async_op: bool = False):
-    """Drop-in for ``dist.reduce_scatter_tensor`` through the group's communicator."""
+    """Drop-in for ``dist.reduce_scatter_tensor`` through the group's communicator (no
+    ``op``: a sum)."""
     if _is_compiling():
         from .communicator import _funcol_op
 
@@ -81,7 +82,8 @@ def reduce_scatter_tensor(output: torch.Tensor, input: torch.Tensor, op=_SUM, gr
         res = torch.ops.commrt.reduce_scatter(input.reshape(-1), _funcol_op(op), size, name)
         output.copy_(res.view(output.shape))
         return None
-    return _get(group).reduce_scatter_tensor(output, input, op, async_op)
+    return _get(group).reduce_scatter_tensor(output, input, _SUM if op is None else op,
+                                             async_op)
 
 
 def plan(tensor: torch.Tensor, op=dist.ReduceOp.SUM, group=None) -> Decision:

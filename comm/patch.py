@@ -50,6 +50,7 @@ _KEYS = ("CPU", "CUDA")  # the backends whose tensors DTensor reduces
 _OPS = {name.lower(): op for name, op in dist.ReduceOp.RedOpType.__members__.items()
         if name != "PREMUL_SUM"}  # the functional ops' op strings ("sum", "avg", ...)
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
+_SUM = dist.ReduceOp.SUM
 _LOCAL = threading.local()  # ``inside``: commrt is running a call (its own calls go to torch)
 
 
@@ -156,20 +157,21 @@ def _run_collective(comm: Communicator, kind: str, output: torch.Tensor,
 
 # ----- torch.distributed.all_reduce -----------------------------------------------------
 def _traced(tensor, op, group, async_op):
-    """Under torch.compile: what Dynamo makes of torch's function (its rewrite to the
-    functional all-reduce is keyed by that function, which commrt's replaces)."""
-    import torch.distributed._functional_collectives as funcol
+    """Under torch.compile: torch's own function, which Dynamo rewrites to the functional
+    all-reduce (its rewrite is keyed by torch's function object, not by the name commrt's
+    replaces). An op the caller left out stays left out: Dynamo makes a constant of the
+    caller's op, not of a default of commrt's."""
+    if op is None:
+        return original_all_reduce(tensor, group=group, async_op=async_op)
+    return original_all_reduce(tensor, op=op, group=group, async_op=async_op)
 
-    if async_op or op not in funcol.REDUCE_OP_TO_STR:  # Dynamo refuses these alike
-        return original_all_reduce(tensor, op=op, group=group, async_op=async_op)
-    funcol.all_reduce_inplace(tensor, funcol.REDUCE_OP_TO_STR[op], group)
-    return None
 
-
-def all_reduce(tensor, op=dist.ReduceOp.SUM, group=None, async_op=False):
-    """``torch.distributed.all_reduce`` while commrt is patched in (same semantics)."""
+def all_reduce(tensor, op=None, group=None, async_op=False):
+    """``torch.distributed.all_reduce`` while commrt is patched in (same semantics; no
+    ``op`` is a sum)."""
     if torch.compiler.is_compiling():
         return _traced(tensor, op, group, async_op)
+    op = _SUM if op is None else op
     if getattr(_LOCAL, "inside", False):
         return original_all_reduce(tensor, op, group, async_op)
     comm = _taker(tensor, op, group)
@@ -180,26 +182,22 @@ def all_reduce(tensor, op=dist.ReduceOp.SUM, group=None, async_op=False):
 
 # ----- torch.distributed.all_gather_into_tensor / reduce_scatter_tensor -----------------
 def _traced_collective(kind: str, output, input, op, group, async_op):
-    """Under torch.compile: the functional form Dynamo makes of torch's functions."""
-    import torch.distributed._functional_collectives as funcol
-
-    name = "all_gather_into_tensor" if kind == "all_gather" else "reduce_scatter_tensor"
-    if async_op or (kind == "reduce_scatter" and op not in funcol.REDUCE_OP_TO_STR):
-        extra = () if kind == "all_gather" else (op,)
-        return _ORIGINAL[name](output, input, *extra, group=group, async_op=async_op)
+    """Under torch.compile: torch's own function, which Dynamo rewrites to the functional
+    form (as for ``_traced``)."""
     if kind == "all_gather":
-        funcol.all_gather_tensor_inplace(output, input, group or dist.group.WORLD)
-    else:
-        funcol.reduce_scatter_tensor_inplace(output, input, funcol.REDUCE_OP_TO_STR[op],
-                                             group or dist.group.WORLD)
-    return None
+        return _ORIGINAL["all_gather_into_tensor"](output, input, group=group,
+                                                   async_op=async_op)
+    extra = () if op is None else (op,)
+    return _ORIGINAL["reduce_scatter_tensor"](output, input, *extra, group=group,
+                                              async_op=async_op)
 
 
 def _dist_collective(kind: str, output, input, op, group, async_op):
     name = "all_gather_into_tensor" if kind == "all_gather" else "reduce_scatter_tensor"
-    extra = () if kind == "all_gather" else (op,)
     if torch.compiler.is_compiling():
         return _traced_collective(kind, output, input, op, group, async_op)
+    op = _SUM if op is None else op
+    extra = () if kind == "all_gather" else (op,)
     comm = None if getattr(_LOCAL, "inside", False) else _taker(input, op, group, kind)
     if comm is None or isinstance(comm, str) or type(output) not in _PLAIN:
         return _ORIGINAL[name](output, input, *extra, group=group, async_op=async_op)
@@ -208,12 +206,12 @@ def _dist_collective(kind: str, output, input, op, group, async_op):
 
 def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op=False):
     """``torch.distributed.all_gather_into_tensor`` while commrt is patched in."""
-    return _dist_collective("all_gather", output_tensor, input_tensor, dist.ReduceOp.SUM,
-                            group, async_op)
+    return _dist_collective("all_gather", output_tensor, input_tensor, None, group, async_op)
 
 
-def reduce_scatter_tensor(output, input, op=dist.ReduceOp.SUM, group=None, async_op=False):
-    """``torch.distributed.reduce_scatter_tensor`` while commrt is patched in."""
+def reduce_scatter_tensor(output, input, op=None, group=None, async_op=False):
+    """``torch.distributed.reduce_scatter_tensor`` while commrt is patched in (no ``op`` is a
+    sum)."""
     return _dist_collective("reduce_scatter", output, input, op, group, async_op)
 
 

@@ -10,15 +10,23 @@ functional collectives do.
 from __future__ import annotations
 
 import torch
+import torch.distributed._functional_collectives as _funcol
 
 _OP_NAMES: dict = {}
+_FUNCOL_NAMES = tuple(_funcol.REDUCE_OP_TO_STR.items())  # (ReduceOp, "sum"), ...
 
 
 def _funcol_op(op) -> str:
-    """The functional collectives' name of ``op`` (traceable by torch.compile)."""
-    import torch.distributed._functional_collectives as funcol
-
-    return funcol.REDUCE_OP_TO_STR[op]
+    """The functional collectives' name of ``op`` (None: a sum), traceable by torch.compile
+    on every supported torch: found by identity in a tuple, as Dynamo of torch 2.11 cannot
+    hash a ``RedOpType`` (no dict lookup, no dict iteration)."""
+    if op is None:
+        return "sum"
+    for known, name in _FUNCOL_NAMES:
+        if op is known:
+            return name
+    raise ValueError(f"{op} has no functional-collective name; expected one of "
+                     + ", ".join(name for _, name in _FUNCOL_NAMES))
 
 
 def op_name(op) -> str:
