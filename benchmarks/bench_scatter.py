@@ -1,12 +1,14 @@
 """Accumulating scatters: eager, compiled, Inductor's partitioned scatter, commrt.
 
     python benchmarks/bench_scatter.py [--out-dir benchmarks/results]
-    python benchmarks/bench_scatter.py --grid [--workers 8] [--force]
+    python benchmarks/bench_scatter.py --grid [--workers 12] [--force] [--widths 0,1,4,16]
+        [--update]
 
 Default: three index_add into three buffers, values float32 [1,000,000 x 100], int64
 indices drawn uniformly from 0..k, output [501 x 100]; median ms of
 ``triton.testing.do_bench``. ``--grid``: every row width, output size, index distribution,
-dtype and op (``grid``).
+dtype and op (``grid``), each call timed in a CUDA graph; ``--widths``/``--ops``/``--dtypes``
+run part of it, and ``--update`` merges those cells into the grid file already there.
 """
 
 from __future__ import annotations
@@ -40,7 +42,13 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=501)
     ap.add_argument("--out-dir", default="benchmarks/results")
     ap.add_argument("--grid", action="store_true", help="the grid (see grid)")
-    ap.add_argument("--workers", type=int, default=8, help="--grid: compiling processes")
+    ap.add_argument("--workers", type=int, default=12, help="--grid: compiling processes")
+    ap.add_argument("--widths", default=",".join(map(str, WIDTHS)),
+                    help="--grid: row widths (0: 1-D values)")
+    ap.add_argument("--ops", default=",".join(OPS), help="--grid: ops")
+    ap.add_argument("--dtypes", default=",".join(DTYPES), help="--grid: value dtypes")
+    ap.add_argument("--update", action="store_true",
+                    help="--grid: keep the other cells of the grid file already there")
     ap.add_argument("--force", action="store_true",
                     help="--grid: add a column with every scatter given to commrt's kernels")
     ap.add_argument("--budget-s", type=float, default=230.0,
@@ -122,9 +130,9 @@ COLUMNS = ("eager", "compiled", "inductor partitioned", "commrt")
 TOL = {"float32": 1e-4, "bfloat16": 2e-2}  # commrt's error: at most this or 1.5x compiled's
 
 
-def grid_groups() -> list[tuple]:
+def grid_groups(ops=tuple(OPS), dtypes=tuple(DTYPES), widths=WIDTHS) -> list[tuple]:
     """(op, dtype, width, rows): one compile per column serves the three distributions."""
-    return [(op, dt, w, r) for op in OPS for dt in DTYPES for w in WIDTHS for r in ROWS
+    return [(op, dt, w, r) for op in ops for dt in dtypes for w in widths for r in ROWS
             if r * max(1, w) <= MAX_OUT]
 
 
@@ -187,8 +195,10 @@ def _rel_err(got: torch.Tensor, ref: torch.Tensor) -> float:
 
 def compile_group(group: tuple, columns: tuple) -> dict:
     """A group's data, its columns compiled (one function each, so that Dynamo keeps one
-    graph a column) and its cells' errors against float64. A column that raises is recorded
-    in each cell's ``failed`` (its times and errors NaN); the others go on."""
+    graph a column) and its cells' errors against float64. Where commrt's rule leaves the
+    scatter to Inductor's plain lowering, the commrt column is the compiled column's
+    callable (the pass changes nothing). A column that raises is recorded in each cell's
+    ``failed`` (its times and errors NaN); the others go on."""
     op, dt, width, rows = group
     dtype, n = DTYPES[dt], VALUES // max(1, width)
     g = torch.Generator(device="cuda").manual_seed(zlib.crc32(repr(group).encode()))
@@ -204,10 +214,14 @@ def compile_group(group: tuple, columns: tuple) -> dict:
         code = OPS[op].__code__
         fn = types.FunctionType(code.replace(co_name=f"{op}_{name.replace(' ', '_')}"),
                                 OPS[op].__globals__)
+        t0 = time.perf_counter()
         try:
-            fns[name] = _compile_column(name, fn, cells, (out, vals, idxs, refs))
+            fns[name] = _compile_column(name, fn, cells, (out, vals, idxs, refs),
+                                        fns.get("compiled"))
         except Exception as exc:  # noqa: BLE001 (recorded in the cells, the group goes on)
             _failed(cells, name, exc)
+        print(f"  {grid_name(group)}: {name} ready in {time.perf_counter() - t0:.1f} s",
+              flush=True)
     for cell in cells:
         err = cell["err"]
         cell["wrong"] = not cell["failed"] and not (
@@ -216,24 +230,45 @@ def compile_group(group: tuple, columns: tuple) -> dict:
     return {"group": group, "cells": cells, "fns": fns, "data": (out, vals, idxs)}
 
 
+def _static_choice(group: tuple) -> tuple[str, str]:
+    """What commrt's rule answers for a group's scatter (its shapes only)."""
+    from commrt.fx.scatter_rule import decide
+
+    op, dt, width, rows = group
+    n = VALUES // max(1, width)
+    # after decomposition both ops reach the pass as index_put, save Inductor's aten
+    # fallback for a half-precision index_add
+    index_put = op == "index_put" or DTYPES[dt] not in (torch.bfloat16, torch.float16)
+    return decide(rows, max(1, width), n, DTYPES[dt], index_put)
+
+
 def _failed(cells: list, name: str, exc: Exception) -> None:
     for cell in cells:
         cell["failed"][name] = repr(exc)[:500]
         cell["ms"][name] = cell["err"][name] = float("nan")
 
 
-def _compile_column(name: str, fn, cells: list, data: tuple):
+def _compile_column(name: str, fn, cells: list, data: tuple, compiled=None):
     """One column of a group's cells compiled (returned), its errors, the commrt pass's
-    decisions."""
+    decisions; ``compiled``: the compiled column's callable, which the commrt column is
+    where the rule answers ``inductor``."""
     import commrt.fx
 
     out, vals, idxs, refs = data
     t0 = time.perf_counter()
-    f = _column(name, fn)
+    alias = None
+    if name == "commrt" and compiled is not None:
+        choice, why = _static_choice((cells[0]["op"], cells[0]["dtype"], cells[0]["width"],
+                                      cells[0]["rows"]))
+        if choice == "inductor":
+            alias = compiled
+            for cell in cells:
+                cell["commrt decision"] = [f"scatter: inductor ({why}; the compiled column)"]
+    f = alias or _column(name, fn)
     with _context(name):
         for cell, d in zip(cells, DISTS, strict=True):  # the first call compiles
             cell["err"][name] = _rel_err(f(out, idxs[d], vals), refs[d])
-        if name == "commrt":
+        if name == "commrt" and alias is None:
             rep = [r for k, r in commrt.fx.last_reports if k == "partitioned_scatter"]
             for cell in cells:
                 cell["commrt decision"] = rep[-1].decisions if rep else []
@@ -243,30 +278,61 @@ def _compile_column(name: str, fn, cells: list, data: tuple):
     return f
 
 
+def time_call(fn) -> tuple[float, str]:
+    """(median ms of one call, how): in a CUDA graph of as many calls as fill about 2 ms,
+    replayed 10 times (3 for calls over 20 ms); ``eager`` events where a call cannot be
+    captured."""
+    from commrt.timing import time_eager, time_graph
+
+    dev = torch.device("cuda", torch.cuda.current_device())
+    fn()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn()
+    end.record()
+    end.synchronize()
+    once = start.elapsed_time(end)
+    ops = max(1, min(50, int(2.0 / max(once, 1e-3))))
+    replays = 3 if once > 20 else 10
+    try:
+        return time_graph(fn, dev, ops=ops, replays=replays) / 1e3, "graph"
+    except Exception:  # noqa: BLE001 (a call that syncs or allocates outside the pool)
+        torch.cuda.synchronize()
+        return time_eager(fn, dev, iters=max(3, ops * replays)) / 1e3, "eager"
+
+
 def time_group(state: dict) -> list[dict]:
-    """Median ms of every compiled column of a group (the caller holds the GPU alone)."""
+    """Median ms of every column of a group (the caller holds the GPU alone)."""
     out, vals, idxs = state["data"]
     cells = state["cells"]
     for name, f in state["fns"].items():
         try:
             with _context(name):  # the compiled callable of compile_group: no new compile
                 for cell, d in zip(cells, DISTS, strict=True):
-                    cell["ms"][name] = triton.testing.do_bench(
-                        lambda f=f, i=idxs[d]: f(out, i, vals), warmup=5, rep=20,
-                        return_mode="median")
+                    cell["ms"][name], how = time_call(lambda f=f, i=idxs[d]: f(out, i, vals))
+                    cell.setdefault("timed", {})[name] = how
         except Exception as exc:  # noqa: BLE001 (recorded in the cells, the group goes on)
             _failed(cells, name, exc)
     return cells
 
 
-def _grid_worker(rank: int, groups: list, columns: tuple, q, lock, barrier,
-                 deadline: float) -> None:
-    """Compiles its groups (in parallel with the other workers), waits until every worker
-    has (no compile, nor Inductor's autotuning, shares the GPU with a timing), then times
-    them one group at a time under ``lock``."""
+def grid_name(group: tuple) -> str:
+    op, dt, w, r = group
+    return f"{op} {dt} width {w or '1-D'} rows {r}"
+
+
+def _grid_worker(tasks, columns: tuple, q, lock, barrier, deadline: float) -> None:
+    """Compiles groups from ``tasks`` (in parallel with the other workers) until none is
+    left or the deadline passes, waits until every worker has (no compile, nor Inductor's
+    autotuning, shares the GPU with a timing), then times them one group at a time under
+    ``lock``."""
     torch.cuda.set_device(0)
     compiled = []
-    for group in groups:
+    while True:
+        try:
+            group = tasks.get_nowait()
+        except queue.Empty:
+            break
         if time.time() > deadline:
             q.put({"group": group, "not run": "time budget"})
             continue
@@ -289,22 +355,29 @@ def _grid_worker(rank: int, groups: list, columns: tuple, q, lock, barrier,
 
 
 def grid(args) -> None:
-    """Every group on ``args.workers`` processes that compile in parallel, then time one
+    """The groups on ``args.workers`` processes that compile in parallel, then time one
     group at a time with the GPU to itself; results written after each group."""
     import torch.multiprocessing as mp
 
     os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
     columns = COLUMNS + (("commrt kernels",) if args.force else ())
-    groups = grid_groups()
+    groups = grid_groups(tuple(args.ops.split(",")), tuple(args.dtypes.split(",")),
+                         tuple(int(w) for w in args.widths.split(",")))
     start = time.time()
+    meta = grid_meta(args, columns, start, groups)
+    kept = _kept_cells(args, meta, groups)
     ctx = mp.get_context("spawn")
-    q, lock, barrier = ctx.Queue(), ctx.Lock(), ctx.Barrier(args.workers)
-    procs = [ctx.Process(target=_grid_worker, args=(r, groups[r::args.workers], columns, q,
-                                                    lock, barrier, start + args.budget_s))
-             for r in range(args.workers)]
+    q, lock, tasks = ctx.Queue(), ctx.Lock(), ctx.Queue()
+    for group in groups:
+        tasks.put(group)
+    workers = max(1, min(args.workers, len(groups)))
+    barrier = ctx.Barrier(workers)
+    procs = [ctx.Process(target=_grid_worker, args=(tasks, columns, q, lock, barrier,
+                                                    start + args.budget_s))
+             for _ in range(workers)]
     for p in procs:
         p.start()
-    done, results, meta = 0, [], grid_meta(args, columns, start, groups)
+    done, results = 0, []
     while done < len(procs):
         try:
             item = q.get(timeout=5)
@@ -318,10 +391,10 @@ def grid(args) -> None:
         results.append(item)
         print(f"[{time.time() - start:6.1f} s] {len(results)}/{len(groups)} "
               + grid_line(item), flush=True)
-        write_grid(results, meta, args.out_dir, time.time() - start)
+        write_grid(results, meta, args.out_dir, time.time() - start, kept)
     for p in procs:
         p.join()
-    write_grid(results, meta, args.out_dir, time.time() - start)
+    write_grid(results, meta, args.out_dir, time.time() - start, kept)
     cells = [c for r in results for c in r.get("cells", [])]
     bad, failed = [c for c in cells if c["wrong"]], [c for c in cells if c["failed"]]
     status = group_status(results, groups)
@@ -330,6 +403,28 @@ def grid(args) -> None:
           + ", ".join(f"{len(v)} groups {k}" for k, v in status.items()), flush=True)
     if bad or failed or any(status.values()):
         raise SystemExit(1)
+
+
+def _kept_cells(args, meta: dict, groups: list) -> list[dict]:
+    """--update: the cells of the grid file already there that this run does not redo
+    (their runs listed in ``meta['merged']``)."""
+    path = os.path.join(args.out_dir, meta["file"] + ".json")
+    if not args.update or not os.path.exists(path):
+        return []
+    with open(path) as f:
+        old = json.load(f)
+    if old["meta"]["columns"] != meta["columns"]:
+        raise SystemExit(f"--update: {path} has columns {old['meta']['columns']}, this run "
+                         f"{meta['columns']}")
+    mine = {tuple(g) for g in groups}
+    kept = [c for c in old["cells"] if (c["op"], c["dtype"], c["width"], c["rows"]) not in mine]
+    runs = old["meta"].get("merged", []) + [{k: old["meta"][k] for k in
+                                             ("date", "command", "torch", "triton")}]
+    meta["merged"] = [r for r in runs if any(
+        c.get("run", old["meta"]["command"]) == r["command"] for c in kept)]
+    for c in kept:
+        c.setdefault("run", old["meta"]["command"])
+    return kept
 
 
 def group_status(results: list, groups: list) -> dict[str, list]:
@@ -347,9 +442,20 @@ def grid_meta(args, columns: tuple, start: float, groups: list) -> dict:
     return {"device": name, "torch": torch.__version__, "triton": triton.__version__,
             "date": datetime.date.today().isoformat(), "columns": list(columns),
             "command": "python " + " ".join(sys.argv), "values_a_cell": VALUES,
+            "commit": os.environ.get("GIT_COMMIT") or _git_commit(),
             "max_output_elements": MAX_OUT, "workers": args.workers, "start": start,
             "groups": [list(g) for g in groups],
             "file": f"scatter_grid_{name.replace(' ', '_')}"}
+
+
+def _git_commit() -> str:
+    import subprocess
+
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
 
 
 def grid_line(item: dict) -> str:
@@ -376,10 +482,12 @@ def needs_win(cell: dict) -> bool:
     return min(a, b) > 1.5 * e or max(a, b) > 1.5 * min(a, b)
 
 
-def write_grid(results: list, meta: dict, out_dir: str, elapsed: float) -> None:
+def write_grid(results: list, meta: dict, out_dir: str, elapsed: float,
+               kept: list = ()) -> None:
     os.makedirs(out_dir, exist_ok=True)
     path = os.path.join(out_dir, meta["file"])
-    cells = sorted((c for r in results for c in r.get("cells", [])),
+    mine = [dict(c, run=meta["command"]) for r in results for c in r.get("cells", [])]
+    cells = sorted([*kept, *mine],
                    key=lambda c: (c["op"], c["dtype"], c["width"], c["rows"], c["dist"]))
     for c in cells:
         c["commrt_over_best_compiled"] = ratio(c)
@@ -402,8 +510,11 @@ def grid_markdown(cells: list, meta: dict, elapsed: float, status: dict) -> str:
     won = [c for c in need if c["commrt_over_best_compiled"] <= 1 / 1.3]
     lines = [
         f"# Scatter grid: {meta['device']}", "",
-        f"torch {meta['torch']}, Triton {meta['triton']}, {meta['date']}, "
-        f"`{meta['command']}`, {elapsed:.0f} s. Median ms (`triton.testing.do_bench`). "
+        f"torch {meta['torch']}, Triton {meta['triton']}, {meta['date']}, commit "
+        f"{meta['commit']}, `{meta['command']}`, {elapsed:.0f} s"
+        + "".join(f"; cells of other widths/ops from `{r['command']}` ({r['date']}, torch "
+                  f"{r['torch']}, Triton {r['triton']})" for r in meta.get("merged", []))
+        + ". Median ms of a call, timed in a CUDA graph of calls (`time_call`). "
         f"{VALUES} value elements a cell; outputs over {MAX_OUT} elements left out. "
         "Where the commrt path is `inductor`, commrt = Inductor's choice (the compiled "
         "column's graph); `inductor_partitioned`: the graph of Inductor's partitioned "

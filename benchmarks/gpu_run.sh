@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Everything commrt runs on a GPU machine, in one call:
-#   bash benchmarks/gpu_run.sh [stage ...]   stages: env tests onegpu tune tunear tunefused bench cli decode fxoverlap fxoverlaptp copyengine scatter scattersweep overhead
+#   bash benchmarks/gpu_run.sh [stage ...]   stages: env tests onegpu tune tunear tunefused bench cli decode fxoverlap fxoverlaptp copyengine scatter scattersweep scatternarrow scattergrid overhead
 # (onegpu: the one-GPU suite, pytest -m gpu; its summary is kept as
 #  benchmarks/results/gpu_tests_<device>.txt, a copy in $OUT)
 # (env: TESTS_K=expr selects GPU tests, DECODE_ARGS / BENCH_ARGS add bench_tp_decode.py /
 #  bench_allreduce.py options, FX_ARGS / TP_ARGS add bench_fx_overlap.py options (without /
 #  with --tp), CE_ARGS
-#  bench_copy_engine.py options,
+#  bench_copy_engine.py options, GRID_ARGS bench_scatter.py --grid options (e.g.
+#  "--widths 0,1,4,16" then "--widths 100,1024,4096 --update": the grid in two calls),
 #  STAGE_TIMEOUT=seconds caps each stage's command)
 # (default: env tests tune bench cli decode)
 # Logs and results go to $OUT (or ./gpu_out) as log.txt plus results.tar.gz.
@@ -117,6 +118,13 @@ for stage in $STAGES; do
     scatter)  # single GPU is enough
       say "bench_scatter"
       run python3 benchmarks/bench_scatter.py --out-dir "$RES" ;;
+    scatternarrow)  # single GPU is enough
+      say "scatter_narrow_sweep"
+      run python3 benchmarks/scatter_narrow_sweep.py --out-dir "$RES" ;;
+    scattergrid)  # single GPU is enough; --update merges into benchmarks/results' grid file
+      say "bench_scatter --grid"
+      [ -d "$RES" ] && cp -n benchmarks/results/scatter_grid_*.json "$RES"/ 2>/dev/null
+      run python3 benchmarks/bench_scatter.py --grid --out-dir "$RES" ${GRID_ARGS:-} ;;
     scattersweep)  # single GPU is enough
       say "scatter_sweep"
       run python3 benchmarks/scatter_sweep.py --out-dir "$RES" ;;

@@ -66,15 +66,18 @@ REGIMES = [  # (rows, row width, indices, dtype, index_put, choice)
     (501, 100, 1_000_000, torch.float32, False, "commrt"),  # the seed: wide, contended
     (8, 100, 40_000, torch.float32, True, "commrt"),  # wide, 5,000 a row
     (1024, 100, 40_000, torch.float32, True, "inductor"),  # wide, 40 a row
+    (1024, 100, 200_000, torch.float32, True, "inductor_partitioned"),  # wide, 195 a row
     (8, 4096, 1024, torch.float32, True, "inductor"),  # too few indices
     (1024, 100, 40_000, torch.bfloat16, False, "commrt"),  # bf16, fp32 sums
-    (8, 16, 262_144, torch.bfloat16, True, "commrt"),  # narrow bf16, very contended
-    (1024, 16, 262_144, torch.bfloat16, True, "inductor_partitioned"),
-    (1024, 16, 262_144, torch.bfloat16, False, "inductor"),  # Inductor keeps aten index_add
-    (1000, 1, 4_000_000, torch.float32, True, "inductor_partitioned"),  # 1-D, 4,000 a row
-    (1 << 20, 1, 4_000_000, torch.float32, True, "inductor"),  # 1-D, 4 a row
-    (65536, 4, 1 << 20, torch.float32, True, "inductor"),  # narrow, 16 a row
+    (1024, 24, 262_144, torch.bfloat16, True, "inductor_partitioned"),  # past narrow
+    (8, 16, 262_144, torch.bfloat16, True, "commrt"),  # narrow rows: the GPU chooses
+    (1024, 16, 262_144, torch.bfloat16, False, "commrt"),
+    (1000, 1, 4_000_000, torch.float32, True, "commrt"),
+    (1 << 20, 1, 4_000_000, torch.float32, True, "commrt"),
+    (65536, 4, 1 << 20, torch.float16, False, "commrt"),
+    (1000, 1, 4000, torch.float32, True, "inductor"),  # too few indices
     (8, 100, 40_000, torch.int64, True, "inductor_partitioned"),  # integers: Inductor's
+    (8, 1, 40_000, torch.int64, False, "inductor"),
 ]
 
 
@@ -85,8 +88,9 @@ def test_rule_per_regime(rows, width, n, dtype, index_put, choice):
 
 @pytest.mark.parametrize("rows,width,n,dtype,choice", [
     (8, 100, 40_000, torch.float32, "commrt"),
-    (1000, 0, 400_000, torch.float32, "inductor_partitioned"),
-    (1 << 20, 0, 4_000_000, torch.float32, "inductor"),
+    (1024, 100, 200_000, torch.float32, "inductor_partitioned"),
+    (1024, 100, 40_000, torch.float32, "inductor"),
+    (1 << 20, 0, 4_000_000, torch.float32, "commrt"),
     (8, 16, 262_144, torch.bfloat16, "commrt"),
 ])
 def test_the_pass_follows_the_rule_on_traced_graphs(rows, width, n, dtype, choice):
@@ -101,7 +105,7 @@ def test_the_pass_follows_the_rule_on_traced_graphs(rows, width, n, dtype, choic
     assert (torch.ops.commrt.partitioned_index_put.default in ops) == (choice == "commrt")
 
 
-@pytest.mark.parametrize("width,dtype", [(0, torch.float32), (4, torch.bfloat16)])
+@pytest.mark.parametrize("width,dtype", [(32, torch.float32), (24, torch.bfloat16)])
 def test_inductor_partitioned_graph_has_no_aten_zeros_for_inductor(width, dtype):
     """The inlined graph of Inductor's partitioned scatter goes through Inductor (its C++
     backend) and matches float64: no ``aten.zeros`` node, which Inductor decomposes before
@@ -161,9 +165,13 @@ def test_dynamic_shapes_and_the_memory_cap_skip():
     gm = make_fx(index_put, tracing_mode="symbolic")(*args)
     rep = partitioned_scatter(gm)
     assert rep.rewritten == 0 and any("dynamic" in s for s in rep.skipped)
-    gm = make_fx(index_put, tracing_mode="fake")(*args)
+    wide = (torch.randn(ROWS, 100), args[1], torch.randn(N, 100))
+    gm = make_fx(index_put, tracing_mode="fake")(*wide)
     rep = partitioned_scatter(gm, memory_fraction=1e-12, rule=forced("commrt"))
     assert rep.rewritten == 0 and any("memory cap" in s for s in rep.skipped)
+    gm = make_fx(index_put, tracing_mode="fake")(*args)  # narrow rows: one copy will do
+    rep = partitioned_scatter(gm, memory_fraction=1e-12, rule=forced("commrt"))
+    assert rep.rewritten == 1 and rep.decisions[0].endswith("at most 1 copy)"), rep
 
 
 def test_partition_count_is_a_capped_power_of_two():
@@ -198,15 +206,18 @@ def test_off_by_default_and_switched_by_the_config(monkeypatch):
 
 
 @pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs triton")
-def test_cuda_kernels_under_the_triton_interpreter():
+@pytest.mark.parametrize("script,cases", [("scatter_interpret.py", 120),
+                                          ("scatter_narrow_interpret.py", 288)])
+def test_cuda_kernels_under_the_triton_interpreter(script, cases):
     """The Triton kernels the op runs on CUDA, on CPU tensors: float64-exact sums for
-    every value and index dtype, rows combined before adding or not, several partitions;
-    NaN when an index is out of range."""
+    every value and index dtype and index distribution, with and without copies, rows
+    combined or hot rows summed before adding or not; the narrow kernels' plan names the
+    hot rows; NaN when an index is out of range."""
     here = os.path.dirname(__file__)
     env = dict(os.environ, TRITON_INTERPRET="1")
-    r = subprocess.run([sys.executable, os.path.join(here, "scatter_interpret.py")], env=env,
+    r = subprocess.run([sys.executable, os.path.join(here, script)], env=env,
                        capture_output=True, text=True, timeout=900)
-    assert r.returncode == 0 and r.stdout.startswith("ok 120"), r.stdout + r.stderr
+    assert r.returncode == 0 and r.stdout.startswith(f"ok {cases}"), r.stdout + r.stderr
 
 
 @pytest.mark.gpu

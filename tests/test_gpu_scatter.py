@@ -9,8 +9,9 @@ import commrt.fx
 CASES = [  # (op, dtype, row width (0: 1-D), rows, indices, expected choice)
     ("index_add", torch.float32, 100, 501, 600_011, "commrt"),  # wide rows that contend
     ("index_put", torch.bfloat16, 16, 8, 100_000, "commrt"),  # bf16 rows, fp32 sums
-    ("index_put", torch.float32, 0, 1000, 1 << 20, "inductor_partitioned"),  # 1-D, many a row
-    ("index_add", torch.float32, 4, 1 << 20, 1 << 20, "inductor"),  # narrow, spread
+    ("index_put", torch.float32, 0, 1000, 1 << 20, "commrt"),  # 1-D, many a row
+    ("index_add", torch.float32, 4, 1 << 20, 1 << 20, "commrt"),  # narrow, spread
+    ("index_put", torch.float32, 100, 1024, 200_000, "inductor_partitioned"),  # wide
     ("index_put", torch.float32, 1024, 1 << 14, 1024, "inductor"),  # wide, no contention
 ]
 OPS = {"index_add": lambda o, i, v: o.index_add(0, i, v),
@@ -50,3 +51,74 @@ def test_pass_on_gpu_against_float64(op, dtype, width, rows, n, choice, dist):
     assert rep.scatters == 1 and rep.decisions[0].split(": ")[1].startswith(choice), rep
     tol = 1e-5 if dtype == torch.float32 else 1e-2
     assert got.dtype == dtype and err(got) <= max(tol, 1.5 * err(plain)), (err(got), err(plain))
+
+
+def _indices(dist: str, rows: int, n: int, g) -> torch.Tensor:
+    idx = torch.randint(0, rows, (n,), device="cuda", generator=g)
+    if dist == "hot":  # half into one row
+        idx[torch.rand(n, device="cuda", generator=g) < 0.5] = rows // 3
+    elif dist == "skewed":  # 90% into the first 1% of rows
+        few = torch.randint(0, max(1, rows // 100), (n,), device="cuda", generator=g)
+        idx = torch.where(torch.rand(n, device="cuda", generator=g) < 0.9, few, idx)
+    return idx
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("shape", [(), (1,), (3,), (16,)])  # 1-D values, narrow rows
+@pytest.mark.parametrize("rows", [8, 1031, 65_537])
+def test_narrow_kernels_against_float64(dtype, shape, rows):
+    """The narrow-row kernels on the GPU, eager and in a CUDA graph, five calls each: every
+    index distribution and dtype, plain atomics, copies and hot rows, against float64; the
+    plan names a row that takes half the indices."""
+    from commrt.fx.scatter_narrow import narrow_index_add
+
+    g = torch.Generator(device="cuda").manual_seed(rows + len(shape))
+    n = 300_007
+    tol = {torch.float32: 1e-5, torch.bfloat16: 1e-2, torch.float16: 2e-3}[dtype]
+    for dist in ("uniform", "skewed", "hot"):
+        base = torch.randn(rows, *shape, device="cuda", generator=g).to(dtype)
+        idx = _indices(dist, rows, n, g)
+        idx[::5] -= rows  # negative indices count from the end
+        vals = torch.randn(n, *shape, device="cuda", generator=g).to(dtype)
+        ref = base.double().index_add(0, idx % rows, vals.double())
+        for itype in (torch.int64, torch.int32):
+            i = idx.to(itype)
+            # (copies, adds an address, hot rows): as shipped; plain; forced copies
+            for rule in ((64, 256, 16), (1, 256, 0), (16, 1, 0)):
+                state = torch.empty(3 + max(1, rule[2]), device="cuda", dtype=torch.int32)
+
+                def call(rule=rule, i=i, state=state, base=base, vals=vals):
+                    return narrow_index_add(base, i, vals, rule[0], per_address=rule[1],
+                                            hot=rule[2], state=state)
+                outs = [call() for _ in range(5)]
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph):
+                    captured = call()
+                for _ in range(5):
+                    captured.zero_()
+                    graph.replay()
+                    outs.append(captured.clone())
+                for out in outs:
+                    err = float((out.double() - ref).norm() / ref.norm())
+                    assert out.dtype == dtype and err < tol, (dist, itype, rule, err)
+                p, bad, nhot = state[:3].tolist()
+                assert bad == 0 and 1 <= p <= rule[0], state
+                if rule[2] and dist == "hot":
+                    assert rows // 3 in state[3:3 + nhot].tolist(), state
+                if rule[1] == 1 and dist == "uniform" and rows < 2000:
+                    assert p == 16, state  # one add an address: as many copies as allowed
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_narrow_index_out_of_range_poisons():
+    from commrt.fx.scatter_narrow import narrow_index_add
+
+    idx = torch.arange(100_000, device="cuda") % 50
+    idx[77_777] = 50
+    for p in (1, 8):
+        out = narrow_index_add(torch.zeros(50, 3, device="cuda"), idx,
+                               torch.ones(100_000, 3, device="cuda"), p)
+        assert out.isnan().all()

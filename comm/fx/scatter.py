@@ -4,8 +4,8 @@ Before::
 
     out = index_put(self, [idx], values, accumulate=True)     # index_add(self, 0, idx, v)
 
-After, where ``scatter_rule.decide`` answers ``commrt`` (wide or half-precision rows that
-contend)::
+After, where ``scatter_rule.decide`` answers ``commrt`` (narrow rows; wide or
+half-precision rows that contend)::
 
     out = commrt.partitioned_index_put(self, idx, values, partitions)
 
@@ -36,6 +36,7 @@ from .scatter_rule import (
     INDUCTOR_PARTITIONED,
     MEMORY_FRACTION,
     MIN_COPIES,
+    NARROW_ROW,
     PER_ADDRESS,
     SAMPLE,
     decide,
@@ -55,10 +56,13 @@ def _partitioned_index_put(self: torch.Tensor, index: torch.Tensor, values: torc
                            partitions: int) -> torch.Tensor:
     if self.device.type == "cuda":
         from .scatter_kernels import PARTS, partitioned_index_add
+        from .scatter_narrow import narrow_index_add
 
         if values.dtype in PARTS:  # the value dtypes the kernels take
-            return partitioned_index_add(self.contiguous(), index.contiguous(),
-                                         values.contiguous(), partitions)
+            args = (self.contiguous(), index.contiguous(), values.contiguous(), partitions)
+            if self.dim() and self.numel() <= NARROW_ROW * self.shape[0] < 1 << 31:
+                return narrow_index_add(*args)
+            return partitioned_index_add(*args)
     return _partitioned_index_put_torch(self, index, values, partitions)
 
 
@@ -186,8 +190,9 @@ def _rewrite(graph, node, self_, index, values, fraction, rule) -> tuple[str, st
     if choice != COMMRT:
         return choice, why
     acc_bytes = 4 if sv.dtype in (torch.bfloat16, torch.float16) else sv.element_size()
-    p = partitions_for(rows, n, acc_bytes * width, memory, fraction)
-    if p < 2:
+    narrow = width <= NARROW_ROW
+    p = partitions_for(rows, n, acc_bytes * width, memory, fraction, narrow)
+    if p < 2 and not narrow:
         return INDUCTOR, f"{why}; too few values a row, or copies over the memory cap"
     with graph.inserting_before(node):
         new = graph.call_function(torch.ops.commrt.partitioned_index_put.default,
@@ -195,7 +200,7 @@ def _rewrite(graph, node, self_, index, values, fraction, rule) -> tuple[str, st
     new.meta.update(node.meta)
     node.replace_all_uses_with(new)
     graph.erase_node(node)
-    return choice, f"{why}; at most {p} copies"
+    return choice, f"{why}; at most {p} {'copy' if p == 1 else 'copies'}"
 
 
 def _inductor_partitioned(self, index, values, p: int):

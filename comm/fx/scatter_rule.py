@@ -5,15 +5,18 @@ module and never each other's. The rule reads static shapes only (output rows, r
 number of indices, value dtype) and answers one of:
 
 - ``commrt``: ``commrt::partitioned_index_put``, whose kernels choose on the GPU, with no
-  host sync, between partitioned atomics, combined rows and plain atomics;
+  host sync, between partitioned atomics, combined rows and plain atomics (rows of up to
+  ``NARROW_ROW`` elements: ``scatter_narrow``; wider rows: ``scatter_kernels``);
 - ``inductor_partitioned``: the graph Inductor's own partitioned scatter builds
   (``torch._inductor.fx_passes.reduced_atomic_contention``), with its partition count;
 - ``inductor``: the scatter left as it is, to Inductor's plain atomics.
 
-commrt's kernels pay a launch or three from Python and a sum over copies; they win where
-rows are wide enough that one program's rows fill a tile and enough values land on each
-output row to contend, and on half-precision rows, which they sum in fp32. Narrow rows go
-to Inductor: partitioned where every output row takes many values, plain elsewhere.
+Narrow rows always go to commrt's narrow kernels: whether they contend depends on the
+indices (one hot row among a million is as common as a histogram of eight bins), which
+only the GPU sees; those kernels cost what Inductor's plain scatter costs where nothing
+contends. Wide rows go to commrt's kernels where enough values land on each output row to
+contend, and on half-precision rows, which they sum in fp32; elsewhere to Inductor:
+partitioned where every output row takes many values, plain elsewhere.
 """
 
 from __future__ import annotations
@@ -30,6 +33,14 @@ MIN_COPIES = 16
 BLOCK_ROWS = 16
 LEADERS = 14
 SAMPLE = 128  # indices sampled (strided) to estimate contention
+# Narrow rows (scatter_narrow): rows of at most NARROW_ROW elements; up to HOT rows that
+# take HOT_MIN of the sample are summed a block before one add; the rest go to copies
+# where an address expects over NARROW_PER_ADDRESS adds; copies at all only from
+# NARROW_COPIES_PER_ROW values a row (fewer: no third launch).
+NARROW_ROW = 16
+HOT, HOT_MIN = 16, 4
+NARROW_PER_ADDRESS = 256
+NARROW_COPIES_PER_ROW = 32
 MAX_PARTITIONS = 128  # as Inductor's pass allows for outputs under 1M elements
 MEMORY_FRACTION = 0.05  # of device memory, for commrt's fp32 copies
 
@@ -50,6 +61,7 @@ INDUCTOR_MEMORY = 0.10  # Inductor's partitioned_scatter_memory_budget
 
 COMMRT, INDUCTOR_PARTITIONED, INDUCTOR = "commrt", "inductor_partitioned", "inductor"
 HALF = (torch.float16, torch.bfloat16)
+NARROW_DTYPES = (torch.float32, *HALF)
 
 
 def decide(rows: int, width: int, n: int, dtype: torch.dtype,
@@ -60,6 +72,9 @@ def decide(rows: int, width: int, n: int, dtype: torch.dtype,
     those; Inductor keeps a bf16 ``index_add`` as the aten kernel).
     """
     per_row = n / max(1, rows)
+    if dtype in NARROW_DTYPES and width <= NARROW_ROW and n >= MIN_INDICES:
+        return COMMRT, (f"narrow rows of {width}, {per_row:.0f} values a row: hot rows and "
+                        "copies chosen on the GPU")
     if dtype.is_floating_point and n >= MIN_INDICES:
         if dtype in HALF and (width >= WIDE_ROW and per_row >= HALF_CONTENDED or
                               width >= HALF_ROW and per_row >= HALF_NARROW_CONTENDED):
@@ -85,10 +100,13 @@ def inductor_partitions(numel: int, n: int, itemsize: int, memory: int) -> int:
 
 
 def partitions_for(rows: int, n: int, row_bytes: int, memory: int,
-                   fraction: float = MEMORY_FRACTION) -> int:
+                   fraction: float = MEMORY_FRACTION, narrow: bool = False) -> int:
     """commrt's copies: a power of two, <= MAX_PARTITIONS and <= values per row, within
-    ``fraction`` of ``memory``."""
-    p = 1 << max(0, int(math.log2(max(1, n // max(1, rows)))))
+    ``fraction`` of ``memory``; ``narrow`` rows: 1 under NARROW_COPIES_PER_ROW a row."""
+    per_row = n // max(1, rows)
+    if narrow and per_row < NARROW_COPIES_PER_ROW:
+        return 1
+    p = 1 << max(0, int(math.log2(max(1, per_row))))
     p = min(p, MAX_PARTITIONS)
     while p > 1 and p * rows * row_bytes > fraction * memory:
         p //= 2

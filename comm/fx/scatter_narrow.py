@@ -1,0 +1,217 @@
+"""Triton kernels for accumulating scatters of narrow rows (1-D values, rows of up to
+``NARROW_ROW`` elements) behind ``commrt::partitioned_index_put`` on CUDA.
+
+Two or three launches, no host sync; the plan is made on the GPU from the indices:
+
+1. ``_init``: ``acc`` := ``self`` in fp32 (``acc`` is the output itself when that is fp32).
+   Program 0 reads a strided sample of ``SAMPLE`` indices and finds the *hot rows*: up to
+   ``HOT`` rows that occur at least ``HOT_MIN`` times in the sample, most frequent first.
+   From the rest of the sample it estimates the atomic adds an address takes (``n`` times
+   the chance that two adds share a row); under ``PER_ADDRESS`` one copy takes them (plain
+   atomics), else the power of two (``MIN_COPIES`` to ``P``) that brings them under. Every
+   program makes the same estimate and zeroes its share of the ``p - 1`` extra copies.
+2. ``_scatter``: a program takes ``ITERS`` blocks of ``SUB`` rows. For each hot row it
+   sums the block's rows that hit it and adds the sum once; every other row is added with
+   an atomic to copy ``(row + program) % p``. An index out of range poisons the output
+   with NaN (the plain op raises a device-side assert).
+3. ``_finish`` (only where ``P > 1`` or the output is not fp32): output := ``acc`` plus
+   the ``p - 1`` extra copies, in the output's dtype.
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+from commrt.symm_mem.launch import cdiv, next_pow2
+
+from .scatter_rule import HOT, HOT_MIN, MIN_COPIES, NARROW_PER_ADDRESS, NARROW_ROW, SAMPLE
+
+BLOCK = 1024  # elements a program step in _init and _finish
+ROWS_A_STEP = 1024  # value elements a _scatter block (SUB rows of DP columns)
+ITERS = 4  # blocks a _scatter program
+
+
+@triton.jit
+def _plan(idx, n, rows, P: tl.constexpr, S: tl.constexpr, H: tl.constexpr,
+          HOT_MIN: tl.constexpr, PER_ADDRESS: tl.constexpr, MIN_COPIES: tl.constexpr):
+    """(copies p, hot rows [H] (-1: none), how many hot) from a strided sample."""
+    step = tl.maximum(n // S, 1)
+    pos = tl.arange(0, S)
+    valid = pos * step < n
+    a = tl.load(idx + pos * step, mask=valid, other=0)
+    a = tl.where(a < 0, a + rows, a)
+    # a sampled index out of range, or no sample: a negative value no other entry has
+    a = tl.where(valid & (a >= 0) & (a < rows), a, -2 - pos).to(tl.int32)
+    eq = a[:, None] == a[None, :]
+    count = tl.sum(eq.to(tl.int32), axis=1)  # occurrences of a[i], itself included
+    earlier = tl.max((eq & (pos[None, :] < pos[:, None])).to(tl.int32), axis=1)
+    cand = (earlier == 0) & (a >= 0) & (count >= HOT_MIN)
+    ahead = (count[None, :] > count[:, None]) | \
+        ((count[None, :] == count[:, None]) & (pos[None, :] < pos[:, None]))
+    rank = tl.sum((ahead & cand[None, :]).to(tl.int32), axis=1)
+    k = tl.arange(0, H)
+    pick = (cand & (rank < H))[:, None] & (rank[:, None] == k[None, :])
+    hot = tl.sum(tl.where(pick, a[:, None] + 1, 0), axis=0) - 1
+    nhot = tl.sum((hot >= 0).to(tl.int32))
+    is_hot = tl.max((a[:, None] == hot[None, :]).to(tl.int32), axis=1) > 0
+    rest = (a >= 0) & (is_hot == 0)
+    m = tl.sum(rest.to(tl.int32)).to(tl.float32)
+    same = tl.sum(tl.where(rest, count - 1, 0)).to(tl.float32)  # ordered equal pairs
+    sampled = tl.maximum(tl.sum(valid.to(tl.int32)), 1).to(tl.float32)
+    # adds an address takes, seen from an add: n_rest * P(two rest adds share a row)
+    adds = (n * m / sampled) * same / tl.maximum(m * (m - 1.0), 1.0)
+    p = MIN_COPIES
+    while (p * PER_ADDRESS < adds) & (p < P):
+        p *= 2
+    if adds <= PER_ADDRESS:
+        p = 1
+    p = tl.minimum(p, P)
+    return p, hot, nhot
+
+
+@triton.jit
+def _init(self_ptr, acc, extra, idx, state, n, rows, plane, P: tl.constexpr,
+          S: tl.constexpr, H: tl.constexpr, HOT_MIN: tl.constexpr, PER_ADDRESS: tl.constexpr,
+          MIN_COPIES: tl.constexpr, BLOCK: tl.constexpr):
+    pid = tl.program_id(0)
+    nprog = tl.num_programs(0)
+    p = 1
+    if (pid == 0) | (P > 1):  # every program needs p to zero its share of the copies
+        p, hot, nhot = _plan(idx, n, rows, P, S, H, HOT_MIN, PER_ADDRESS, MIN_COPIES)
+        if pid == 0:
+            tl.store(state + 3 + tl.arange(0, H), hot)
+            tl.store(state, p)
+            tl.store(state + 1, 0)
+            tl.store(state + 2, nhot)
+    for start in range(pid * BLOCK, plane, nprog * BLOCK):
+        offs = start + tl.arange(0, BLOCK)
+        m = offs < plane
+        tl.store(acc + offs, tl.load(self_ptr + offs, mask=m).to(tl.float32), mask=m)
+    if P > 1:
+        for start in range(pid * BLOCK, (p - 1) * plane, nprog * BLOCK):
+            offs = start + tl.arange(0, BLOCK)
+            tl.store(extra + offs, tl.zeros([BLOCK], tl.float32), mask=offs < (p - 1) * plane)
+
+
+@triton.jit
+def _scatter(acc, extra, idx, vals, state, n, rows, plane, D: tl.constexpr,
+             DP: tl.constexpr, SUB: tl.constexpr, ITERS: tl.constexpr, P: tl.constexpr,
+             WIDE: tl.constexpr):
+    pid = tl.program_id(0)
+    p = 1
+    if P > 1:
+        p = tl.load(state)
+    nhot = tl.load(state + 2)
+    c = tl.arange(0, DP)
+    cm = c < D
+    bad_any = tl.zeros([SUB], tl.int32)
+    for it in range(ITERS):
+        r = (pid * ITERS + it) * SUB + tl.arange(0, SUB)
+        if WIDE:
+            r = r.to(tl.int64)
+        rm = r < n
+        i = tl.load(idx + r, mask=rm, other=0)
+        i = tl.where(i < 0, i + rows, i)
+        bad = rm & ((i < 0) | (i >= rows))
+        bad_any |= bad.to(tl.int32)
+        ok = rm & (bad == 0)
+        if not WIDE:
+            i = i.to(tl.int32)  # in range, so it fits
+        v = tl.load(vals + r[:, None] * D + c[None, :], mask=ok[:, None] & cm[None, :],
+                    other=0).to(tl.float32)
+        plain = ok
+        for k in range(nhot):  # one add a hot row a block
+            h = tl.load(state + 3 + k)
+            hit = ok & (i == h)
+            plain = plain & (i != h)
+            s = tl.sum(tl.where(hit[:, None], v, 0.0), axis=0)
+            tl.atomic_add(acc + h * D + c, s, mask=cm, sem="relaxed")
+        off = i * D
+        if P > 1:
+            part = (r + pid) & (p - 1)  # p is a power of two
+            dst = tl.where(part == 0, acc + off, extra + ((part - 1) * plane + off))
+        else:
+            dst = acc + off
+        tl.atomic_add(dst[:, None] + c[None, :], v, mask=plain[:, None] & cm[None, :],
+                      sem="relaxed")
+    if tl.max(bad_any) > 0:  # poison: NaN plus anything added before or after is NaN
+        tl.store(state + 1, 1)
+        for start in range(0, plane, 1024):
+            offs = start + tl.arange(0, 1024)
+            tl.store(acc + offs, tl.full([1024], float("nan"), tl.float32), mask=offs < plane)
+
+
+@triton.jit
+def _finish(acc, extra, out, state, plane, P: tl.constexpr, SAME: tl.constexpr,
+            BLOCK: tl.constexpr, CP: tl.constexpr):
+    pid = tl.program_id(0)
+    nprog = tl.num_programs(0)
+    p = 1
+    if P > 1:
+        p = tl.load(state)
+    if (p > 1) | (not SAME):
+        for start in range(pid * BLOCK, plane, nprog * BLOCK):
+            offs = start + tl.arange(0, BLOCK)
+            m = offs < plane
+            x = tl.load(acc + offs, mask=m, other=0)
+            for c0 in range(0, p - 1, CP):  # CP copies a step: loads in flight
+                cp = c0 + tl.arange(0, CP)
+                t = tl.load(extra + cp[:, None].to(tl.int64) * plane + offs[None, :],
+                            mask=(cp[:, None] < p - 1) & m[None, :], other=0)
+                x += tl.sum(t, axis=0)
+            tl.store(out + offs, x.to(out.dtype.element_ty), mask=m)
+
+
+DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tensor,
+                     partitions: int, per_address: int = NARROW_PER_ADDRESS,
+                     min_copies: int = MIN_COPIES, hot: int = HOT,
+                     hot_min: int = HOT_MIN, state: torch.Tensor | None = None
+                     ) -> torch.Tensor:
+    """``self.index_add(0, index, values)`` (a new tensor) with the scheme above.
+
+    ``self`` and ``values`` contiguous, of one of ``DTYPES``, rows of at most ``NARROW_ROW``
+    elements, ``values`` shaped ``[len(index), *self.shape[1:]]``; ``partitions``: the most
+    copies (a power of two; 1: never more than the output); ``hot``: the most hot rows (a
+    power of two; 0: none); ``state``: int32 ``[3 + max(1, hot)]`` on the device to hold
+    the plan (copies, error, hot rows, the hot rows), for a caller that reads it.
+    """
+    if partitions < 1 or partitions & (partitions - 1):
+        raise ValueError(f"partitions must be a power of two, got {partitions}")
+    if values.dtype not in DTYPES:
+        raise TypeError(f"narrow_index_add takes {list(DTYPES)} values, got {values.dtype}")
+    rows, n = self.shape[0], index.numel()
+    D = self.numel() // max(1, rows)
+    if D > NARROW_ROW or rows >= 1 << 31:
+        raise ValueError(f"narrow_index_add takes rows of at most {NARROW_ROW} elements and "
+                         f"fewer than 2**31 rows, got {rows} rows of {D}")
+    out = torch.empty_like(self)
+    plane = rows * D
+    if plane == 0:
+        return out
+    same = out.dtype == torch.float32
+    acc = out if same else torch.empty(plane, device=self.device, dtype=torch.float32)
+    extra = torch.empty(max(1, (partitions - 1) * plane), device=self.device,
+                        dtype=torch.float32)
+    H = max(1, hot)
+    if state is None:
+        state = torch.empty(3 + H, device=self.device, dtype=torch.int32)
+    sms = torch.cuda.get_device_properties(self.device).multi_processor_count \
+        if self.is_cuda else 4
+    _init[(max(1, min(2 * sms, cdiv(partitions * plane, BLOCK))),)](
+        self, acc, extra, index, state, n, rows, plane, P=partitions, S=SAMPLE, H=H,
+        HOT_MIN=hot_min if hot else 1 << 30, PER_ADDRESS=per_address,
+        MIN_COPIES=min(min_copies, partitions), BLOCK=BLOCK, num_warps=8)
+    if n:
+        DP = next_pow2(D)
+        sub = max(16, ROWS_A_STEP // DP)
+        wide = max(n * D, partitions * plane) >= 1 << 31
+        _scatter[(cdiv(n, sub * ITERS),)](acc, extra, index, values, state, n, rows, plane,
+                                          D=D, DP=DP, SUB=sub, ITERS=ITERS, P=partitions,
+                                          WIDE=wide, num_warps=4)
+    if partitions > 1 or not same:
+        _finish[(max(1, min(4 * sms, cdiv(plane, BLOCK))),)](
+            acc, extra, out, state, plane, P=partitions, SAME=same, BLOCK=BLOCK, CP=8)
+    return out

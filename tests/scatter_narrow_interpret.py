@@ -1,0 +1,63 @@
+"""Run under TRITON_INTERPRET=1 (``test_fx_scatter`` starts it): the narrow-row kernels of
+``commrt::partitioned_index_put`` on CPU tensors against a float64 index_add, and the
+plan they make from the indices."""
+
+import torch
+
+from commrt.fx.scatter_narrow import narrow_index_add
+
+TOL = {torch.float32: 1e-6, torch.bfloat16: 1e-2, torch.float16: 2e-3}
+
+
+def indices(dist: str, rows: int, n: int, g) -> torch.Tensor:
+    idx = torch.randint(0, rows, (n,), generator=g)
+    if dist == "hot":  # half into one row
+        idx[torch.rand(n, generator=g) < 0.5] = rows // 3
+    elif dist == "few":  # everything into three rows
+        idx = torch.tensor([1, rows - 1, rows // 2])[torch.randint(0, 3, (n,), generator=g)]
+    return idx
+
+
+def main() -> None:
+    g = torch.Generator().manual_seed(0)
+    cases = 0
+    # (rows, row shape, indices); () is 1-D values
+    for rows, shape, n in ((300, (), 5003), (40, (1,), 2001), (57, (3,), 1500),
+                           (20, (16,), 999)):
+        for dist in ("uniform", "hot", "few"):
+            for dtype in TOL:
+                base = torch.randn(rows, *shape, generator=g).to(dtype)
+                idx = indices(dist, rows, n, g)
+                idx[::7] -= rows  # negative indices count from the end
+                vals = torch.randn(n, *shape, generator=g).to(dtype)
+                ref = base.double().index_add(0, idx % rows, vals.double())
+                for itype in (torch.int64, torch.int32):
+                    # (copies, adds an address, hot rows): plain; copies; hot rows + copies
+                    for rule in ((1, 256, 0), (8, 1, 0), (4, 1, 16), (1, 256, 16)):
+                        state = torch.full((3 + max(1, rule[2]),), -7, dtype=torch.int32)
+                        got = narrow_index_add(base, idx.to(itype), vals, rule[0],
+                                               per_address=rule[1], min_copies=2,
+                                               hot=rule[2], hot_min=4, state=state)
+                        err = float((got.double() - ref).norm() / ref.norm())
+                        assert got.dtype == dtype and got.shape == base.shape and \
+                            err < TOL[dtype], (rows, shape, dist, dtype, itype, rule, err)
+                        p, bad, nhot = state[:3].tolist()
+                        hot = set(state[3:3 + nhot].tolist())
+                        assert bad == 0 and 1 <= p <= rule[0], state
+                        if rule[2]:  # the plan names the rows that take most of the sample
+                            want = {rows // 3} if dist == "hot" else \
+                                {1, rows - 1, rows // 2} if dist == "few" else set()
+                            assert want <= hot and (dist != "uniform" or rows < 64 or
+                                                    not hot), (dist, rows, hot)
+                        if rule[1] == 1 and rule[0] > 1 and dist == "uniform":
+                            assert p > 1, state  # contended: copies
+                        cases += 1
+    out = narrow_index_add(torch.zeros(4, 2), torch.tensor([0, 1, 99]), torch.ones(3, 2), 2)
+    assert out.isnan().all(), "an index out of range must poison the result"
+    out = narrow_index_add(torch.zeros(4), torch.tensor([0, -9]), torch.ones(2), 1)
+    assert out.isnan().all(), "an index out of range must poison the result"
+    print(f"ok {cases}")
+
+
+if __name__ == "__main__":
+    main()
