@@ -83,6 +83,9 @@ def test_narrow_kernels_against_float64(dtype, shape, rows):
         idx[::5] -= rows  # negative indices count from the end
         vals = torch.randn(n, *shape, device="cuda", generator=g).to(dtype)
         ref = base.double().index_add(0, idx % rows, vals.double())
+        # no worse than torch's own scatter (fp32 atomics into one row lose digits)
+        torch_err = float((base.index_add(0, idx % rows, vals).double() - ref).norm()
+                          / ref.norm())
         for itype in (torch.int64, torch.int32):
             i = idx.to(itype)
             # (copies, adds an address, hot rows): as shipped; plain; forced copies
@@ -102,7 +105,8 @@ def test_narrow_kernels_against_float64(dtype, shape, rows):
                     outs.append(captured.clone())
                 for out in outs:
                     err = float((out.double() - ref).norm() / ref.norm())
-                    assert out.dtype == dtype and err < tol, (dist, itype, rule, err)
+                    assert out.dtype == dtype and err < max(tol, 1.5 * torch_err), \
+                        (dist, itype, rule, err, torch_err)
                 p, bad, nhot = state[:3].tolist()
                 assert bad == 0 and 1 <= p <= rule[0], state
                 if rule[2] and dist == "hot":

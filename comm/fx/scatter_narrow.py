@@ -1,15 +1,17 @@
 """Triton kernels for accumulating scatters of narrow rows (1-D values, rows of up to
 ``NARROW_ROW`` elements) behind ``commrt::partitioned_index_put`` on CUDA.
 
-Two or three launches, no host sync; the plan is made on the GPU from the indices:
+Two to four launches, no host sync; the plan is made on the GPU from the indices:
 
-1. ``_init``: ``acc`` := ``self`` in fp32 (``acc`` is the output itself when that is fp32).
-   Program 0 reads a strided sample of ``SAMPLE`` indices and finds the *hot rows*: up to
-   ``HOT`` rows that occur at least ``HOT_MIN`` times in the sample, most frequent first.
-   From the rest of the sample it estimates the atomic adds an address takes (``n`` times
-   the chance that two adds share a row); under ``PER_ADDRESS`` one copy takes them (plain
-   atomics), else the power of two (``MIN_COPIES`` to ``P``) that brings them under. Every
-   program makes the same estimate and zeroes its share of the ``p - 1`` extra copies.
+1. The plan (``_plan``; in ``_init``'s program 0 where at most one copy is allowed, else a
+   one-program ``_plan_kernel`` first): a strided sample of ``SAMPLE`` indices gives the
+   *hot rows*, up to ``HOT`` rows that occur at least ``HOT_MIN`` times in it, most
+   frequent first. From the rest of the sample it estimates the atomic adds an address
+   takes (``n`` times the chance that two adds share a row); under ``PER_ADDRESS`` one
+   copy takes them (plain atomics), else the power of two (``MIN_COPIES`` to ``P``) that
+   brings them under.
+   ``_init``: ``acc`` := ``self`` in fp32 (``acc`` is the output itself when that is
+   fp32), the ``p - 1`` extra copies := 0.
 2. ``_scatter``: a program takes ``ITERS`` blocks of ``SUB`` rows. For each hot row it
    sums the block's rows that hit it and adds the sum once; every other row is added with
    an atomic to copy ``(row + program) % p``. An index out of range poisons the output
@@ -26,7 +28,7 @@ from commrt.symm_mem.launch import cdiv, next_pow2
 
 from .scatter_rule import HOT, HOT_MIN, MIN_COPIES, NARROW_PER_ADDRESS, NARROW_ROW, SAMPLE
 
-BLOCK = 1024  # elements a program step in _init and _finish
+BLOCK = 2048  # elements a program in _init and _finish
 ROWS_A_STEP = 1024  # value elements a _scatter block (SUB rows of DP columns)
 ITERS = 4  # blocks a _scatter program
 
@@ -70,33 +72,47 @@ def _plan(idx, n, rows, P: tl.constexpr, S: tl.constexpr, H: tl.constexpr,
 
 
 @triton.jit
+def _plan_store(idx, state, n, rows, P: tl.constexpr, S: tl.constexpr, H: tl.constexpr,
+                HOT_MIN: tl.constexpr, PER_ADDRESS: tl.constexpr, MIN_COPIES: tl.constexpr):
+    p, hot, nhot = _plan(idx, n, rows, P, S, H, HOT_MIN, PER_ADDRESS, MIN_COPIES)
+    tl.store(state + 3 + tl.arange(0, H), hot)
+    tl.store(state, p)
+    tl.store(state + 1, 0)
+    tl.store(state + 2, nhot)
+
+
+@triton.jit
+def _plan_kernel(idx, state, n, rows, P: tl.constexpr, S: tl.constexpr, H: tl.constexpr,
+                 HOT_MIN: tl.constexpr, PER_ADDRESS: tl.constexpr, MIN_COPIES: tl.constexpr):
+    _plan_store(idx, state, n, rows, P, S, H, HOT_MIN, PER_ADDRESS, MIN_COPIES)
+
+
+@triton.jit
 def _init(self_ptr, acc, extra, idx, state, n, rows, plane, P: tl.constexpr,
           S: tl.constexpr, H: tl.constexpr, HOT_MIN: tl.constexpr, PER_ADDRESS: tl.constexpr,
-          MIN_COPIES: tl.constexpr, BLOCK: tl.constexpr):
+          MIN_COPIES: tl.constexpr, BLOCK: tl.constexpr, WIDE: tl.constexpr):
+    # P == 1: program 0 also makes the plan; P > 1: _plan_kernel made it (p is needed here)
     pid = tl.program_id(0)
-    nprog = tl.num_programs(0)
-    p = 1
-    if (pid == 0) | (P > 1):  # every program needs p to zero its share of the copies
-        p, hot, nhot = _plan(idx, n, rows, P, S, H, HOT_MIN, PER_ADDRESS, MIN_COPIES)
+    if P == 1:
         if pid == 0:
-            tl.store(state + 3 + tl.arange(0, H), hot)
-            tl.store(state, p)
-            tl.store(state + 1, 0)
-            tl.store(state + 2, nhot)
-    for start in range(pid * BLOCK, plane, nprog * BLOCK):
-        offs = start + tl.arange(0, BLOCK)
-        m = offs < plane
-        tl.store(acc + offs, tl.load(self_ptr + offs, mask=m).to(tl.float32), mask=m)
+            _plan_store(idx, state, n, rows, P, S, H, HOT_MIN, PER_ADDRESS, MIN_COPIES)
+    if WIDE:
+        pid = pid.to(tl.int64)
+    offs = pid * BLOCK + tl.arange(0, BLOCK)
+    m = offs < plane
+    tl.store(acc + offs, tl.load(self_ptr + offs, mask=m).to(tl.float32), mask=m)
     if P > 1:
-        for start in range(pid * BLOCK, (p - 1) * plane, nprog * BLOCK):
-            offs = start + tl.arange(0, BLOCK)
-            tl.store(extra + offs, tl.zeros([BLOCK], tl.float32), mask=offs < (p - 1) * plane)
+        p = tl.load(state)
+        for c in range(p - 1):
+            c64 = tl.zeros([BLOCK], tl.int64) + c
+            tl.store(extra + c64 * plane + offs, tl.zeros([BLOCK], tl.float32), mask=m)
 
 
 @triton.jit
 def _scatter(acc, extra, idx, vals, state, n, rows, plane, D: tl.constexpr,
              DP: tl.constexpr, SUB: tl.constexpr, ITERS: tl.constexpr, P: tl.constexpr,
              WIDE: tl.constexpr):
+    # D == 1 (1-D values) runs on 1-D blocks; wider rows on [SUB, DP] blocks
     pid = tl.program_id(0)
     p = 1
     if P > 1:
@@ -117,23 +133,32 @@ def _scatter(acc, extra, idx, vals, state, n, rows, plane, D: tl.constexpr,
         ok = rm & (bad == 0)
         if not WIDE:
             i = i.to(tl.int32)  # in range, so it fits
-        v = tl.load(vals + r[:, None] * D + c[None, :], mask=ok[:, None] & cm[None, :],
-                    other=0).to(tl.float32)
+        if D == 1:
+            v = tl.load(vals + r, mask=ok, other=0).to(tl.float32)
+        else:
+            v = tl.load(vals + r[:, None] * D + c[None, :], mask=ok[:, None] & cm[None, :],
+                        other=0).to(tl.float32)
         plain = ok
         for k in range(nhot):  # one add a hot row a block
             h = tl.load(state + 3 + k)
             hit = ok & (i == h)
             plain = plain & (i != h)
-            s = tl.sum(tl.where(hit[:, None], v, 0.0), axis=0)
-            tl.atomic_add(acc + h * D + c, s, mask=cm, sem="relaxed")
+            if D == 1:
+                tl.atomic_add(acc + h, tl.sum(tl.where(hit, v, 0.0)), sem="relaxed")
+            else:
+                s = tl.sum(tl.where(hit[:, None], v, 0.0), axis=0)
+                tl.atomic_add(acc + h * D + c, s, mask=cm, sem="relaxed")
         off = i * D
         if P > 1:
             part = (r + pid) & (p - 1)  # p is a power of two
             dst = tl.where(part == 0, acc + off, extra + ((part - 1) * plane + off))
         else:
             dst = acc + off
-        tl.atomic_add(dst[:, None] + c[None, :], v, mask=plain[:, None] & cm[None, :],
-                      sem="relaxed")
+        if D == 1:
+            tl.atomic_add(dst, v, mask=plain, sem="relaxed")
+        else:
+            tl.atomic_add(dst[:, None] + c[None, :], v, mask=plain[:, None] & cm[None, :],
+                          sem="relaxed")
     if tl.max(bad_any) > 0:  # poison: NaN plus anything added before or after is NaN
         tl.store(state + 1, 1)
         for start in range(0, plane, 1024):
@@ -143,23 +168,23 @@ def _scatter(acc, extra, idx, vals, state, n, rows, plane, D: tl.constexpr,
 
 @triton.jit
 def _finish(acc, extra, out, state, plane, P: tl.constexpr, SAME: tl.constexpr,
-            BLOCK: tl.constexpr, CP: tl.constexpr):
+            BLOCK: tl.constexpr, CP: tl.constexpr, WIDE: tl.constexpr):
     pid = tl.program_id(0)
-    nprog = tl.num_programs(0)
+    if WIDE:
+        pid = pid.to(tl.int64)
     p = 1
     if P > 1:
         p = tl.load(state)
     if (p > 1) | (not SAME):
-        for start in range(pid * BLOCK, plane, nprog * BLOCK):
-            offs = start + tl.arange(0, BLOCK)
-            m = offs < plane
-            x = tl.load(acc + offs, mask=m, other=0)
-            for c0 in range(0, p - 1, CP):  # CP copies a step: loads in flight
-                cp = c0 + tl.arange(0, CP)
-                t = tl.load(extra + cp[:, None].to(tl.int64) * plane + offs[None, :],
-                            mask=(cp[:, None] < p - 1) & m[None, :], other=0)
-                x += tl.sum(t, axis=0)
-            tl.store(out + offs, x.to(out.dtype.element_ty), mask=m)
+        offs = pid * BLOCK + tl.arange(0, BLOCK)
+        m = offs < plane
+        x = tl.load(acc + offs, mask=m, other=0)
+        for c0 in range(0, p - 1, CP):  # CP copies a step: loads in flight
+            cp = c0 + tl.arange(0, CP)
+            t = tl.load(extra + cp[:, None].to(tl.int64) * plane + offs[None, :],
+                        mask=(cp[:, None] < p - 1) & m[None, :], other=0)
+            x += tl.sum(t, axis=0)
+        tl.store(out + offs, x.to(out.dtype.element_ty), mask=m)
 
 
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -198,20 +223,20 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
     H = max(1, hot)
     if state is None:
         state = torch.empty(3 + H, device=self.device, dtype=torch.int32)
-    sms = torch.cuda.get_device_properties(self.device).multi_processor_count \
-        if self.is_cuda else 4
-    _init[(max(1, min(2 * sms, cdiv(partitions * plane, BLOCK))),)](
-        self, acc, extra, index, state, n, rows, plane, P=partitions, S=SAMPLE, H=H,
-        HOT_MIN=hot_min if hot else 1 << 30, PER_ADDRESS=per_address,
-        MIN_COPIES=min(min_copies, partitions), BLOCK=BLOCK, num_warps=8)
+    plan = dict(P=partitions, S=SAMPLE, H=H, HOT_MIN=hot_min if hot else 1 << 30,
+                PER_ADDRESS=per_address, MIN_COPIES=min(min_copies, partitions))
+    wide = max(n * D, partitions * plane) >= 1 << 31
+    if partitions > 1:  # every _init program needs p
+        _plan_kernel[(1,)](index, state, n, rows, **plan, num_warps=8)
+    _init[(cdiv(plane, BLOCK),)](self, acc, extra, index, state, n, rows, plane, **plan,
+                                 BLOCK=BLOCK, WIDE=wide, num_warps=8 if partitions == 1 else 4)
     if n:
         DP = next_pow2(D)
         sub = max(16, ROWS_A_STEP // DP)
-        wide = max(n * D, partitions * plane) >= 1 << 31
         _scatter[(cdiv(n, sub * ITERS),)](acc, extra, index, values, state, n, rows, plane,
                                           D=D, DP=DP, SUB=sub, ITERS=ITERS, P=partitions,
                                           WIDE=wide, num_warps=4)
     if partitions > 1 or not same:
-        _finish[(max(1, min(4 * sms, cdiv(plane, BLOCK))),)](
-            acc, extra, out, state, plane, P=partitions, SAME=same, BLOCK=BLOCK, CP=8)
+        _finish[(cdiv(plane, BLOCK),)](acc, extra, out, state, plane, P=partitions,
+                                       SAME=same, BLOCK=BLOCK, CP=8, WIDE=wide, num_warps=4)
     return out

@@ -39,7 +39,7 @@ SAMPLE = 128  # indices sampled (strided) to estimate contention
 # NARROW_COPIES_PER_ROW values a row (fewer: no third launch).
 NARROW_ROW = 16
 HOT, HOT_MIN = 16, 4
-NARROW_PER_ADDRESS = 256
+NARROW_PER_ADDRESS = 1024
 NARROW_COPIES_PER_ROW = 32
 MAX_PARTITIONS = 128  # as Inductor's pass allows for outputs under 1M elements
 MEMORY_FRACTION = 0.05  # of device memory, for commrt's fp32 copies
