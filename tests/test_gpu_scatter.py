@@ -105,8 +105,9 @@ def test_narrow_kernels_against_float64(dtype, shape, rows):
                     outs.append(captured.clone())
                 for out in outs:
                     err = float((out.double() - ref).norm() / ref.norm())
-                    assert out.dtype == dtype and err < max(tol, 1.5 * torch_err), \
-                        (dist, itype, rule, err, torch_err)
+                    # a forced plan may add a hot row with plain fp32 atomics
+                    bound = max(tol, 1.5 * torch_err) if rule[2] else 5 * max(tol, torch_err)
+                    assert out.dtype == dtype and err < bound, (dist, itype, rule, err, torch_err)
                 p, bad, nhot = state[:3].tolist()
                 assert bad == 0 and 1 <= p <= rule[0], state
                 if rule[2] and dist == "hot":
