@@ -88,6 +88,19 @@ def _add_exact(acc, onehot, v, PARTS: tl.constexpr):
 
 
 @triton.jit
+def _rows_of(idx, r, n, rows, WIDE: tl.constexpr):
+    """(output row, in range, out of range) of value rows ``r``: negative indices count
+    from the end; rows are int32 unless WIDE."""
+    rm = r < n
+    i = tl.load(idx + r, mask=rm, other=0)
+    i = tl.where(i < 0, i + rows, i)
+    bad = rm & ((i < 0) | (i >= rows))
+    if not WIDE:
+        i = i.to(tl.int32)  # the rows in range fit
+    return i, rm & (bad == 0), bad
+
+
+@triton.jit
 def _scatter(copies, idx, vals, p_ptr, err, n, rows, D: tl.constexpr, R: tl.constexpr,
              BD: tl.constexpr, LEADERS: tl.constexpr, PARTS: tl.constexpr,
              WIDE: tl.constexpr):
@@ -98,14 +111,8 @@ def _scatter(copies, idx, vals, p_ptr, err, n, rows, D: tl.constexpr, R: tl.cons
     r = pid * R + j
     if WIDE:
         r = r.to(tl.int64)
-    rm = r < n
-    i = tl.load(idx + r, mask=rm, other=0)
-    i = tl.where(i < 0, i + rows, i)
-    bad = rm & ((i < 0) | (i >= rows))
+    i, ok, bad = _rows_of(idx, r, n, rows, WIDE)
     tl.store(err + 0 * r, 1, mask=bad)
-    ok = rm & (bad == 0)
-    if not WIDE:
-        i = i.to(tl.int32)  # in range, so it fits
     part = (pid + j) & (tl.load(p_ptr) - 1)  # p is a power of two
     dst = (part * rows + i) * D
     # same[a, b]: rows a and b add to one output row; first: the first row of each

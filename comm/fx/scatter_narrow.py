@@ -26,6 +26,7 @@ import triton.language as tl
 
 from commrt.symm_mem.launch import cdiv, next_pow2
 
+from .scatter_kernels import _rows_of
 from .scatter_rule import HOT, HOT_MIN, MIN_COPIES, NARROW_PER_ADDRESS, NARROW_ROW, SAMPLE
 
 BLOCK = 2048  # elements a program in _init and _finish
@@ -125,14 +126,8 @@ def _scatter(acc, extra, idx, vals, state, n, rows, plane, D: tl.constexpr,
         r = (pid * ITERS + it) * SUB + tl.arange(0, SUB)
         if WIDE:
             r = r.to(tl.int64)
-        rm = r < n
-        i = tl.load(idx + r, mask=rm, other=0)
-        i = tl.where(i < 0, i + rows, i)
-        bad = rm & ((i < 0) | (i >= rows))
+        i, ok, bad = _rows_of(idx, r, n, rows, WIDE)
         bad_any |= bad.to(tl.int32)
-        ok = rm & (bad == 0)
-        if not WIDE:
-            i = i.to(tl.int32)  # in range, so it fits
         if D == 1:
             v = tl.load(vals + r, mask=ok, other=0).to(tl.float32)
         else:
