@@ -70,10 +70,14 @@ REGIMES = [  # (rows, row width, indices, dtype, index_put, choice)
     (8, 4096, 1024, torch.float32, True, "inductor"),  # too few indices
     (1024, 100, 40_000, torch.bfloat16, False, "commrt"),  # bf16, fp32 sums
     (1024, 24, 262_144, torch.bfloat16, True, "inductor_partitioned"),  # past narrow
-    (8, 16, 262_144, torch.bfloat16, True, "commrt"),  # narrow rows: the GPU chooses
-    (1024, 16, 262_144, torch.bfloat16, False, "commrt"),
-    (1000, 1, 4_000_000, torch.float32, True, "commrt"),
-    (1 << 20, 1, 4_000_000, torch.float32, True, "commrt"),
+    (8, 16, 262_144, torch.bfloat16, True, "inductor_partitioned"),  # narrow, 32K a row
+    (1024, 16, 262_144, torch.bfloat16, False, "commrt"),  # Inductor keeps it as aten's
+    (1000, 1, 4_000_000, torch.float32, True, "inductor_partitioned"),  # 1-D, 4,000 a row
+    (8, 1, 4_000_000, torch.float32, True, "commrt"),  # 1-D on 8 rows: every row hot
+    (1024, 1, 4_000_000, torch.bfloat16, True, "commrt"),  # bf16 1-D: fp32 sums
+    (1 << 20, 1, 4_000_000, torch.float32, True, "commrt"),  # narrow rows: the GPU chooses
+    (1 << 20, 16, 262_144, torch.bfloat16, True, "inductor"),  # bf16, fewer than the rows
+    (65536, 4, 262_144, torch.float32, True, "commrt"),
     (65536, 4, 1 << 20, torch.float16, False, "commrt"),
     (1000, 1, 4000, torch.float32, True, "inductor"),  # too few indices
     (8, 100, 40_000, torch.int64, True, "inductor_partitioned"),  # integers: Inductor's
@@ -91,7 +95,8 @@ def test_rule_per_regime(rows, width, n, dtype, index_put, choice):
     (1024, 100, 200_000, torch.float32, "inductor_partitioned"),
     (1024, 100, 40_000, torch.float32, "inductor"),
     (1 << 20, 0, 4_000_000, torch.float32, "commrt"),
-    (8, 16, 262_144, torch.bfloat16, "commrt"),
+    (8, 16, 262_144, torch.bfloat16, "inductor_partitioned"),
+    (8, 0, 262_144, torch.bfloat16, "commrt"),
 ])
 def test_the_pass_follows_the_rule_on_traced_graphs(rows, width, n, dtype, choice):
     shape = (rows,) if width == 0 else (rows, width)

@@ -4,12 +4,12 @@
 Two to four launches, no host sync; the plan is made on the GPU from the indices:
 
 1. The plan (``_plan``; in ``_init``'s program 0 where at most one copy is allowed, else a
-   one-program ``_plan_kernel`` first): a strided sample of ``SAMPLE`` indices gives the
-   *hot rows*, up to ``HOT`` rows that occur at least ``HOT_MIN`` times in it, most
-   frequent first. From the rest of the sample it estimates the atomic adds an address
-   takes (``n`` times the chance that two adds share a row); under ``PER_ADDRESS`` one
-   copy takes them (plain atomics), else the power of two (``MIN_COPIES`` to ``P``) that
-   brings them under.
+   one-program ``_plan_kernel`` first): a strided sample of ``NARROW_SAMPLE`` indices
+   gives the *hot rows*, up to ``HOT`` rows that occur at least ``HOT_MIN`` times in it,
+   most frequent first. From the rest of the sample it estimates the atomic adds an
+   address takes (``n`` times the chance that two adds share a row, and no fewer than an
+   even spread over the rows gives); under ``PER_ADDRESS`` one copy takes them (plain
+   atomics), else the power of two (``MIN_COPIES`` to ``P``) that brings them under.
    ``_init``: ``acc`` := ``self`` in fp32 (``acc`` is the output itself when that is
    fp32), the ``p - 1`` extra copies := 0.
 2. ``_scatter``: a program takes ``ITERS`` blocks of ``SUB`` rows. For each hot row it
@@ -27,7 +27,7 @@ import triton.language as tl
 from commrt.symm_mem.launch import cdiv, next_pow2
 
 from .scatter_kernels import _rows_of
-from .scatter_rule import HOT, HOT_MIN, MIN_COPIES, NARROW_PER_ADDRESS, NARROW_ROW, SAMPLE
+from .scatter_rule import HOT, HOT_MIN, MIN_COPIES, NARROW_PER_ADDRESS, NARROW_ROW, NARROW_SAMPLE
 
 BLOCK = 2048  # elements a program in _init and _finish
 ROWS_A_STEP = 1024  # value elements a _scatter block (SUB rows of DP columns)
@@ -62,7 +62,9 @@ def _plan(idx, n, rows, P: tl.constexpr, S: tl.constexpr, H: tl.constexpr,
     same = tl.sum(tl.where(rest, count - 1, 0)).to(tl.float32)  # ordered equal pairs
     sampled = tl.maximum(tl.sum(valid.to(tl.int32)), 1).to(tl.float32)
     # adds an address takes, seen from an add: n_rest * P(two rest adds share a row)
-    adds = (n * m / sampled) * same / tl.maximum(m * (m - 1.0), 1.0)
+    n_rest = n * m / sampled
+    adds = n_rest * same / tl.maximum(m * (m - 1.0), 1.0)
+    adds = tl.maximum(adds, n_rest / rows)  # no fewer than an even spread gives
     p = MIN_COPIES
     while (p * PER_ADDRESS < adds) & (p < P):
         p *= 2
@@ -218,7 +220,7 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
     H = max(1, hot)
     if state is None:
         state = torch.empty(3 + H, device=self.device, dtype=torch.int32)
-    plan = dict(P=partitions, S=SAMPLE, H=H, HOT_MIN=hot_min if hot else 1 << 30,
+    plan = dict(P=partitions, S=NARROW_SAMPLE, H=H, HOT_MIN=hot_min if hot else 1 << 30,
                 PER_ADDRESS=per_address, MIN_COPIES=min(min_copies, partitions))
     wide = max(n * D, partitions * plane) >= 1 << 31
     if partitions > 1:  # every _init program needs p

@@ -11,10 +11,11 @@ number of indices, value dtype) and answers one of:
   (``torch._inductor.fx_passes.reduced_atomic_contention``), with its partition count;
 - ``inductor``: the scatter left as it is, to Inductor's plain atomics.
 
-Narrow rows always go to commrt's narrow kernels: whether they contend depends on the
-indices (one hot row among a million is as common as a histogram of eight bins), which
-only the GPU sees; those kernels cost what Inductor's plain scatter costs where nothing
-contends. Wide rows go to commrt's kernels where enough values land on each output row to
+Narrow rows go to commrt's narrow kernels: whether they contend depends on the indices
+(one hot row among a million is as common as a histogram of eight bins), which only the
+GPU sees. Two exceptions, measured: rows of 4 or more (and fp32 1-D values on more than
+``HOT`` rows) with ``NARROW_PARTITIONED`` values a row or more, where Inductor's partitions
+won, and half-precision outputs with no more indices than rows, left to Inductor. Wide rows go to commrt's kernels where enough values land on each output row to
 contend, and on half-precision rows, which they sum in fp32; elsewhere to Inductor:
 partitioned where every output row takes many values, plain elsewhere.
 """
@@ -34,11 +35,11 @@ BLOCK_ROWS = 16
 LEADERS = 14
 SAMPLE = 128  # indices sampled (strided) to estimate contention
 # Narrow rows (scatter_narrow): rows of at most NARROW_ROW elements; up to HOT rows that
-# take HOT_MIN of the sample are summed a block before one add; the rest go to copies
+# take HOT_MIN of a sample of NARROW_SAMPLE indices are summed a block before one add; the rest go to copies
 # where an address expects over NARROW_PER_ADDRESS adds; copies at all only from
 # NARROW_COPIES_PER_ROW values a row (fewer: no third launch).
 NARROW_ROW = 16
-HOT, HOT_MIN = 16, 4
+HOT, HOT_MIN, NARROW_SAMPLE = 16, 4, 64
 NARROW_PER_ADDRESS = 1024
 NARROW_COPIES_PER_ROW = 32
 MAX_PARTITIONS = 128  # as Inductor's pass allows for outputs under 1M elements
@@ -56,6 +57,13 @@ HALF_CONTENDED = 32  # ... fp16/bf16 rows of WIDE_ROW or more
 HALF_ROW, HALF_NARROW_CONTENDED = 16, 2048  # ... fp16/bf16 rows of 16 to WIDE_ROW
 MIN_INDICES = 4096  # fewer indices leave the GPU idle (16 rows a program)
 INDUCTOR_CONTENDED = 64  # values per output row from which Inductor's partitions pay
+# Narrow rows that commrt leaves to Inductor (benchmarks/results/scatter_grid_NVIDIA_H200.md,
+# 06eb09f): Inductor's partitions won every cell of rows of 4 and 16 with 256 values a row
+# or more, and of fp32 1-D values on 1,024 rows; commrt's hot rows won 1-D values on 8
+# rows. Half-precision outputs with as many rows as indices or more: commrt's fp32 copy of
+# the output (two passes over it) cost more than Inductor's scatter saved.
+NARROW_PARTITIONED = 256  # values per output row
+NARROW_PARTITIONED_ROW = 4  # from this row width, or fp32 on more than HOT rows
 INDUCTOR_MIN_INDICES = 4096  # Inductor's partitioned_scatter_min_index_size
 INDUCTOR_MEMORY = 0.10  # Inductor's partitioned_scatter_memory_budget
 
@@ -73,6 +81,13 @@ def decide(rows: int, width: int, n: int, dtype: torch.dtype,
     """
     per_row = n / max(1, rows)
     if dtype in NARROW_DTYPES and width <= NARROW_ROW and n >= MIN_INDICES:
+        if dtype in HALF and n <= rows:
+            return INDUCTOR, (f"{dtype} rows of {width}, no more indices than rows: an fp32 "
+                              "copy of the output costs more than the scatter")
+        if index_put and per_row >= NARROW_PARTITIONED and (
+                width >= NARROW_PARTITIONED_ROW or dtype not in HALF and rows > HOT):
+            return INDUCTOR_PARTITIONED, (f"narrow rows of {width}, {per_row:.0f} values a "
+                                          "row: Inductor's partitions")
         return COMMRT, (f"narrow rows of {width}, {per_row:.0f} values a row: hot rows and "
                         "copies chosen on the GPU")
     if dtype.is_floating_point and n >= MIN_INDICES:
