@@ -15,9 +15,10 @@ Narrow rows go to commrt's narrow kernels: whether they contend depends on the i
 (one hot row among a million is as common as a histogram of eight bins), which only the
 GPU sees. Two exceptions, measured: rows of 4 or more (and fp32 1-D values on more than
 ``HOT`` rows) with ``NARROW_PARTITIONED`` values a row or more, where Inductor's partitions
-won, and half-precision outputs with no more indices than rows, left to Inductor. Wide rows go to commrt's kernels where enough values land on each output row to
-contend, and on half-precision rows, which they sum in fp32; elsewhere to Inductor:
-partitioned where every output row takes many values, plain elsewhere.
+won, and half-precision outputs with no more indices than rows, left to Inductor.
+Wide rows go to commrt's kernels where enough values land on each output row to contend,
+and on half-precision rows, which they sum in fp32; elsewhere to Inductor: partitioned
+where every output row takes many values, plain elsewhere.
 """
 
 from __future__ import annotations
@@ -35,9 +36,9 @@ BLOCK_ROWS = 16
 LEADERS = 14
 SAMPLE = 128  # indices sampled (strided) to estimate contention
 # Narrow rows (scatter_narrow): rows of at most NARROW_ROW elements; up to HOT rows that
-# take HOT_MIN of a sample of NARROW_SAMPLE indices are summed a block before one add; the rest go to copies
-# where an address expects over NARROW_PER_ADDRESS adds; copies at all only from
-# NARROW_COPIES_PER_ROW values a row (fewer: no third launch).
+# take HOT_MIN of a sample of NARROW_SAMPLE indices are summed a block before one add; the
+# rest go to copies where an address expects over NARROW_PER_ADDRESS adds; copies at all
+# only from NARROW_COPIES_PER_ROW values a row (fewer: no third launch).
 NARROW_ROW = 16
 HOT, HOT_MIN, NARROW_SAMPLE = 16, 4, 64
 NARROW_PER_ADDRESS = 1024
