@@ -78,6 +78,9 @@ REGIMES = [  # (rows, row width, indices, dtype, index_put, choice)
     (1 << 20, 1, 4_000_000, torch.float32, True, "commrt"),  # narrow rows: the GPU chooses
     (1 << 20, 16, 262_144, torch.bfloat16, True, "inductor"),  # bf16, fewer than the rows
     (65536, 4, 262_144, torch.float32, True, "commrt"),
+    (1024, 16, 262_144, torch.float32, True, "commrt"),  # fp32 rows of 16, 256 a row
+    (1024, 16, 262_144, torch.bfloat16, True, "inductor_partitioned"),  # bf16: partitions
+    (1 << 20, 4, 1 << 20, torch.bfloat16, True, "commrt"),  # as many indices as rows
     (65536, 4, 1 << 20, torch.float16, False, "commrt"),
     (1000, 1, 4000, torch.float32, True, "inductor"),  # too few indices
     (8, 100, 40_000, torch.int64, True, "inductor_partitioned"),  # integers: Inductor's

@@ -11,8 +11,8 @@ CASES = [  # (op, dtype, row width (0: 1-D), rows, indices, expected choice)
     ("index_add", torch.bfloat16, 16, 8, 100_000, "commrt"),  # bf16 rows, fp32 sums
     ("index_put", torch.float32, 0, 8, 1 << 20, "commrt"),  # 1-D, eight rows: hot rows
     ("index_add", torch.float32, 4, 1 << 20, 1 << 20, "commrt"),  # narrow, spread
-    ("index_put", torch.float32, 16, 1024, 1 << 18, "inductor_partitioned"),  # narrow, 256
-    ("index_put", torch.bfloat16, 16, 1 << 16, 1 << 16, "inductor"),  # bf16, one a row
+    ("index_put", torch.float32, 4, 1024, 1 << 20, "inductor_partitioned"),  # narrow, 1024
+    ("index_put", torch.bfloat16, 16, 1 << 16, 1 << 15, "inductor"),  # bf16, half a row
     ("index_put", torch.float32, 100, 1024, 200_000, "inductor_partitioned"),  # wide
     ("index_put", torch.float32, 1024, 1 << 14, 1024, "inductor"),  # wide, no contention
 ]

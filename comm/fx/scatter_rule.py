@@ -14,8 +14,9 @@ number of indices, value dtype) and answers one of:
 Narrow rows go to commrt's narrow kernels: whether they contend depends on the indices
 (one hot row among a million is as common as a histogram of eight bins), which only the
 GPU sees. Two exceptions, measured: rows of 4 or more (and fp32 1-D values on more than
-``HOT`` rows) with ``NARROW_PARTITIONED`` values a row or more, where Inductor's partitions
-won, and half-precision outputs with no more indices than rows, left to Inductor.
+``HOT`` rows) with ``NARROW_PARTITIONED`` values a row or more (``_HALF`` for fp16/bf16),
+where Inductor's partitions won, and half-precision outputs with fewer indices than rows,
+left to Inductor.
 Wide rows go to commrt's kernels where enough values land on each output row to contend,
 and on half-precision rows, which they sum in fp32; elsewhere to Inductor: partitioned
 where every output row takes many values, plain elsewhere.
@@ -59,11 +60,13 @@ HALF_ROW, HALF_NARROW_CONTENDED = 16, 2048  # ... fp16/bf16 rows of 16 to WIDE_R
 MIN_INDICES = 4096  # fewer indices leave the GPU idle (16 rows a program)
 INDUCTOR_CONTENDED = 64  # values per output row from which Inductor's partitions pay
 # Narrow rows that commrt leaves to Inductor (benchmarks/results/scatter_grid_NVIDIA_H200.md,
-# 06eb09f): Inductor's partitions won every cell of rows of 4 and 16 with 256 values a row
-# or more, and of fp32 1-D values on 1,024 rows; commrt's hot rows won 1-D values on 8
-# rows. Half-precision outputs with as many rows as indices or more: commrt's fp32 copy of
-# the output (two passes over it) cost more than Inductor's scatter saved.
-NARROW_PARTITIONED = 256  # values per output row
+# 06eb09f and 544ae5e): Inductor's partitions won every cell of rows of 4 and 16 with 1,024
+# values a row or more (bf16: 256), and of fp32 1-D values on 1,024 rows; commrt's hot rows
+# won 1-D values on 8 rows, and fp32 rows of 16 with 256 a row (Inductor's partitions, as
+# this pass inlines them, were 7x slower there). Half-precision outputs with more rows than
+# indices: commrt's fp32 copy of the output (two passes over it) cost more than Inductor's
+# scatter saved.
+NARROW_PARTITIONED, NARROW_PARTITIONED_HALF = 1024, 256  # values per output row
 NARROW_PARTITIONED_ROW = 4  # from this row width, or fp32 on more than HOT rows
 INDUCTOR_MIN_INDICES = 4096  # Inductor's partitioned_scatter_min_index_size
 INDUCTOR_MEMORY = 0.10  # Inductor's partitioned_scatter_memory_budget
@@ -82,10 +85,11 @@ def decide(rows: int, width: int, n: int, dtype: torch.dtype,
     """
     per_row = n / max(1, rows)
     if dtype in NARROW_DTYPES and width <= NARROW_ROW and n >= MIN_INDICES:
-        if dtype in HALF and n <= rows:
-            return INDUCTOR, (f"{dtype} rows of {width}, no more indices than rows: an fp32 "
-                              "copy of the output costs more than the scatter")
-        if index_put and per_row >= NARROW_PARTITIONED and (
+        if dtype in HALF and n < rows:
+            return INDUCTOR, (f"{dtype} rows of {width}, fewer indices than rows: an fp32 copy "
+                              "of the output costs more than the scatter")
+        crowded = NARROW_PARTITIONED_HALF if dtype in HALF else NARROW_PARTITIONED
+        if index_put and per_row >= crowded and (
                 width >= NARROW_PARTITIONED_ROW or dtype not in HALF and rows > HOT):
             return INDUCTOR_PARTITIONED, (f"narrow rows of {width}, {per_row:.0f} values a "
                                           "row: Inductor's partitions")
