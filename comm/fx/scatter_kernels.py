@@ -160,6 +160,18 @@ def scatter_config(D: int, dtype: torch.dtype) -> dict:
                 LEADERS=LEADERS, PARTS=PARTS[dtype])
 
 
+def scatter_shape(self: torch.Tensor, index: torch.Tensor, values: torch.Tensor,
+                  partitions: int, dtypes: tuple, name: str) -> tuple[int, int, int]:
+    """(output rows, indices, elements a row) of a scatter, after checking ``partitions``
+    (a power of two) and the value dtype (one of ``dtypes``)."""
+    if partitions < 1 or partitions & (partitions - 1):
+        raise ValueError(f"partitions must be a power of two, got {partitions}")
+    if values.dtype not in dtypes:
+        raise TypeError(f"{name} takes {list(dtypes)} values, got {values.dtype}")
+    rows = self.shape[0]
+    return rows, index.numel(), self.numel() // max(1, rows)
+
+
 def partitioned_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tensor,
                           partitions: int, per_address: int = PER_ADDRESS,
                           min_copies: int = MIN_COPIES, leaders: int = LEADERS) -> torch.Tensor:
@@ -168,12 +180,8 @@ def partitioned_index_add(self: torch.Tensor, index: torch.Tensor, values: torch
     ``self`` and ``values`` contiguous floating tensors, ``values`` shaped
     ``[len(index), *self.shape[1:]]``.
     """
-    if partitions < 1 or partitions & (partitions - 1):
-        raise ValueError(f"partitions must be a power of two, got {partitions}")
-    if values.dtype not in PARTS:
-        raise TypeError(f"partitioned_index_add takes {list(PARTS)} values, got {values.dtype}")
-    rows, n = self.shape[0], index.numel()
-    D = self.numel() // max(1, rows)
+    rows, n, D = scatter_shape(self, index, values, partitions, tuple(PARTS),
+                               "partitioned_index_add")
     out = torch.empty_like(self)
     if out.numel() == 0:
         return out

@@ -26,7 +26,7 @@ import triton.language as tl
 
 from commrt.symm_mem.launch import cdiv, next_pow2
 
-from .scatter_kernels import _rows_of
+from .scatter_kernels import _rows_of, scatter_shape
 from .scatter_rule import HOT, HOT_MIN, MIN_COPIES, NARROW_PER_ADDRESS, NARROW_ROW, NARROW_SAMPLE
 
 BLOCK = 2048  # elements a program in _init and _finish
@@ -200,12 +200,7 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
     power of two; 0: none); ``state``: int32 ``[3 + max(1, hot)]`` on the device to hold
     the plan (copies, error, hot rows, the hot rows), for a caller that reads it.
     """
-    if partitions < 1 or partitions & (partitions - 1):
-        raise ValueError(f"partitions must be a power of two, got {partitions}")
-    if values.dtype not in DTYPES:
-        raise TypeError(f"narrow_index_add takes {list(DTYPES)} values, got {values.dtype}")
-    rows, n = self.shape[0], index.numel()
-    D = self.numel() // max(1, rows)
+    rows, n, D = scatter_shape(self, index, values, partitions, DTYPES, "narrow_index_add")
     if D > NARROW_ROW or rows >= 1 << 31:
         raise ValueError(f"narrow_index_add takes rows of at most {NARROW_ROW} elements and "
                          f"fewer than 2**31 rows, got {rows} rows of {D}")
