@@ -77,7 +77,8 @@ def main() -> None:
     base = torch.zeros(rows, d, device=dev)
     plane = rows * d
     copies = torch.zeros(big_p * plane, device=dev)
-    state = torch.zeros(2, device=dev, dtype=torch.int32)
+    acc, extra = copies[:plane], copies[plane:]  # copy 0, the others
+    state = torch.zeros(3, device=dev, dtype=torch.int32)  # p, error, may combine
     scratch = torch.empty_like(base)  # what the timed sum kernels write
     sink = torch.empty(n, device=dev)  # what the read-floor kernel writes
     out = {}
@@ -97,10 +98,10 @@ def main() -> None:
 
                 def run(cfg=cfg, warps=warps, idx=idx):
                     sk._scatter[(triton.cdiv(n, cfg["R"]),)](
-                        copies, idx, vals, state[0:1], state[1:2], n, rows, WIDE=False,
+                        acc, extra, idx, vals, state, n, rows, WIDE=False,
                         num_warps=warps, **cfg)
                 copies.zero_()
-                state[0], state[1] = 16, 0
+                state[0], state[1], state[2] = 16, 0, 1
                 run()
                 e = float((copies.view(big_p, rows, d)[:16].sum(0).double()
                            - ref).norm() / ref.norm())
@@ -109,14 +110,14 @@ def main() -> None:
                     print(f"k={k} {mode} {name}: WRONG, rel err {e:.2e}", flush=True)
                     continue
                 for p in PS:
-                    state[0], state[1] = p, 0
+                    state[0], state[1], state[2] = p, 0, 1
                     row["scatter"][f"{mode} p{p} {name}"] = bench(run)
         for p in (16, 128):
             state[0] = p
             for block in (64, 128, 256):
                 row[f"sum p{p} b{block}"] = bench(lambda block=block: sk._sum[
-                    (triton.cdiv(plane, block),)](copies, scratch, state[0:1], state[1:2], plane,
-                                                  BLOCK=block, CP=16))
+                    (min(triton.cdiv(plane, block), sk.SUM_PROGRAMS),)](
+                        acc, extra, scratch, state, plane, SAME=False, BLOCK=block, CP=16))
         if k == 0:  # reading the values, with no atomics: the floor
             row["read floor"] = {f"r{r} w{w}": bench(lambda r=r, w=w: _read_rows[
                 (triton.cdiv(n, r),)](vals, sink, n, D=d, R=r, BD=128, num_warps=w))
@@ -125,8 +126,8 @@ def main() -> None:
             print("   read floor " + " ".join(f"{c} {v:.3f}" for c, v in
                                              row["read floor"].items()), flush=True)
         row["prepare"] = bench(lambda idx=idx: sk._prepare[(264,)](
-            base, copies, idx, state[0:1], state[1:2], n, rows, d, P=big_p, SAMPLE=sc.SAMPLE,
-            PER_ADDRESS=sc.PER_ADDRESS, MIN_COPIES=sc.MIN_COPIES, R=sc.BLOCK_ROWS,
+            base, acc, extra, idx, state, n, rows, plane, P=big_p, SAMPLE=sc.SAMPLE,
+            SHIFTS=sc.SHIFTS, PER_ADDRESS=sc.PER_ADDRESS, MIN_COPIES=sc.MIN_COPIES, R=sc.BLOCK_ROWS,
             LEADERS=sc.LEADERS, BLOCK=4096))
         row["chosen_p"] = int(state[0])
         best = min(row["scatter"], key=row["scatter"].get)

@@ -28,6 +28,16 @@ def main() -> None:
                     assert got.dtype == dtype and err < TOL[dtype], (rows, d, n, k, dtype,
                                                                     itype, rule, err)
                     cases += 1
+    # the copies chosen from the sample: every index on one row, spread, sorted into 4 runs
+    n, state = 1024, torch.zeros(3, dtype=torch.int32)
+    for idx, rows, want in ((torch.zeros(n, dtype=torch.long), 64, 8),
+                            (torch.arange(n), n, 1),
+                            (torch.arange(n) * 4 // n, 4, 8)):
+        vals = torch.randn(n, 2, generator=g)
+        got = partitioned_index_add(torch.zeros(rows, 2), idx, vals, 8, per_address=64,
+                                    min_copies=2, leaders=-1, state=state)
+        assert int(state[0]) == want, (rows, int(state[0]), want)
+        assert torch.allclose(got, torch.zeros(rows, 2).index_add(0, idx, vals), atol=1e-4)
     out = partitioned_index_add(torch.zeros(4, 2), torch.tensor([0, 1, 99]), torch.ones(3, 2),
                                 2)
     assert out.isnan().all(), "an index out of range must poison the result"

@@ -15,9 +15,9 @@ Inductor's partitioned scatter (``p`` copies along dim 0, ``index_put`` at
 
 ``partitioned_index_put`` spreads colliding writes over at most ``partitions`` fp32 copies
 of the output and sums them. How many copies is chosen on the GPU from the indices, with
-no host sync: a strided sample's distinct rows estimate the atomic adds an address takes;
-one copy (plain atomics) while that stays under ``PER_ADDRESS``, else the power of two
-(``MIN_COPIES`` to ``partitions``) that brings it under. On CUDA (floating values) the
+no host sync: equal pairs in a strided sample of the indices estimate the atomic adds an
+address takes; one copy (plain atomics) while that stays under ``PER_ADDRESS``, else the
+power of two (``MIN_COPIES`` to ``partitions``) that brings it under. On CUDA (floating values) the
 Triton kernels of ``scatter_kernels`` also sum the rows of a program that share an index
 before adding them; elsewhere, and for integer values, the copies are torch ops.
 """
@@ -39,6 +39,7 @@ from .scatter_rule import (
     NARROW_ROW,
     PER_ADDRESS,
     SAMPLE,
+    SHIFTS,
     decide,
     inductor_partitions,
     partitions_for,
@@ -73,9 +74,16 @@ def _partitioned_index_put_torch(self: torch.Tensor, index: torch.Tensor,
     rows, n = self.shape[0], index.shape[0]
     index = torch.where(index < 0, index + rows, index).long()
     step = max(1, n // SAMPLE)
-    sample = index[::step][:SAMPLE].sort().values
-    distinct = 1 + (sample[1:] != sample[:-1]).sum()
-    need = (n + distinct * PER_ADDRESS - 1) // (distinct * PER_ADDRESS)
+    sample = index[::step][:SAMPLE]
+    pos = torch.arange(SAMPLE, device=index.device)
+    equal = pairs = 0
+    for s in range(SHIFTS):  # the kernels' estimate: equal pairs with shifted samples
+        q = (pos + 1 + s * (SAMPLE // (2 * SHIFTS))) % SAMPLE
+        both = (pos < sample.numel()) & (q < sample.numel())
+        equal = equal + (sample[pos[both]] == sample[q[both]]).sum()
+        pairs += int(both.sum())
+    adds = n * equal / max(1, pairs)
+    need = torch.ceil(adds / PER_ADDRESS)
     p = (2 ** torch.ceil(torch.log2(need.clamp_min(1).double()))).long()
     p = p.clamp(min(MIN_COPIES, partitions), partitions)
     p = torch.where(need <= 1, torch.ones_like(p), p)  # one copy: plain atomics

@@ -2,18 +2,21 @@
 
 Three launches, no host sync:
 
-1. ``_prepare``: estimates contention from a strided sample of the indices (distinct
-   rows among ``SAMPLE``) and picks ``p``: 1 (plain atomics) where the expected atomic adds
-   per address (after combining, below) stay under ``PER_ADDRESS``, else the power of two
-   (``MIN_COPIES`` to ``P``) that brings them under; stores it on the device and fills the
-   copies used: copy 0 := ``self`` (fp32), copies 1..p-1 := 0.
-2. ``_scatter``: a program takes ``R`` value rows. When at most ``LEADERS`` distinct
-   indices occur among them it first sums the rows that share an index (a 0/1 matrix
+1. ``_prepare``: estimates contention from a strided sample of the indices (the share of
+   equal pairs between ``SAMPLE`` indices and ``SHIFTS`` shifts of them) and picks ``p``:
+   1 (plain atomics) where the expected atomic adds per address (after combining, below)
+   stay under ``PER_ADDRESS``, else the power of two (``MIN_COPIES`` to ``P``) that brings
+   them under; stores it on the device and fills the copies used: copy 0 := ``self`` in
+   fp32 (the output itself when that is fp32), the ``p - 1`` extra copies := 0.
+2. ``_scatter``: a program takes ``R`` value rows. When the sample says that one copy
+   would take over ``PER_ADDRESS`` adds an address, and at most ``LEADERS`` distinct
+   indices occur among the rows, it first sums the rows that share an index (a 0/1 matrix
    times the rows, on tensor cores, exact: fp32 values are split into three tf32 parts)
    and adds one row per distinct index; otherwise it adds every row. Row ``j`` of
    program ``b`` goes to copy ``(b + j) % p``.
-3. ``_sum``: the output := sum of the first ``p`` copies, in the output's dtype; an index
-   out of range poisons it with NaN (the plain op would raise a device-side assert).
+3. ``_sum`` (a no-op where copy 0 is the output and ``p == 1``): the output := sum of the
+   ``p`` copies, in the output's dtype; an index out of range poisons it with NaN (the
+   plain op would raise a device-side assert).
 """
 
 import torch
@@ -22,32 +25,48 @@ import triton.language as tl
 
 from commrt.symm_mem.launch import cdiv, next_pow2
 
-from .scatter_rule import BLOCK_ROWS, LEADERS, MIN_COPIES, PER_ADDRESS, SAMPLE
+from .scatter_rule import BLOCK_ROWS, LEADERS, MIN_COPIES, PER_ADDRESS, SAMPLE, SHIFTS
 
 
 @triton.jit
-def _prepare(self_ptr, copies, idx, p_out, err, n, rows, D, P: tl.constexpr,
-             SAMPLE: tl.constexpr, PER_ADDRESS: tl.constexpr, MIN_COPIES: tl.constexpr,
-             R: tl.constexpr, LEADERS: tl.constexpr, BLOCK: tl.constexpr):
-    # Every program estimates p (the same way, so alike) and fills its share of the
-    # p copies actually used: copy 0 := self (fp32), the rest := 0.
+def _prepare(self_ptr, acc, extra, idx, state, n, rows, plane, P: tl.constexpr,
+             SAMPLE: tl.constexpr, SHIFTS: tl.constexpr, PER_ADDRESS: tl.constexpr,
+             MIN_COPIES: tl.constexpr, R: tl.constexpr, LEADERS: tl.constexpr,
+             BLOCK: tl.constexpr):
+    # Every program copies its share of self into acc (fp32) while its sample loads, then
+    # estimates p (the same way, so alike) and zeroes its share of the p - 1 extra copies.
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
-    # distinct rows among SAMPLE strided indices (as int32: a wrong guess for an index out
-    # of range only changes p)
+    # The chance that two indices share a row: equal pairs among SAMPLE strided indices
+    # and the same sample shifted by SHIFTS spread offsets (spread, so that sorted indices
+    # count as what they are). No matrix: loads of one sample, elementwise compares.
     step = tl.maximum(n // SAMPLE, 1)
     pos = tl.arange(0, SAMPLE)
     valid = pos * step < n
     a = tl.load(idx + pos * step, mask=valid, other=0)
-    a = tl.where(a < 0, a + rows, a).to(tl.int32)
-    seen = (a[:, None] == a[None, :]) & (pos[None, :] < pos[:, None]) & valid[None, :]
-    distinct = tl.sum((valid & (tl.max(seen.to(tl.int32), axis=1) == 0)).to(tl.int32))
-    # Atomic adds an address expects: n / d adding every row; combining, one per program
-    # of R rows that holds the index, (n / R) * (1 - (1 - 1/d)**R), where a program
-    # expects at most LEADERS distinct indices (indices drawn uniformly).
-    d = tl.maximum(distinct, 1).to(tl.float32)
-    adds = n / d
+    for start in range(pid * BLOCK, plane, nprog * BLOCK):
+        offs = start + tl.arange(0, BLOCK)
+        v = tl.load(self_ptr + offs, mask=offs < plane).to(tl.float32)
+        tl.store(acc + offs, v, mask=offs < plane)
+    a = tl.where(a < 0, a + rows, a)
+    equal = tl.zeros([SAMPLE], tl.int32)
+    pairs = tl.zeros([SAMPLE], tl.int32)
+    for s in tl.static_range(SHIFTS):
+        q = (pos + 1 + s * (SAMPLE // (2 * SHIFTS))) % SAMPLE
+        both = valid & (q * step < n)
+        b = tl.load(idx + q * step, mask=both, other=0)  # the sample's lines: cached
+        b = tl.where(b < 0, b + rows, b)
+        equal += (both & (a == b)).to(tl.int32)
+        pairs += both.to(tl.int32)
+    share = tl.sum(equal).to(tl.float32) / tl.maximum(tl.sum(pairs), 1).to(tl.float32)
+    # Atomic adds an address expects, seen from an add: n * share adding every row (n / d
+    # for d rows drawn uniformly); combining, one per program of R rows that holds the
+    # index, (n / R) * (1 - (1 - 1/d)**R), where a program expects at most LEADERS
+    # distinct indices.
+    adds = n * share
+    contended = adds > PER_ADDRESS  # programs combine rows only then
     if LEADERS >= 0:
+        d = 1.0 / tl.maximum(share, 1e-6)
         hit = 1.0 - tl.exp(R * tl.log(tl.maximum(1.0 - 1.0 / d, 1e-30)))
         if d * hit <= LEADERS:
             adds = (n / R) * hit
@@ -56,14 +75,13 @@ def _prepare(self_ptr, copies, idx, p_out, err, n, rows, D, P: tl.constexpr,
         p *= 2
     if adds <= PER_ADDRESS:  # one copy takes it: plain atomics
         p = 1
-    plane = rows * D
-    for start in range(pid * BLOCK, p * plane, nprog * BLOCK):
+    for start in range(pid * BLOCK, (p - 1) * plane, nprog * BLOCK):
         offs = start + tl.arange(0, BLOCK)
-        v = tl.load(self_ptr + offs, mask=offs < plane, other=0).to(tl.float32)
-        tl.store(copies + offs, v, mask=offs < p * plane)
+        tl.store(extra + offs, tl.zeros([BLOCK], tl.float32), mask=offs < (p - 1) * plane)
     if pid == 0:
-        tl.store(p_out, p)
-        tl.store(err, 0)
+        tl.store(state, p)
+        tl.store(state + 1, 0)
+        tl.store(state + 2, contended.to(tl.int32))
 
 
 @triton.jit
@@ -101,7 +119,7 @@ def _rows_of(idx, r, n, rows, WIDE: tl.constexpr):
 
 
 @triton.jit
-def _scatter(copies, idx, vals, p_ptr, err, n, rows, D: tl.constexpr, R: tl.constexpr,
+def _scatter(acc, extra, idx, vals, state, n, rows, D: tl.constexpr, R: tl.constexpr,
              BD: tl.constexpr, LEADERS: tl.constexpr, PARTS: tl.constexpr,
              WIDE: tl.constexpr):
     # D is a compile-time constant; offsets are int32 unless an operand holds 2**31
@@ -112,15 +130,15 @@ def _scatter(copies, idx, vals, p_ptr, err, n, rows, D: tl.constexpr, R: tl.cons
     if WIDE:
         r = r.to(tl.int64)
     i, ok, bad = _rows_of(idx, r, n, rows, WIDE)
-    tl.store(err + 0 * r, 1, mask=bad)
-    part = (pid + j) & (tl.load(p_ptr) - 1)  # p is a power of two
-    dst = (part * rows + i) * D
+    tl.store(state + 1 + 0 * r, 1, mask=bad)
+    part = (pid + j) & (tl.load(state) - 1)  # p is a power of two
+    dst = tl.where(part == 0, acc + i * D, extra + ((part - 1) * rows + i) * D)
     # same[a, b]: rows a and b add to one output row; first: the first row of each
     same = (i[:, None] == i[None, :]) & ok[:, None] & ok[None, :]
     first = ok & (tl.max((same & (j[None, :] < j[:, None])).to(tl.int32), axis=1) == 0)
     combine = False  # unused code is dropped when LEADERS < 0
     if LEADERS >= 0:
-        combine = tl.sum(first.to(tl.int32)) <= LEADERS
+        combine = (tl.load(state + 2) != 0) & (tl.sum(first.to(tl.int32)) <= LEADERS)
     for c0 in range(0, D, BD):
         c = c0 + tl.arange(0, BD)
         cm = c < D
@@ -128,29 +146,37 @@ def _scatter(copies, idx, vals, p_ptr, err, n, rows, D: tl.constexpr, R: tl.cons
                     other=0).to(tl.float32)
         if combine:
             s = _add_exact(tl.zeros([R, BD], tl.float32), tl.where(same, 1.0, 0.0), v, PARTS)
-            tl.atomic_add(copies + dst[:, None] + c[None, :], s,
+            tl.atomic_add(dst[:, None] + c[None, :], s,
                           mask=first[:, None] & cm[None, :], sem="relaxed")
         else:
-            tl.atomic_add(copies + dst[:, None] + c[None, :], v,
+            tl.atomic_add(dst[:, None] + c[None, :], v,
                           mask=ok[:, None] & cm[None, :], sem="relaxed")
 
 
 @triton.jit
-def _sum(copies, out, p_ptr, err, plane, BLOCK: tl.constexpr, CP: tl.constexpr):
-    # CP copies a step, so that up to 128 copies are read with enough loads in flight
-    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    m = offs < plane
-    p = tl.load(p_ptr)
-    acc = tl.zeros([BLOCK], tl.float32)
-    for c0 in range(0, p, CP):
-        c = (c0 + tl.arange(0, CP)).to(tl.int64)
-        t = tl.load(copies + c[:, None] * plane + offs[None, :],
-                    mask=(c[:, None] < p) & m[None, :], other=0)
-        acc += tl.sum(t, axis=0)
-    acc = tl.where(tl.load(err) != 0, float("nan"), acc)
-    tl.store(out + offs, acc.to(out.dtype.element_ty), mask=m)
+def _sum(acc, extra, out, state, plane, SAME: tl.constexpr, BLOCK: tl.constexpr,
+         CP: tl.constexpr):
+    # out := acc + the p - 1 extra copies; nothing to do where acc is out and p == 1 (a
+    # capped grid, so that doing nothing costs little). CP copies a step, so that up to
+    # 127 copies are read with enough loads in flight.
+    p = tl.load(state)
+    bad = tl.load(state + 1) != 0
+    if (p > 1) | bad | (not SAME):
+        step = tl.num_programs(0).to(tl.int64) * BLOCK
+        for start in range(tl.program_id(0).to(tl.int64) * BLOCK, plane, step):
+            offs = start + tl.arange(0, BLOCK)
+            m = offs < plane
+            x = tl.load(acc + offs, mask=m, other=0)
+            for c0 in range(0, p - 1, CP):
+                c = (c0 + tl.arange(0, CP)).to(tl.int64)
+                t = tl.load(extra + c[:, None] * plane + offs[None, :],
+                            mask=(c[:, None] < p - 1) & m[None, :], other=0)
+                x += tl.sum(t, axis=0)
+            x = tl.where(bad, float("nan"), x)
+            tl.store(out + offs, x.to(out.dtype.element_ty), mask=m)
 
 
+SUM_PROGRAMS = 2048  # the most _sum programs (each loops over the plane)
 PARTS = {torch.float32: 3, torch.float16: 1, torch.bfloat16: 1}  # tf32 pieces of a value
 
 
@@ -174,11 +200,13 @@ def scatter_shape(self: torch.Tensor, index: torch.Tensor, values: torch.Tensor,
 
 def partitioned_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tensor,
                           partitions: int, per_address: int = PER_ADDRESS,
-                          min_copies: int = MIN_COPIES, leaders: int = LEADERS) -> torch.Tensor:
+                          min_copies: int = MIN_COPIES, leaders: int = LEADERS,
+                          state: torch.Tensor | None = None) -> torch.Tensor:
     """``self.index_add(0, index, values)`` (a new tensor) with the scheme above.
 
     ``self`` and ``values`` contiguous floating tensors, ``values`` shaped
-    ``[len(index), *self.shape[1:]]``.
+    ``[len(index), *self.shape[1:]]``; ``state``: int32 ``[3]`` on the device to hold the
+    plan (copies, error, whether programs may combine rows), for a caller that reads it.
     """
     rows, n, D = scatter_shape(self, index, values, partitions, tuple(PARTS),
                                "partitioned_index_add")
@@ -186,17 +214,21 @@ def partitioned_index_add(self: torch.Tensor, index: torch.Tensor, values: torch
     if out.numel() == 0:
         return out
     plane = rows * D
-    copies = torch.empty(partitions * plane, device=self.device, dtype=torch.float32)
-    state = torch.empty(2, device=self.device, dtype=torch.int32)  # [p, error]
-    p, err = state[0:1], state[1:2]
+    same = out.dtype == torch.float32
+    acc = out if same else torch.empty(plane, device=self.device, dtype=torch.float32)
+    extra = torch.empty(max(1, (partitions - 1) * plane), device=self.device,
+                        dtype=torch.float32)
+    if state is None:
+        state = torch.empty(3, device=self.device, dtype=torch.int32)
     cfg = dict(scatter_config(D, values.dtype), LEADERS=leaders)
     _prepare[(max(1, min(264, cdiv(partitions * plane, 4096))),)](
-        self, copies, index, p, err, n, rows, D, P=partitions, SAMPLE=SAMPLE,
-        PER_ADDRESS=per_address, MIN_COPIES=min(min_copies, partitions), R=cfg["R"],
-        LEADERS=leaders, BLOCK=4096)
+        self, acc, extra, index, state, n, rows, plane, P=partitions, SAMPLE=SAMPLE,
+        SHIFTS=SHIFTS, PER_ADDRESS=per_address, MIN_COPIES=min(min_copies, partitions),
+        R=cfg["R"], LEADERS=leaders, BLOCK=4096)
     if n * D:
         wide = max(n * D, partitions * plane) >= 1 << 31
-        _scatter[(cdiv(n, cfg["R"]),)](copies, index, values, p, err, n, rows, WIDE=wide,
-                                             num_warps=4, **cfg)
-    _sum[(cdiv(plane, 256),)](copies, out, p, err, plane, BLOCK=256, CP=16)
+        _scatter[(cdiv(n, cfg["R"]),)](acc, extra, index, values, state, n, rows,
+                                       WIDE=wide, num_warps=4, **cfg)
+    _sum[(min(cdiv(plane, 256), SUM_PROGRAMS),)](acc, extra, out, state, plane, SAME=same,
+                                                 BLOCK=256, CP=16)
     return out

@@ -35,7 +35,7 @@ PER_ADDRESS = 512
 MIN_COPIES = 16
 BLOCK_ROWS = 16
 LEADERS = 14
-SAMPLE = 128  # indices sampled (strided) to estimate contention
+SAMPLE, SHIFTS = 128, 8  # indices sampled (strided), and shifted copies compared with them
 # Narrow rows (scatter_narrow): rows of at most NARROW_ROW elements; up to HOT rows that
 # take HOT_MIN of a sample of NARROW_SAMPLE indices are summed a block before one add; the
 # rest go to copies where an address expects over NARROW_PER_ADDRESS adds; copies at all
