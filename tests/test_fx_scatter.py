@@ -64,8 +64,13 @@ def test_rewrite_fires_and_keeps_the_sums(fn, dtype, idx_dtype, k, choice):
 
 REGIMES = [  # (rows, row width, indices, dtype, index_put, choice)
     (501, 100, 1_000_000, torch.float32, False, "commrt"),  # the seed: wide, contended
-    (8, 100, 40_000, torch.float32, True, "commrt"),  # wide, 5,000 a row
-    (1024, 100, 40_000, torch.float32, True, "inductor"),  # wide, 40 a row
+    (8, 100, 400_000, torch.float32, True, "commrt"),  # wide, 50,000 a row, 40M values
+    (8, 100, 40_000, torch.float32, True, "inductor_partitioned"),  # 5,000 a row, 4M values
+    (1024, 100, 40_000, torch.float32, True, "commrt"),  # wide, 40 a row: hot rows on the GPU
+    (65536, 100, 40_000, torch.float32, True, "commrt"),  # under one a row: one copy
+    (1024, 1024, 4096, torch.float32, True, "inductor"),  # 4 a row, 4,096 indices
+    (8, 1024, 4096, torch.bfloat16, True, "inductor_partitioned"),  # 512 a row, 4M values
+    (8, 1024, 40_000, torch.bfloat16, True, "commrt"),  # 5,000 a row, 40M values
     (1024, 100, 200_000, torch.float32, True, "inductor_partitioned"),  # wide, 195 a row
     (8, 4096, 1024, torch.float32, True, "inductor"),  # too few indices
     (1024, 100, 40_000, torch.bfloat16, False, "commrt"),  # bf16, fp32 sums
@@ -94,9 +99,10 @@ def test_rule_per_regime(rows, width, n, dtype, index_put, choice):
 
 
 @pytest.mark.parametrize("rows,width,n,dtype,choice", [
-    (8, 100, 40_000, torch.float32, "commrt"),
+    (8, 100, 40_000, torch.float32, "inductor_partitioned"),
     (1024, 100, 200_000, torch.float32, "inductor_partitioned"),
-    (1024, 100, 40_000, torch.float32, "inductor"),
+    (1024, 100, 40_000, torch.float32, "commrt"),
+    (1024, 1024, 4096, torch.float32, "inductor"),
     (1 << 20, 0, 4_000_000, torch.float32, "commrt"),
     (8, 16, 262_144, torch.bfloat16, "inductor_partitioned"),
     (8, 0, 262_144, torch.bfloat16, "commrt"),
@@ -173,7 +179,8 @@ def test_dynamic_shapes_and_the_memory_cap_skip():
     gm = make_fx(index_put, tracing_mode="symbolic")(*args)
     rep = partitioned_scatter(gm)
     assert rep.rewritten == 0 and any("dynamic" in s for s in rep.skipped)
-    wide = (torch.randn(ROWS, 100), args[1], torch.randn(N, 100))
+    wide = (torch.randn(ROWS, 100, dtype=torch.bfloat16), args[1],
+            torch.randn(N, 100, dtype=torch.bfloat16))  # an fp32 copy over the cap
     gm = make_fx(index_put, tracing_mode="fake")(*wide)
     rep = partitioned_scatter(gm, memory_fraction=1e-12, rule=forced("commrt"))
     assert rep.rewritten == 0 and any("memory cap" in s for s in rep.skipped)
@@ -198,7 +205,8 @@ def test_off_by_default_and_switched_by_the_config(monkeypatch):
         import torch._inductor.config as ic
 
         g = torch.Generator().manual_seed(0)  # a shape the rule gives to commrt
-        args = (torch.randn(8, 100, generator=g), torch.randint(0, 8, (40_000,), generator=g),
+        args = (torch.randn(1024, 100, generator=g),
+                torch.randint(0, 1024, (40_000,), generator=g),
                 torch.randn(40_000, 100, generator=g))
         commrt.fx.last_reports.clear()
         torch._dynamo.reset()

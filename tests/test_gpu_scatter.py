@@ -15,6 +15,9 @@ CASES = [  # (op, dtype, row width (0: 1-D), rows, indices, expected choice)
     ("index_put", torch.bfloat16, 16, 1 << 16, 1 << 15, "inductor"),  # bf16, half a row
     ("index_put", torch.float32, 100, 1024, 200_000, "inductor_partitioned"),  # wide
     ("index_put", torch.float32, 1024, 1 << 14, 1024, "inductor"),  # wide, no contention
+    ("index_put", torch.float32, 100, 1024, 40_000, "commrt"),  # wide, 40 a row
+    ("index_put", torch.float32, 100, 1 << 16, 40_000, "commrt"),  # wide, one copy: the output
+    ("index_put", torch.bfloat16, 100, 8, 40_000, "inductor_partitioned"),  # small, crowded
 ]
 OPS = {"index_add": lambda o, i, v: o.index_add(0, i, v),
        "index_put": lambda o, i, v: o.index_put((i,), v, accumulate=True)}

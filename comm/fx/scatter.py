@@ -32,6 +32,7 @@ import torch.fx as fx
 
 from .scatter_rule import (
     COMMRT,
+    HALF,
     INDUCTOR,
     INDUCTOR_PARTITIONED,
     MEMORY_FRACTION,
@@ -200,7 +201,7 @@ def _rewrite(graph, node, self_, index, values, fraction, rule) -> tuple[str, st
     acc_bytes = 4 if sv.dtype in (torch.bfloat16, torch.float16) else sv.element_size()
     narrow = width <= NARROW_ROW
     p = partitions_for(rows, n, acc_bytes * width, memory, fraction, narrow)
-    if p < 2 and not narrow:
+    if p < 2 and not narrow and sv.dtype in HALF:  # fp32: the output is the one copy
         return INDUCTOR, f"{why}; too few values a row, or copies over the memory cap"
     with graph.inserting_before(node):
         new = graph.call_function(torch.ops.commrt.partitioned_index_put.default,

@@ -30,8 +30,8 @@ from .scatter_kernels import _rows_of, scatter_shape
 from .scatter_rule import HOT, HOT_MIN, MIN_COPIES, NARROW_PER_ADDRESS, NARROW_ROW, NARROW_SAMPLE
 
 BLOCK = 2048  # elements a program in _init and _finish
-ROWS_A_STEP = 512  # value elements a _scatter block (SUB rows of DP columns)
-ITERS = 1  # blocks a _scatter program
+ROWS_A_STEP = 1024  # value elements a _scatter block (SUB rows of DP columns)
+ITERS = 4  # blocks a _scatter program
 
 
 @triton.jit

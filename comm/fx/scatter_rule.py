@@ -17,9 +17,12 @@ GPU sees. Two exceptions, measured: rows of 4 or more (and fp32 1-D values on mo
 ``HOT`` rows) with ``NARROW_PARTITIONED`` values a row or more (``_HALF`` for fp16/bf16),
 where Inductor's partitions won, and half-precision outputs with fewer indices than rows,
 left to Inductor.
-Wide rows go to commrt's kernels where enough values land on each output row to contend,
-and on half-precision rows, which they sum in fp32; elsewhere to Inductor: partitioned
-where every output row takes many values, plain elsewhere.
+Wide rows go to commrt's kernels where enough values land on each output row to contend
+(half-precision rows, which they sum in fp32, from fewer), except on scatters of under
+``WIDE_MIN_VALUES`` value elements, where Inductor's partitions won; fp32 rows with few
+values a row but many indices go to them too (one hot row is found on the GPU, and the
+output is their one copy); elsewhere to Inductor: partitioned where every output row takes
+many values, plain elsewhere.
 """
 
 from __future__ import annotations
@@ -58,6 +61,13 @@ FP32_CONTENDED = 1024  # values per output row from which they take fp32 rows
 HALF_CONTENDED = 32  # ... fp16/bf16 rows of WIDE_ROW or more
 HALF_ROW, HALF_NARROW_CONTENDED = 16, 2048  # ... fp16/bf16 rows of 16 to WIDE_ROW
 MIN_INDICES = 4096  # fewer indices leave the GPU idle (16 rows a program)
+# From the grid at c636681 (every cell 4M value elements): Inductor's partitions beat the
+# kernels on crowded wide rows there (fp32 rows of 100 on 8 rows, bf16 index_put of rows of
+# 100 and 1024), which the kernels beat on the seed benchmark's 100M (scatter_sm90-h200.json);
+# on fp32 rows of 100 with 41 a row the kernels' hot rows won 1.3-2.3x where one row was
+# hot, and lost 1.35x on uniform indices, where Inductor's plain scatter lost 2-4.6x on hot.
+WIDE_MIN_VALUES = 1 << 24  # value elements from which the kernels take crowded wide rows
+FP32_SPREAD_INDICES = 16384  # fp32 wide rows with fewer than INDUCTOR_CONTENDED a row
 INDUCTOR_CONTENDED = 64  # values per output row from which Inductor's partitions pay
 # Narrow rows that commrt leaves to Inductor (benchmarks/results/scatter_grid_NVIDIA_H200.md,
 # 06eb09f and 544ae5e): Inductor's partitions won every cell of rows of 4 and 16 with 1,024
@@ -96,11 +106,19 @@ def decide(rows: int, width: int, n: int, dtype: torch.dtype,
         return COMMRT, (f"narrow rows of {width}, {per_row:.0f} values a row: hot rows and "
                         "copies chosen on the GPU")
     if dtype.is_floating_point and n >= MIN_INDICES:
+        small = n * width < WIDE_MIN_VALUES  # Inductor's partitions win where they apply
         if dtype in HALF and (width >= WIDE_ROW and per_row >= HALF_CONTENDED or
                               width >= HALF_ROW and per_row >= HALF_NARROW_CONTENDED):
+            if small and index_put:
+                return INDUCTOR_PARTITIONED, (f"{dtype} rows of {width}, {per_row:.0f} a "
+                                              f"row, {n * width} values: Inductor's partitions")
             return COMMRT, f"{dtype} rows of {width} summed in fp32, {per_row:.0f} a row"
-        if dtype not in HALF and width >= WIDE_ROW and per_row >= FP32_CONTENDED:
-            return COMMRT, f"rows of {width} with {per_row:.0f} values a row"
+        if dtype not in HALF and width >= WIDE_ROW:
+            if per_row >= FP32_CONTENDED and not (small and index_put):
+                return COMMRT, f"rows of {width} with {per_row:.0f} values a row"
+            if per_row < INDUCTOR_CONTENDED and n >= FP32_SPREAD_INDICES:
+                return COMMRT, (f"rows of {width} with {per_row:.0f} values a row, {n} "
+                                "indices: contention found on the GPU")
     if index_put and n >= INDUCTOR_MIN_INDICES and per_row >= INDUCTOR_CONTENDED:
         return INDUCTOR_PARTITIONED, f"rows of {width} with {per_row:.0f} values a row"
     return INDUCTOR, f"rows of {width} with {per_row:.0f} values a row"
