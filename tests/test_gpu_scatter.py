@@ -16,7 +16,7 @@ CASES = [  # (op, dtype, row width (0: 1-D), rows, indices, expected choice)
     ("index_put", torch.float32, 100, 1024, 200_000, "inductor_partitioned"),  # wide
     ("index_put", torch.float32, 1024, 1 << 14, 1024, "inductor"),  # wide, no contention
     ("index_put", torch.float32, 100, 1024, 40_000, "commrt"),  # wide, 40 a row
-    ("index_put", torch.float32, 100, 1 << 16, 40_000, "commrt"),  # wide, one copy: the output
+    ("index_put", torch.float32, 100, 4096, 80_000, "commrt"),  # wide, 19 a row
     ("index_put", torch.bfloat16, 100, 8, 40_000, "inductor_partitioned"),  # small, crowded
 ]
 OPS = {"index_add": lambda o, i, v: o.index_add(0, i, v),
@@ -55,7 +55,12 @@ def test_pass_on_gpu_against_float64(op, dtype, width, rows, n, choice, dist):
     rep = [r for k, r in commrt.fx.last_reports if k == "partitioned_scatter"][-1]
     assert rep.scatters == 1 and rep.decisions[0].split(": ")[1].startswith(choice), rep
     tol = 1e-5 if dtype == torch.float32 else 1e-2
-    assert got.dtype == dtype and err(got) <= max(tol, 1.5 * err(plain)), (err(got), err(plain))
+    # left to Inductor: the same graph as plain's, whose bf16 atomics add in another order
+    # each run (its error moved 1.85x between two runs of one hot case)
+    slack = 3.0 if choice == "inductor" else 1.5
+    if choice == "inductor":
+        assert rep.rewritten == 0 and rep.inductor_partitioned == 0, rep
+    assert got.dtype == dtype and err(got) <= max(tol, slack * err(plain)), (err(got), err(plain))
 
 
 def _indices(dist: str, rows: int, n: int, g) -> torch.Tensor:

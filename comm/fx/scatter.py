@@ -17,9 +17,9 @@ Inductor's partitioned scatter (``p`` copies along dim 0, ``index_put`` at
 of the output and sums them. How many copies is chosen on the GPU from the indices, with
 no host sync: equal pairs in a strided sample of the indices estimate the atomic adds an
 address takes; one copy (plain atomics) while that stays under ``PER_ADDRESS``, else the
-power of two (``MIN_COPIES`` to ``partitions``) that brings it under. On CUDA (floating values) the
-Triton kernels of ``scatter_kernels`` also sum the rows of a program that share an index
-before adding them; elsewhere, and for integer values, the copies are torch ops.
+power of two (``MIN_COPIES`` to ``partitions``) that brings it under. On CUDA (floating
+values) the Triton kernels of ``scatter_kernels`` also sum the rows of a program that share
+an index before adding them; elsewhere, and for integer values, the copies are torch ops.
 """
 
 from __future__ import annotations

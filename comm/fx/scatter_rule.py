@@ -19,9 +19,8 @@ where Inductor's partitions won, and half-precision outputs with fewer indices t
 left to Inductor.
 Wide rows go to commrt's kernels where enough values land on each output row to contend
 (half-precision rows, which they sum in fp32, from fewer), except on scatters of under
-``WIDE_MIN_VALUES`` value elements, where Inductor's partitions won; fp32 rows with few
-values a row but many indices go to them too (one hot row is found on the GPU, and the
-output is their one copy); elsewhere to Inductor: partitioned where every output row takes
+``WIDE_MIN_VALUES`` value elements, where Inductor's partitions won; fp32 rows with tens
+of values a row and many indices go to them too (a hot row is found on the GPU); elsewhere to Inductor: partitioned where every output row takes
 many values, plain elsewhere.
 """
 
@@ -65,9 +64,12 @@ MIN_INDICES = 4096  # fewer indices leave the GPU idle (16 rows a program)
 # kernels on crowded wide rows there (fp32 rows of 100 on 8 rows, bf16 index_put of rows of
 # 100 and 1024), which the kernels beat on the seed benchmark's 100M (scatter_sm90-h200.json);
 # on fp32 rows of 100 with 41 a row the kernels' hot rows won 1.3-2.3x where one row was
-# hot, and lost 1.35x on uniform indices, where Inductor's plain scatter lost 2-4.6x on hot.
+# hot, and lost 1.35x on uniform indices, where Inductor's plain scatter lost 2-4.6x on hot;
+# with under one a row (65,536 rows, at 8e8c16a) they lost 1.2x on uniform and skewed
+# indices and won 3.5x on a hot row: left to Inductor, as uniform indices are the common case.
 WIDE_MIN_VALUES = 1 << 24  # value elements from which the kernels take crowded wide rows
-FP32_SPREAD_INDICES = 16384  # fp32 wide rows with fewer than INDUCTOR_CONTENDED a row
+FP32_SPREAD_INDICES = 16384  # fp32 wide rows with fewer than INDUCTOR_CONTENDED a row:
+FP32_SPREAD_PER_ROW = 16  # ... to the kernels from this many indices and values a row
 INDUCTOR_CONTENDED = 64  # values per output row from which Inductor's partitions pay
 # Narrow rows that commrt leaves to Inductor (benchmarks/results/scatter_grid_NVIDIA_H200.md,
 # 06eb09f and 544ae5e): Inductor's partitions won every cell of rows of 4 and 16 with 1,024
@@ -116,7 +118,8 @@ def decide(rows: int, width: int, n: int, dtype: torch.dtype,
         if dtype not in HALF and width >= WIDE_ROW:
             if per_row >= FP32_CONTENDED and not (small and index_put):
                 return COMMRT, f"rows of {width} with {per_row:.0f} values a row"
-            if per_row < INDUCTOR_CONTENDED and n >= FP32_SPREAD_INDICES:
+            if FP32_SPREAD_PER_ROW <= per_row < INDUCTOR_CONTENDED and \
+                    n >= FP32_SPREAD_INDICES:
                 return COMMRT, (f"rows of {width} with {per_row:.0f} values a row, {n} "
                                 "indices: contention found on the GPU")
     if index_put and n >= INDUCTOR_MIN_INDICES and per_row >= INDUCTOR_CONTENDED:
