@@ -110,7 +110,8 @@ def seed(args) -> None:
     path = os.path.join(args.out_dir, f"scatter_{name}.json")
     meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
             "triton": triton.__version__, "date": datetime.date.today().isoformat(),
-            "command": "python " + " ".join(sys.argv), **vars(args)}
+            "command": "python " + " ".join(sys.argv),
+            "commit": os.environ.get("GIT_COMMIT") or _git_commit(), **vars(args)}
     with open(path, "w") as f:
         json.dump({"meta": meta, "results": rows, "commrt_pass": report}, f, indent=1)
     print(f"wrote {path}", flush=True)
