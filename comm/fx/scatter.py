@@ -198,7 +198,7 @@ def _rewrite(graph, node, self_, index, values, fraction, rule) -> tuple[str, st
         return choice, f"{why}; {p} partitions"
     if choice != COMMRT:
         return choice, why
-    acc_bytes = 4 if sv.dtype in (torch.bfloat16, torch.float16) else sv.element_size()
+    acc_bytes = 4 if sv.dtype in HALF else sv.element_size()
     narrow = width <= NARROW_ROW
     p = partitions_for(rows, n, acc_bytes * width, memory, fraction, narrow)
     if p < 2 and not narrow and sv.dtype in HALF:  # fp32: the output is the one copy

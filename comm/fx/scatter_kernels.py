@@ -156,9 +156,10 @@ def _scatter(acc, extra, idx, vals, state, n, rows, D: tl.constexpr, R: tl.const
 @triton.jit
 def _sum(acc, extra, out, state, plane, SAME: tl.constexpr, BLOCK: tl.constexpr,
          CP: tl.constexpr):
-    # out := acc + the p - 1 extra copies; nothing to do where acc is out and p == 1 (a
-    # capped grid, so that doing nothing costs little). CP copies a step, so that up to
-    # 127 copies are read with enough loads in flight.
+    # out := acc + the p - 1 extra copies (NaN where state[1] flags an index out of range);
+    # nothing to do where acc is out and p == 1 (a capped grid, so that doing nothing costs
+    # little). CP copies a step, so that up to 127 copies are read with enough loads in
+    # flight. Also the narrow kernels' last step (their state starts with p and the flag).
     p = tl.load(state)
     bad = tl.load(state + 1) != 0
     if (p > 1) | bad | (not SAME):

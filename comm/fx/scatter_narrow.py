@@ -16,8 +16,8 @@ Two to four launches, no host sync; the plan is made on the GPU from the indices
    sums the block's rows that hit it and adds the sum once; every other row is added with
    an atomic to copy ``(row + program) % p``. An index out of range poisons the output
    with NaN (the plain op raises a device-side assert).
-3. ``_finish`` (only where ``P > 1`` or the output is not fp32): output := ``acc`` plus
-   the ``p - 1`` extra copies, in the output's dtype.
+3. ``scatter_kernels._sum`` (only where ``P > 1`` or the output is not fp32): output :=
+   ``acc`` plus the ``p - 1`` extra copies, in the output's dtype.
 """
 
 import torch
@@ -26,10 +26,10 @@ import triton.language as tl
 
 from commrt.symm_mem.launch import cdiv, next_pow2
 
-from .scatter_kernels import _rows_of, scatter_shape
+from .scatter_kernels import SUM_PROGRAMS, _rows_of, _sum, scatter_shape
 from .scatter_rule import HOT, HOT_MIN, MIN_COPIES, NARROW_PER_ADDRESS, NARROW_ROW, NARROW_SAMPLE
 
-BLOCK = 2048  # elements a program in _init and _finish
+BLOCK = 2048  # elements a program in _init and _sum
 ROWS_A_STEP = 1024  # value elements a _scatter block (SUB rows of DP columns)
 ITERS = 4  # blocks a _scatter program
 
@@ -163,27 +163,6 @@ def _scatter(acc, extra, idx, vals, state, n, rows, plane, D: tl.constexpr,
             tl.store(acc + offs, tl.full([1024], float("nan"), tl.float32), mask=offs < plane)
 
 
-@triton.jit
-def _finish(acc, extra, out, state, plane, P: tl.constexpr, SAME: tl.constexpr,
-            BLOCK: tl.constexpr, CP: tl.constexpr, WIDE: tl.constexpr):
-    pid = tl.program_id(0)
-    if WIDE:
-        pid = pid.to(tl.int64)
-    p = 1
-    if P > 1:
-        p = tl.load(state)
-    if (p > 1) | (not SAME):
-        offs = pid * BLOCK + tl.arange(0, BLOCK)
-        m = offs < plane
-        x = tl.load(acc + offs, mask=m, other=0)
-        for c0 in range(0, p - 1, CP):  # CP copies a step: loads in flight
-            cp = c0 + tl.arange(0, CP)
-            t = tl.load(extra + cp[:, None].to(tl.int64) * plane + offs[None, :],
-                        mask=(cp[:, None] < p - 1) & m[None, :], other=0)
-            x += tl.sum(t, axis=0)
-        tl.store(out + offs, x.to(out.dtype.element_ty), mask=m)
-
-
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
@@ -229,6 +208,7 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
                                           D=D, DP=DP, SUB=sub, ITERS=ITERS, P=partitions,
                                           WIDE=wide, num_warps=4)
     if partitions > 1 or not same:
-        _finish[(cdiv(plane, BLOCK),)](acc, extra, out, state, plane, P=partitions,
-                                       SAME=same, BLOCK=BLOCK, CP=8, WIDE=wide, num_warps=4)
+        _sum[(min(cdiv(plane, BLOCK), SUM_PROGRAMS),)](acc, extra, out, state, plane,
+                                                       SAME=same, BLOCK=BLOCK, CP=8,
+                                                       num_warps=4)
     return out

@@ -20,8 +20,9 @@ left to Inductor.
 Wide rows go to commrt's kernels where enough values land on each output row to contend
 (half-precision rows, which they sum in fp32, from fewer), except on scatters of under
 ``WIDE_MIN_VALUES`` value elements, where Inductor's partitions won; fp32 rows with tens
-of values a row and many indices go to them too (a hot row is found on the GPU); elsewhere to Inductor: partitioned where every output row takes
-many values, plain elsewhere.
+of values a row and many indices go to them too (a hot row is found on the GPU);
+elsewhere to Inductor: partitioned where every output row takes many values, plain
+elsewhere.
 """
 
 from __future__ import annotations
