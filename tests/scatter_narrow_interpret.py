@@ -32,12 +32,14 @@ def main() -> None:
                 vals = torch.randn(n, *shape, generator=g).to(dtype)
                 ref = base.double().index_add(0, idx % rows, vals.double())
                 for itype in (torch.int64, torch.int32):
-                    # (copies, adds an address, hot rows): plain; copies; hot rows + copies
-                    for rule in ((1, 256, 0), (8, 1, 0), (4, 1, 16), (1, 256, 16)):
+                    # (copies, adds an address, hot rows): plain; copies; hot rows + copies;
+                    # hot rows (each of the "few" rows takes about 330 adds: over 64)
+                    for rule in ((1, 256, 0), (8, 1, 0), (4, 1, 16), (1, 64, 16)):
                         state = torch.full((3 + max(1, rule[2]),), -7, dtype=torch.int32)
                         got = narrow_index_add(base, idx.to(itype), vals, rule[0],
                                                per_address=rule[1], min_copies=2,
-                                               hot=rule[2], hot_min=4, state=state)
+                                               hot=rule[2], hot_min=4, hot_adds=rule[1],
+                                               state=state)
                         err = float((got.double() - ref).norm() / ref.norm())
                         assert got.dtype == dtype and got.shape == base.shape and \
                             err < TOL[dtype], (rows, shape, dist, dtype, itype, rule, err)
@@ -52,6 +54,19 @@ def main() -> None:
                         if rule[1] == 1 and rule[0] > 1 and dist == "uniform":
                             assert p > 1, state  # contended: copies
                         cases += 1
+    # ten rows of 9% each: copies take them where allowed, else they are hot rows
+    idx = torch.randint(0, 1000, (20000,), generator=g)
+    few = torch.rand(20000, generator=g) < 0.9
+    idx[few] = torch.randint(0, 10, (int(few.sum()),), generator=g)
+    base, vals = torch.randn(1000, generator=g), torch.randn(20000, generator=g)
+    ref = base.double().index_add(0, idx, vals.double())
+    for copies, want_copies in ((8, True), (1, False)):
+        state = torch.zeros(3 + 16, dtype=torch.int32)
+        got = narrow_index_add(base, idx, vals, copies, per_address=512, min_copies=2,
+                               hot_adds=1024, state=state)
+        assert float((got.double() - ref).norm() / ref.norm()) < TOL[torch.float32]
+        p, _, nhot = state[:3].tolist()
+        assert (p > 1 and nhot == 0) if want_copies else (p == 1 and nhot >= 5), state
     out = narrow_index_add(torch.zeros(4, 2), torch.tensor([0, 1, 99]), torch.ones(3, 2), 2)
     assert out.isnan().all(), "an index out of range must poison the result"
     out = narrow_index_add(torch.zeros(4), torch.tensor([0, -9]), torch.ones(2), 1)

@@ -100,7 +100,7 @@ def test_narrow_kernels_against_float64(dtype, shape, rows):
         for itype in (torch.int64, torch.int32):
             i = idx.to(itype)
             # (copies, adds an address, hot rows): as shipped; plain; forced copies
-            for rule in ((64, 256, 16), (1, 256, 0), (16, 1, 0)):
+            for rule in ((64, 128, 16), (1, 256, 0), (16, 1, 0)):
                 state = torch.empty(3 + max(1, rule[2]), device="cuda", dtype=torch.int32)
 
                 def call(rule=rule, i=i, state=state, base=base, vals=vals):

@@ -142,8 +142,8 @@ def _scatter(acc, extra, idx, vals, state, n, rows, D: tl.constexpr, R: tl.const
     for c0 in range(0, D, BD):
         c = c0 + tl.arange(0, BD)
         cm = c < D
-        v = tl.load(vals + r[:, None] * D + c[None, :], mask=ok[:, None] & cm[None, :],
-                    other=0).to(tl.float32)
+        v = tl.load(vals + r[:, None] * D + c[None, :], mask=(r < n)[:, None] & cm[None, :],
+                    other=0).to(tl.float32)  # not waiting for the indices
         if combine:
             s = _add_exact(tl.zeros([R, BD], tl.float32), tl.where(same, 1.0, 0.0), v, PARTS)
             tl.atomic_add(dst[:, None] + c[None, :], s,

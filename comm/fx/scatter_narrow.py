@@ -1,17 +1,17 @@
 """Triton kernels for accumulating scatters of narrow rows (1-D values, rows of up to
 ``NARROW_ROW`` elements) behind ``commrt::partitioned_index_put`` on CUDA.
 
-Two to four launches, no host sync; the plan is made on the GPU from the indices:
+Two or three launches, no host sync; the plan is made on the GPU from the indices:
 
-1. The plan (``_plan``; in ``_init``'s program 0 where at most one copy is allowed, else a
-   one-program ``_plan_kernel`` first): a strided sample of ``NARROW_SAMPLE`` indices
-   gives the *hot rows*, up to ``HOT`` rows that occur at least ``HOT_MIN`` times in it,
-   most frequent first. From the rest of the sample it estimates the atomic adds an
-   address takes (``n`` times the chance that two adds share a row, and no fewer than an
-   even spread over the rows gives); under ``PER_ADDRESS`` one copy takes them (plain
-   atomics), else the power of two (``MIN_COPIES`` to ``P``) that brings them under.
-   ``_init``: ``acc`` := ``self`` in fp32 (``acc`` is the output itself when that is
-   fp32), the ``p - 1`` extra copies := 0.
+1. ``_init``: ``acc`` := ``self`` in fp32 (``acc`` is the output itself when that is
+   fp32) while a strided sample of ``NARROW_SAMPLE`` indices loads; then the plan
+   (``_plan``; every program makes it where copies are allowed, program 0 stores it).
+   Its *hot rows* are up to ``HOT`` rows that occur at least ``HOT_MIN`` times in the
+   sample and would put over ``HOT_ADDS`` adds on each of ``P`` copies. From the rest of
+   the sample it estimates the atomic adds an address takes (``n`` times the chance that
+   two adds share a row, and no fewer than an even spread over the rows gives); under
+   ``PER_ADDRESS`` one copy takes them (plain atomics), else the power of two
+   (``MIN_COPIES`` to ``P``) that brings them under. The ``p - 1`` extra copies := 0.
 2. ``_scatter``: a program takes ``ITERS`` blocks of ``SUB`` rows. For each hot row it
    sums the block's rows that hit it and adds the sum once; every other row is added with
    an atomic to copy ``(row + program) % p``. An index out of range poisons the output
@@ -27,40 +27,67 @@ import triton.language as tl
 from commrt.symm_mem.launch import cdiv, next_pow2
 
 from .scatter_kernels import SUM_PROGRAMS, _rows_of, _sum, scatter_shape
-from .scatter_rule import HOT, HOT_MIN, MIN_COPIES, NARROW_PER_ADDRESS, NARROW_ROW, NARROW_SAMPLE
+from .scatter_rule import (
+    HOT,
+    HOT_ADDS,
+    HOT_MIN,
+    MIN_COPIES,
+    NARROW_PER_ADDRESS,
+    NARROW_ROW,
+    NARROW_SAMPLE,
+)
 
-BLOCK = 2048  # elements a program in _init and _sum
+BLOCK = 2048  # elements a step of an _init or _sum program
+INIT_PROGRAMS = 264  # the most _init programs where each makes the plan (copies allowed)
+SUM_COPIES, SUM_TILE = 128, 8192  # _sum with copies: copies a step, and elements a step
 ROWS_A_STEP = 1024  # value elements a _scatter block (SUB rows of DP columns)
 ITERS = 4  # blocks a _scatter program
 
 
 @triton.jit
-def _plan(idx, n, rows, P: tl.constexpr, S: tl.constexpr, H: tl.constexpr,
-          HOT_MIN: tl.constexpr, PER_ADDRESS: tl.constexpr, MIN_COPIES: tl.constexpr):
-    """(copies p, hot rows [H] (-1: none), how many hot) from a strided sample."""
+def _sample(idx, n, rows, S: tl.constexpr):
+    """(sampled output rows, valid): ``S`` strided indices; an index out of range, or no
+    sample, becomes a negative value no other entry has."""
     step = tl.maximum(n // S, 1)
     pos = tl.arange(0, S)
     valid = pos * step < n
     a = tl.load(idx + pos * step, mask=valid, other=0)
     a = tl.where(a < 0, a + rows, a)
-    # a sampled index out of range, or no sample: a negative value no other entry has
-    a = tl.where(valid & (a >= 0) & (a < rows), a, -2 - pos).to(tl.int32)
+    return tl.where(valid & (a >= 0) & (a < rows), a, -2 - pos).to(tl.int32), valid
+
+
+@triton.jit
+def _plan(a, valid, n, rows, P: tl.constexpr, S: tl.constexpr, H: tl.constexpr,
+          HOT_MIN: tl.constexpr, HOT_ADDS: tl.constexpr, PER_ADDRESS: tl.constexpr,
+          MIN_COPIES: tl.constexpr):
+    """(copies p, hot rows [H] (-1: none), how many hot) from the sample ``a``."""
+    pos = tl.arange(0, S)
+    sampled = tl.maximum(tl.sum(valid.to(tl.int32)), 1).to(tl.float32)
     eq = a[:, None] == a[None, :]
     count = tl.sum(eq.to(tl.int32), axis=1)  # occurrences of a[i], itself included
+    # hot: a row that HOT_MIN of the sample hit and that would put over HOT_ADDS adds on
+    # each of P copies (rows of a few percent each go to copies: a hot row costs a
+    # reduction a block)
+    heavy = (a >= 0) & (count >= HOT_MIN) & \
+        (n * count.to(tl.float32) > sampled * P * HOT_ADDS)
     earlier = tl.max((eq & (pos[None, :] < pos[:, None])).to(tl.int32), axis=1)
-    cand = (earlier == 0) & (a >= 0) & (count >= HOT_MIN)
-    ahead = (count[None, :] > count[:, None]) | \
-        ((count[None, :] == count[:, None]) & (pos[None, :] < pos[:, None]))
-    rank = tl.sum((ahead & cand[None, :]).to(tl.int32), axis=1)
+    cand = heavy & (earlier == 0)
     k = tl.arange(0, H)
+    if S // HOT_MIN <= H:  # every candidate fits: ranked by position
+        rank = tl.cumsum(cand.to(tl.int32), axis=0) - cand.to(tl.int32)
+        is_hot = heavy
+    else:  # most frequent first
+        ahead = (count[None, :] > count[:, None]) | \
+            ((count[None, :] == count[:, None]) & (pos[None, :] < pos[:, None]))
+        rank = tl.sum((ahead & cand[None, :]).to(tl.int32), axis=1)
     pick = (cand & (rank < H))[:, None] & (rank[:, None] == k[None, :])
     hot = tl.sum(tl.where(pick, a[:, None] + 1, 0), axis=0) - 1
     nhot = tl.sum((hot >= 0).to(tl.int32))
-    is_hot = tl.max((a[:, None] == hot[None, :]).to(tl.int32), axis=1) > 0
+    if S // HOT_MIN > H:
+        is_hot = tl.max((a[:, None] == hot[None, :]).to(tl.int32), axis=1) > 0
     rest = (a >= 0) & (is_hot == 0)
     m = tl.sum(rest.to(tl.int32)).to(tl.float32)
     same = tl.sum(tl.where(rest, count - 1, 0)).to(tl.float32)  # ordered equal pairs
-    sampled = tl.maximum(tl.sum(valid.to(tl.int32)), 1).to(tl.float32)
     # adds an address takes, seen from an add: n_rest * P(two rest adds share a row)
     n_rest = n * m / sampled
     adds = n_rest * same / tl.maximum(m * (m - 1.0), 1.0)
@@ -75,9 +102,7 @@ def _plan(idx, n, rows, P: tl.constexpr, S: tl.constexpr, H: tl.constexpr,
 
 
 @triton.jit
-def _plan_store(idx, state, n, rows, P: tl.constexpr, S: tl.constexpr, H: tl.constexpr,
-                HOT_MIN: tl.constexpr, PER_ADDRESS: tl.constexpr, MIN_COPIES: tl.constexpr):
-    p, hot, nhot = _plan(idx, n, rows, P, S, H, HOT_MIN, PER_ADDRESS, MIN_COPIES)
+def _plan_store(state, p, hot, nhot, H: tl.constexpr):
     tl.store(state + 3 + tl.arange(0, H), hot)
     tl.store(state, p)
     tl.store(state + 1, 0)
@@ -85,30 +110,35 @@ def _plan_store(idx, state, n, rows, P: tl.constexpr, S: tl.constexpr, H: tl.con
 
 
 @triton.jit
-def _plan_kernel(idx, state, n, rows, P: tl.constexpr, S: tl.constexpr, H: tl.constexpr,
-                 HOT_MIN: tl.constexpr, PER_ADDRESS: tl.constexpr, MIN_COPIES: tl.constexpr):
-    _plan_store(idx, state, n, rows, P, S, H, HOT_MIN, PER_ADDRESS, MIN_COPIES)
-
-
-@triton.jit
 def _init(self_ptr, acc, extra, idx, state, n, rows, plane, P: tl.constexpr,
-          S: tl.constexpr, H: tl.constexpr, HOT_MIN: tl.constexpr, PER_ADDRESS: tl.constexpr,
-          MIN_COPIES: tl.constexpr, BLOCK: tl.constexpr, WIDE: tl.constexpr):
-    # P == 1: program 0 also makes the plan; P > 1: _plan_kernel made it (p is needed here)
+          S: tl.constexpr, H: tl.constexpr, HOT_MIN: tl.constexpr, HOT_ADDS: tl.constexpr,
+          PER_ADDRESS: tl.constexpr, MIN_COPIES: tl.constexpr, BLOCK: tl.constexpr):
+    # P == 1: program 0 makes the plan first; P > 1: every program makes it (alike: one
+    # sample), its sample loading while it copies, then zeroes its share of the p - 1
+    # extra copies (a capped grid, grid-stride).
     pid = tl.program_id(0)
+    step = tl.num_programs(0).to(tl.int64) * BLOCK
+    first = pid.to(tl.int64) * BLOCK
     if P == 1:
         if pid == 0:
-            _plan_store(idx, state, n, rows, P, S, H, HOT_MIN, PER_ADDRESS, MIN_COPIES)
-    if WIDE:
-        pid = pid.to(tl.int64)
-    offs = pid * BLOCK + tl.arange(0, BLOCK)
-    m = offs < plane
-    tl.store(acc + offs, tl.load(self_ptr + offs, mask=m).to(tl.float32), mask=m)
+            a, valid = _sample(idx, n, rows, S)
+            p, hot, nhot = _plan(a, valid, n, rows, P, S, H, HOT_MIN, HOT_ADDS, PER_ADDRESS,
+                                 MIN_COPIES)
+            _plan_store(state, p, hot, nhot, H)
+    else:
+        a, valid = _sample(idx, n, rows, S)
+    for start in range(first, plane, step):
+        offs = start + tl.arange(0, BLOCK)
+        m = offs < plane
+        tl.store(acc + offs, tl.load(self_ptr + offs, mask=m).to(tl.float32), mask=m)
     if P > 1:
-        p = tl.load(state)
-        for c in range(p - 1):
-            c64 = tl.zeros([BLOCK], tl.int64) + c
-            tl.store(extra + c64 * plane + offs, tl.zeros([BLOCK], tl.float32), mask=m)
+        p, hot, nhot = _plan(a, valid, n, rows, P, S, H, HOT_MIN, HOT_ADDS, PER_ADDRESS,
+                             MIN_COPIES)
+        if pid == 0:
+            _plan_store(state, p, hot, nhot, H)
+        for start in range(first, (p - 1) * plane, step):
+            offs = start + tl.arange(0, BLOCK)
+            tl.store(extra + offs, tl.zeros([BLOCK], tl.float32), mask=offs < (p - 1) * plane)
 
 
 @triton.jit
@@ -128,13 +158,14 @@ def _scatter(acc, extra, idx, vals, state, n, rows, plane, D: tl.constexpr,
         r = (pid * ITERS + it) * SUB + tl.arange(0, SUB)
         if WIDE:
             r = r.to(tl.int64)
+        # the values load masked by r < n only, so that it does not wait for the indices
+        if D == 1:
+            v = tl.load(vals + r, mask=r < n, other=0).to(tl.float32)
+        else:
+            v = tl.load(vals + r[:, None] * D + c[None, :],
+                        mask=(r < n)[:, None] & cm[None, :], other=0).to(tl.float32)
         i, ok, bad = _rows_of(idx, r, n, rows, WIDE)
         bad_any |= bad.to(tl.int32)
-        if D == 1:
-            v = tl.load(vals + r, mask=ok, other=0).to(tl.float32)
-        else:
-            v = tl.load(vals + r[:, None] * D + c[None, :], mask=ok[:, None] & cm[None, :],
-                        other=0).to(tl.float32)
         plain = ok
         for k in range(nhot):  # one add a hot row a block
             h = tl.load(state + 3 + k)
@@ -169,15 +200,17 @@ DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tensor,
                      partitions: int, per_address: int = NARROW_PER_ADDRESS,
                      min_copies: int = MIN_COPIES, hot: int = HOT,
-                     hot_min: int = HOT_MIN, state: torch.Tensor | None = None
+                     hot_min: int = HOT_MIN, hot_adds: int = HOT_ADDS,
+                     state: torch.Tensor | None = None
                      ) -> torch.Tensor:
     """``self.index_add(0, index, values)`` (a new tensor) with the scheme above.
 
     ``self`` and ``values`` contiguous, of one of ``DTYPES``, rows of at most ``NARROW_ROW``
     elements, ``values`` shaped ``[len(index), *self.shape[1:]]``; ``partitions``: the most
     copies (a power of two; 1: never more than the output); ``hot``: the most hot rows (a
-    power of two; 0: none); ``state``: int32 ``[3 + max(1, hot)]`` on the device to hold
-    the plan (copies, error, hot rows, the hot rows), for a caller that reads it.
+    power of two; 0: none); ``hot_adds``: the adds on each copy over which a row is hot;
+    ``state``: int32 ``[3 + max(1, hot)]`` on the device to hold the plan (copies, error,
+    hot rows, the hot rows), for a caller that reads it.
     """
     rows, n, D = scatter_shape(self, index, values, partitions, DTYPES, "narrow_index_add")
     if D > NARROW_ROW or rows >= 1 << 31:
@@ -195,12 +228,14 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
     if state is None:
         state = torch.empty(3 + H, device=self.device, dtype=torch.int32)
     plan = dict(P=partitions, S=NARROW_SAMPLE, H=H, HOT_MIN=hot_min if hot else 1 << 30,
-                PER_ADDRESS=per_address, MIN_COPIES=min(min_copies, partitions))
+                HOT_ADDS=hot_adds, PER_ADDRESS=per_address,
+                MIN_COPIES=min(min_copies, partitions))
     wide = max(n * D, partitions * plane) >= 1 << 31
-    if partitions > 1:  # every _init program needs p
-        _plan_kernel[(1,)](index, state, n, rows, **plan, num_warps=8)
-    _init[(cdiv(plane, BLOCK),)](self, acc, extra, index, state, n, rows, plane, **plan,
-                                 BLOCK=BLOCK, WIDE=wide, num_warps=8 if partitions == 1 else 4)
+    # one step a program where program 0 alone makes the plan, else a capped grid
+    grid = cdiv(plane, BLOCK) if partitions == 1 else \
+        min(cdiv(partitions * plane, BLOCK), INIT_PROGRAMS)
+    _init[(grid,)](self, acc, extra, index, state, n, rows, plane, **plan, BLOCK=BLOCK,
+                   num_warps=8)
     if n:
         DP = next_pow2(D)
         sub = max(16, ROWS_A_STEP // DP)
@@ -208,7 +243,10 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
                                           D=D, DP=DP, SUB=sub, ITERS=ITERS, P=partitions,
                                           WIDE=wide, num_warps=4)
     if partitions > 1 or not same:
-        _sum[(min(cdiv(plane, BLOCK), SUM_PROGRAMS),)](acc, extra, out, state, plane,
-                                                       SAME=same, BLOCK=BLOCK, CP=8,
-                                                       num_warps=4)
+        # up to SUM_COPIES copies a step: a plane of a few thousand elements still has
+        # enough programs and loads in flight
+        cp = min(partitions, SUM_COPIES)
+        blk = BLOCK if partitions == 1 else max(64, SUM_TILE // cp)
+        _sum[(min(cdiv(plane, blk), SUM_PROGRAMS),)](acc, extra, out, state, plane, SAME=same,
+                                                     BLOCK=blk, CP=cp, num_warps=4)
     return out

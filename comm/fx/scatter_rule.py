@@ -40,12 +40,16 @@ BLOCK_ROWS = 16
 LEADERS = 14
 SAMPLE, SHIFTS = 128, 8  # indices sampled (strided), and shifted copies compared with them
 # Narrow rows (scatter_narrow): rows of at most NARROW_ROW elements; up to HOT rows that
-# take HOT_MIN of a sample of NARROW_SAMPLE indices are summed a block before one add; the
-# rest go to copies where an address expects over NARROW_PER_ADDRESS adds; copies at all
-# only from NARROW_COPIES_PER_ROW values a row (fewer: no third launch).
+# take HOT_MIN of a sample of NARROW_SAMPLE indices and would put over HOT_ADDS adds on each
+# copy are summed a block before one add; the rest go to copies where an address expects
+# over NARROW_PER_ADDRESS adds; copies at all only from NARROW_COPIES_PER_ROW values a row
+# (fewer: no third launch). HOT_ADDS and NARROW_PER_ADDRESS: on the H200, rows of a few
+# percent each were 2-3x faster on up to 128 copies than as hot rows, and 1-D values on
+# 1,024 rows 1.6x faster on 64 copies than on 16 (benchmarks/results/scatter.md).
 NARROW_ROW = 16
 HOT, HOT_MIN, NARROW_SAMPLE = 16, 4, 64
-NARROW_PER_ADDRESS = 1024
+HOT_ADDS = 1024
+NARROW_PER_ADDRESS = 128
 NARROW_COPIES_PER_ROW = 32
 MAX_PARTITIONS = 128  # as Inductor's pass allows for outputs under 1M elements
 MEMORY_FRACTION = 0.05  # of device memory, for commrt's fp32 copies
