@@ -39,6 +39,7 @@ from .scatter_rule import (
 
 BLOCK = 2048  # elements a step of an _init or _sum program
 INIT_PROGRAMS = 264  # the most _init programs where each makes the plan (copies allowed)
+INIT_REGS = 64  # registers an _init thread where one program makes the plan (93 uncapped)
 SUM_COPIES, SUM_TILE = 128, 8192  # _sum with copies: copies a step, and elements a step
 ROWS_A_STEP = 1024  # value elements a _scatter block (SUB rows of DP columns)
 ITERS = 4  # blocks a _scatter program
@@ -112,26 +113,31 @@ def _plan_store(state, p, hot, nhot, H: tl.constexpr):
 @triton.jit
 def _init(self_ptr, acc, extra, idx, state, n, rows, plane, P: tl.constexpr,
           S: tl.constexpr, H: tl.constexpr, HOT_MIN: tl.constexpr, HOT_ADDS: tl.constexpr,
-          PER_ADDRESS: tl.constexpr, MIN_COPIES: tl.constexpr, BLOCK: tl.constexpr):
-    # P == 1: program 0 makes the plan first; P > 1: every program makes it (alike: one
-    # sample), its sample loading while it copies, then zeroes its share of the p - 1
-    # extra copies (a capped grid, grid-stride).
+          PER_ADDRESS: tl.constexpr, MIN_COPIES: tl.constexpr, BLOCK: tl.constexpr,
+          WIDE: tl.constexpr):
+    # P == 1: program 0 makes the plan first, every program copies one block. P > 1: every
+    # program makes it (alike: one sample), its sample loading while it copies, then
+    # zeroes its share of the p - 1 extra copies (a capped grid, grid-stride, int64).
     pid = tl.program_id(0)
-    step = tl.num_programs(0).to(tl.int64) * BLOCK
-    first = pid.to(tl.int64) * BLOCK
     if P == 1:
         if pid == 0:
             a, valid = _sample(idx, n, rows, S)
             p, hot, nhot = _plan(a, valid, n, rows, P, S, H, HOT_MIN, HOT_ADDS, PER_ADDRESS,
                                  MIN_COPIES)
             _plan_store(state, p, hot, nhot, H)
-    else:
-        a, valid = _sample(idx, n, rows, S)
-    for start in range(first, plane, step):
-        offs = start + tl.arange(0, BLOCK)
+        if WIDE:
+            pid = pid.to(tl.int64)
+        offs = pid * BLOCK + tl.arange(0, BLOCK)
         m = offs < plane
         tl.store(acc + offs, tl.load(self_ptr + offs, mask=m).to(tl.float32), mask=m)
-    if P > 1:
+    else:
+        step = tl.num_programs(0).to(tl.int64) * BLOCK
+        first = pid.to(tl.int64) * BLOCK
+        a, valid = _sample(idx, n, rows, S)
+        for start in range(first, plane, step):
+            offs = start + tl.arange(0, BLOCK)
+            m = offs < plane
+            tl.store(acc + offs, tl.load(self_ptr + offs, mask=m).to(tl.float32), mask=m)
         p, hot, nhot = _plan(a, valid, n, rows, P, S, H, HOT_MIN, HOT_ADDS, PER_ADDRESS,
                              MIN_COPIES)
         if pid == 0:
@@ -231,11 +237,14 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
                 HOT_ADDS=hot_adds, PER_ADDRESS=per_address,
                 MIN_COPIES=min(min_copies, partitions))
     wide = max(n * D, partitions * plane) >= 1 << 31
-    # one step a program where program 0 alone makes the plan, else a capped grid
-    grid = cdiv(plane, BLOCK) if partitions == 1 else \
-        min(cdiv(partitions * plane, BLOCK), INIT_PROGRAMS)
-    _init[(grid,)](self, acc, extra, index, state, n, rows, plane, **plan, BLOCK=BLOCK,
-                   num_warps=8)
+    if partitions == 1:  # one step a program; program 0 alone makes the plan: registers
+        # capped so that the copy keeps its occupancy (the plan spills a few bytes)
+        _init[(cdiv(plane, BLOCK),)](self, acc, extra, index, state, n, rows, plane, **plan,
+                                     BLOCK=BLOCK, WIDE=wide, num_warps=8, maxnreg=INIT_REGS)
+    else:
+        _init[(min(cdiv(partitions * plane, BLOCK), INIT_PROGRAMS),)](
+            self, acc, extra, index, state, n, rows, plane, **plan, BLOCK=BLOCK, WIDE=wide,
+            num_warps=8)
     if n:
         DP = next_pow2(D)
         sub = max(16, ROWS_A_STEP // DP)
