@@ -7,9 +7,10 @@ Two or three launches, no host sync; the plan is made on the GPU from the indice
    fp32) while a strided sample of ``NARROW_SAMPLE`` indices loads; then the plan
    (``_plan``; every program makes it where copies are allowed, program 0 stores it).
    Its *hot rows* are up to ``HOT`` rows that occur at least ``HOT_MIN`` times in the
-   sample and would put over ``HOT_ADDS`` adds on each of ``P`` copies. From the rest of
-   the sample it estimates the atomic adds an address takes (``n`` times the chance that
-   two adds share a row, and no fewer than an even spread over the rows gives); under
+   sample and would put over ``HOT_ADDS`` adds on one copy, and on each of ``P`` copies
+   unless they take ``1 / HOT_SHARE`` of the sample. From the rest of the sample it
+   estimates the atomic adds an address takes (``n`` times the chance that two adds
+   share a row, and no fewer than an even spread over the rows gives); under
    ``PER_ADDRESS`` one copy takes them (plain atomics), else the power of two
    (``MIN_COPIES`` to ``P``) that brings them under. The ``p - 1`` extra copies := 0.
 2. ``_scatter``: a program takes ``ITERS`` blocks of ``SUB`` rows. For each hot row it
@@ -31,6 +32,7 @@ from .scatter_rule import (
     HOT,
     HOT_ADDS,
     HOT_MIN,
+    HOT_SHARE,
     MIN_COPIES,
     NARROW_PER_ADDRESS,
     NARROW_ROW,
@@ -59,18 +61,19 @@ def _sample(idx, n, rows, S: tl.constexpr):
 
 @triton.jit
 def _plan(a, valid, n, rows, P: tl.constexpr, S: tl.constexpr, H: tl.constexpr,
-          HOT_MIN: tl.constexpr, HOT_ADDS: tl.constexpr, PER_ADDRESS: tl.constexpr,
-          MIN_COPIES: tl.constexpr):
+          HOT_MIN: tl.constexpr, HOT_ADDS: tl.constexpr, HOT_SHARE: tl.constexpr,
+          PER_ADDRESS: tl.constexpr, MIN_COPIES: tl.constexpr):
     """(copies p, hot rows [H] (-1: none), how many hot) from the sample ``a``."""
     pos = tl.arange(0, S)
     sampled = tl.maximum(tl.sum(valid.to(tl.int32)), 1).to(tl.float32)
     eq = a[:, None] == a[None, :]
     count = tl.sum(eq.to(tl.int32), axis=1)  # occurrences of a[i], itself included
-    # hot: a row that HOT_MIN of the sample hit and that would put over HOT_ADDS adds on
-    # each of P copies (rows of a few percent each go to copies: a hot row costs a
-    # reduction a block)
-    heavy = (a >= 0) & (count >= HOT_MIN) & \
-        (n * count.to(tl.float32) > sampled * P * HOT_ADDS)
+    # hot: a row that HOT_MIN of the sample hit, that would put over HOT_ADDS adds on one
+    # copy, and either on each of P copies or that takes 1 / HOT_SHARE of the sample (rows
+    # of a few percent each go to copies: a hot row costs a reduction a block)
+    adds_row = n * count.to(tl.float32) / sampled
+    heavy = (a >= 0) & (count >= HOT_MIN) & (adds_row > HOT_ADDS) & \
+        ((adds_row > P * HOT_ADDS) | (count * HOT_SHARE >= sampled))
     earlier = tl.max((eq & (pos[None, :] < pos[:, None])).to(tl.int32), axis=1)
     cand = heavy & (earlier == 0)
     k = tl.arange(0, H)
@@ -113,8 +116,8 @@ def _plan_store(state, p, hot, nhot, H: tl.constexpr):
 @triton.jit
 def _init(self_ptr, acc, extra, idx, state, n, rows, plane, P: tl.constexpr,
           S: tl.constexpr, H: tl.constexpr, HOT_MIN: tl.constexpr, HOT_ADDS: tl.constexpr,
-          PER_ADDRESS: tl.constexpr, MIN_COPIES: tl.constexpr, BLOCK: tl.constexpr,
-          WIDE: tl.constexpr):
+          HOT_SHARE: tl.constexpr, PER_ADDRESS: tl.constexpr, MIN_COPIES: tl.constexpr,
+          BLOCK: tl.constexpr, WIDE: tl.constexpr):
     # P == 1: program 0 makes the plan first, every program copies one block. P > 1: every
     # program makes it (alike: one sample), its sample loading while it copies, then
     # zeroes its share of the p - 1 extra copies (a capped grid, grid-stride, int64).
@@ -122,8 +125,8 @@ def _init(self_ptr, acc, extra, idx, state, n, rows, plane, P: tl.constexpr,
     if P == 1:
         if pid == 0:
             a, valid = _sample(idx, n, rows, S)
-            p, hot, nhot = _plan(a, valid, n, rows, P, S, H, HOT_MIN, HOT_ADDS, PER_ADDRESS,
-                                 MIN_COPIES)
+            p, hot, nhot = _plan(a, valid, n, rows, P, S, H, HOT_MIN, HOT_ADDS, HOT_SHARE,
+                                 PER_ADDRESS, MIN_COPIES)
             _plan_store(state, p, hot, nhot, H)
         if WIDE:
             pid = pid.to(tl.int64)
@@ -138,8 +141,8 @@ def _init(self_ptr, acc, extra, idx, state, n, rows, plane, P: tl.constexpr,
             offs = start + tl.arange(0, BLOCK)
             m = offs < plane
             tl.store(acc + offs, tl.load(self_ptr + offs, mask=m).to(tl.float32), mask=m)
-        p, hot, nhot = _plan(a, valid, n, rows, P, S, H, HOT_MIN, HOT_ADDS, PER_ADDRESS,
-                             MIN_COPIES)
+        p, hot, nhot = _plan(a, valid, n, rows, P, S, H, HOT_MIN, HOT_ADDS, HOT_SHARE,
+                             PER_ADDRESS, MIN_COPIES)
         if pid == 0:
             _plan_store(state, p, hot, nhot, H)
         for start in range(first, (p - 1) * plane, step):
@@ -234,7 +237,7 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
     if state is None:
         state = torch.empty(3 + H, device=self.device, dtype=torch.int32)
     plan = dict(P=partitions, S=NARROW_SAMPLE, H=H, HOT_MIN=hot_min if hot else 1 << 30,
-                HOT_ADDS=hot_adds, PER_ADDRESS=per_address,
+                HOT_ADDS=hot_adds, HOT_SHARE=HOT_SHARE, PER_ADDRESS=per_address,
                 MIN_COPIES=min(min_copies, partitions))
     wide = max(n * D, partitions * plane) >= 1 << 31
     if partitions == 1:  # one step a program; program 0 alone makes the plan: registers

@@ -49,6 +49,7 @@ SAMPLE, SHIFTS = 128, 8  # indices sampled (strided), and shifted copies compare
 NARROW_ROW = 16
 HOT, HOT_MIN, NARROW_SAMPLE = 16, 4, 64
 HOT_ADDS = 1024
+HOT_SHARE = 5  # ... or, where they take a fifth of the sample, on one copy
 NARROW_PER_ADDRESS = 128
 NARROW_COPIES_PER_ROW = 32
 MAX_PARTITIONS = 128  # as Inductor's pass allows for outputs under 1M elements
