@@ -6,10 +6,11 @@ For the grid's narrow cells (1-D values and rows of 4 and 16; 8 to 1M output row
 uniform, skewed and hot indices; fp32 and bf16), median ms of one
 ``narrow_index_add`` in a CUDA graph: ``shipped`` (the plan made on the GPU; its copies and
 hot rows are recorded), ``plain`` (one copy, no hot rows), ``hot`` (hot rows, one copy),
-``copies N`` (N copies, no hot rows), ``hot pa N`` (hot rows, copies where an address
-expects over N adds), and eager ``index_add`` for scale. The constants of
-``commrt.fx.scatter_rule`` (HOT, HOT_MIN, NARROW_PER_ADDRESS, NARROW_COPIES_PER_ROW) are
-read from this table.
+``copies N`` (N copies, no hot rows), the shipped copies with ``pa N`` (copies where an
+address expects over N adds), ``no hot`` (no hot rows) and ``hot first`` (every row the
+sample finds frequent is hot, whatever the copies could take), and eager ``index_add``
+for scale. The narrow constants of ``commrt.fx.scatter_rule`` (HOT_ADDS, HOT_SHARE,
+NARROW_PER_ADDRESS, NARROW_COPIES_PER_ROW) are read from this table.
 """
 
 from __future__ import annotations
@@ -31,10 +32,14 @@ from commrt.fx.scatter_rule import partitions_for  # noqa: E402
 
 WIDTHS = (0, 4, 16)
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
-# name: (copies, adds an address, hot rows, fewest copies); None copies: as shipped
-VARIANTS = {"shipped": None, "plain": (1, 256, 0, 1), "hot": (1, 256, 16, 1),
-            "copies 16": (16, 1, 0, 16), "copies 128": (128, 1, 0, 128),
-            "hot pa 64": (128, 64, 16, 16), "hot pa 1024": (128, 1024, 16, 16)}
+# name: (copies, arguments); None copies: as shipped
+VARIANTS = {"shipped": (None, {}),
+            "plain": (1, dict(per_address=256, hot=0, min_copies=1)),
+            "hot": (1, dict(per_address=256, hot=16, min_copies=1)),
+            "copies 16": (16, dict(per_address=1, hot=0, min_copies=16)),
+            "copies 128": (128, dict(per_address=1, hot=0, min_copies=128)),
+            "pa 256": (None, dict(per_address=256)), "pa 1024": (None, dict(per_address=1024)),
+            "no hot": (None, dict(hot=0)), "hot first": (None, dict(hot_adds=1))}
 
 
 def main() -> None:
@@ -60,9 +65,8 @@ def main() -> None:
                     ref = base.double().index_add(0, idx, vals.double())
                     row = {"dtype": dt, "width": width, "rows": rows, "dist": dist, "n": n,
                            "partitions": shipped, "ms": {}, "err": {}}
-                    for name, v in VARIANTS.items():
-                        p, pa, hot, mc = v or (shipped, None, None, None)
-                        kw = {} if v is None else dict(per_address=pa, hot=hot, min_copies=mc)
+                    for name, (p, kw) in VARIANTS.items():
+                        p = p or shipped
                         state = torch.empty(19, device=dev, dtype=torch.int32)
 
                         def call(p=p, kw=kw, state=state, idx=idx, base=base, vals=vals):
