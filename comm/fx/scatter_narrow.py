@@ -40,7 +40,7 @@ from .scatter_rule import (
 )
 
 BLOCK = 2048  # elements a step of an _init or _sum program
-INIT_PROGRAMS = 264  # the most _init programs where each makes the plan (copies allowed)
+INTERPRETER_SMS = 8  # _init programs where copies are allowed: one an SM (CPU: this many)
 INIT_REGS = 64  # registers an _init thread where one program makes the plan (93 uncapped)
 SUM_COPIES, SUM_TILE = 128, 8192  # _sum with copies: copies a step, and elements a step
 ROWS_A_STEP = 1024  # value elements a _scatter block (SUB rows of DP columns)
@@ -120,7 +120,7 @@ def _init(self_ptr, acc, extra, idx, state, n, rows, plane, P: tl.constexpr,
           BLOCK: tl.constexpr, WIDE: tl.constexpr):
     # P == 1: program 0 makes the plan first, every program copies one block. P > 1: every
     # program makes it (alike: one sample), its sample loading while it copies, then
-    # zeroes its share of the p - 1 extra copies (a capped grid, grid-stride, int64).
+    # zeroes its share of the p - 1 extra copies (one program an SM, grid-stride, int64).
     pid = tl.program_id(0)
     if P == 1:
         if pid == 0:
@@ -245,7 +245,9 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
         _init[(cdiv(plane, BLOCK),)](self, acc, extra, index, state, n, rows, plane, **plan,
                                      BLOCK=BLOCK, WIDE=wide, num_warps=8, maxnreg=INIT_REGS)
     else:
-        _init[(min(cdiv(partitions * plane, BLOCK), INIT_PROGRAMS),)](
+        sms = torch.cuda.get_device_properties(self.device).multi_processor_count \
+            if self.device.type == "cuda" else INTERPRETER_SMS
+        _init[(min(cdiv(partitions * plane, BLOCK), sms),)](
             self, acc, extra, index, state, n, rows, plane, **plan, BLOCK=BLOCK, WIDE=wide,
             num_warps=8)
     if n:
