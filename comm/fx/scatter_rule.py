@@ -44,9 +44,9 @@ SAMPLE, SHIFTS = 128, 8  # indices sampled (strided), and shifted copies compare
 # copy are summed a block before one add; the rest go to copies where an address expects
 # over NARROW_PER_ADDRESS adds; copies at all only from NARROW_COPIES_PER_ROW values a row
 # (fewer: no third launch). HOT_ADDS, HOT_SHARE and NARROW_PER_ADDRESS from
-# benchmarks/results/scatter_narrow_sweep_NVIDIA_H200.md (00dd7e5): rows of a few percent
-# each were faster on copies than as hot rows (rows of 16 on 1,024 rows, skewed: 0.022
-# against 0.044 ms), and 1-D values on 65,536 rows, skewed, 1.6x faster at 128 adds an
+# benchmarks/results/scatter_narrow_sweep_NVIDIA_H200.md (bcd6391): rows of a few percent
+# each were faster on copies than as hot rows (rows of 16 on 1,024 rows, skewed: 0.025
+# against 0.043 ms), and 1-D values on 65,536 rows, skewed, 1.6x faster at 128 adds an
 # address than at 1,024.
 NARROW_ROW = 16
 HOT, HOT_MIN, NARROW_SAMPLE = 16, 4, 64
