@@ -67,6 +67,11 @@ def main() -> None:
         assert float((got.double() - ref).norm() / ref.norm()) < TOL[torch.float32]
         p, _, nhot = state[:3].tolist()
         assert (p > 1 and nhot == 0) if want_copies else (p == 1 and nhot >= 5), state
+    try:  # more rows can take 2 of 64 samples than 16 hot rows hold
+        narrow_index_add(base, idx, vals, 8, hot=16, hot_min=2)
+        raise AssertionError("hot rows that cannot hold every candidate must be refused")
+    except ValueError as e:
+        assert "hot_min=2" in str(e), e
     out = narrow_index_add(torch.zeros(4, 2), torch.tensor([0, 1, 99]), torch.ones(3, 2), 2)
     assert out.isnan().all(), "an index out of range must poison the result"
     out = narrow_index_add(torch.zeros(4), torch.tensor([0, -9]), torch.ones(2), 1)

@@ -75,21 +75,12 @@ def _plan(a, valid, n, rows, P: tl.constexpr, S: tl.constexpr, H: tl.constexpr,
     heavy = (a >= 0) & (count >= HOT_MIN) & (adds_row > HOT_ADDS) & \
         ((adds_row > P * HOT_ADDS) | (count * HOT_SHARE >= sampled))
     earlier = tl.max((eq & (pos[None, :] < pos[:, None])).to(tl.int32), axis=1)
-    cand = heavy & (earlier == 0)
-    k = tl.arange(0, H)
-    if S // HOT_MIN <= H:  # every candidate fits: ranked by position
-        rank = tl.cumsum(cand.to(tl.int32), axis=0) - cand.to(tl.int32)
-        is_hot = heavy
-    else:  # most frequent first
-        ahead = (count[None, :] > count[:, None]) | \
-            ((count[None, :] == count[:, None]) & (pos[None, :] < pos[:, None]))
-        rank = tl.sum((ahead & cand[None, :]).to(tl.int32), axis=1)
-    pick = (cand & (rank < H))[:, None] & (rank[:, None] == k[None, :])
+    cand = heavy & (earlier == 0)  # first occurrences; S // HOT_MIN <= H: every one fits
+    rank = tl.cumsum(cand.to(tl.int32), axis=0) - cand.to(tl.int32)
+    pick = cand[:, None] & (rank[:, None] == tl.arange(0, H)[None, :])
     hot = tl.sum(tl.where(pick, a[:, None] + 1, 0), axis=0) - 1
     nhot = tl.sum((hot >= 0).to(tl.int32))
-    if S // HOT_MIN > H:
-        is_hot = tl.max((a[:, None] == hot[None, :]).to(tl.int32), axis=1) > 0
-    rest = (a >= 0) & (is_hot == 0)
+    rest = (a >= 0) & (heavy == 0)
     m = tl.sum(rest.to(tl.int32)).to(tl.float32)
     same = tl.sum(tl.where(rest, count - 1, 0)).to(tl.float32)  # ordered equal pairs
     # adds an address takes, seen from an add: n_rest * P(two rest adds share a row)
@@ -217,11 +208,15 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
     ``self`` and ``values`` contiguous, of one of ``DTYPES``, rows of at most ``NARROW_ROW``
     elements, ``values`` shaped ``[len(index), *self.shape[1:]]``; ``partitions``: the most
     copies (a power of two; 1: never more than the output); ``hot``: the most hot rows (a
-    power of two; 0: none); ``hot_adds``: the adds on each copy over which a row is hot;
-    ``state``: int32 ``[3 + max(1, hot)]`` on the device to hold the plan (copies, error,
-    hot rows, the hot rows), for a caller that reads it.
+    power of two, at least ``NARROW_SAMPLE // hot_min``; 0: none); ``hot_adds``: the adds
+    on each copy over which a row is hot; ``state``: int32 ``[3 + max(1, hot)]`` on the
+    device to hold the plan (copies, error, hot rows, the hot rows), for a caller that
+    reads it.
     """
     rows, n, D = scatter_shape(self, index, values, partitions, DTYPES, "narrow_index_add")
+    if hot and NARROW_SAMPLE // hot_min > hot:
+        raise ValueError(f"narrow_index_add: hot={hot} rows cannot hold every row that takes "
+                         f"hot_min={hot_min} of {NARROW_SAMPLE} samples")
     if D > NARROW_ROW or rows >= 1 << 31:
         raise ValueError(f"narrow_index_add takes rows of at most {NARROW_ROW} elements and "
                          f"fewer than 2**31 rows, got {rows} rows of {D}")
