@@ -38,6 +38,18 @@ def main() -> None:
                                     min_copies=2, leaders=-1, state=state)
         assert int(state[0]) == want, (rows, int(state[0]), want)
         assert torch.allclose(got, torch.zeros(rows, 2).index_add(0, idx, vals), atol=1e-4)
+    # an infinity and a NaN stay in their own rows, rows combined or not
+    base, idx = torch.randn(11, 5, generator=g), torch.randint(0, 4, (300,), generator=g)
+    for dtype in TOL:
+        vals = torch.randn(300, 5, generator=g).to(dtype)
+        vals[5, 2], vals[9, 4] = float("inf"), float("nan")
+        ref = base.double().index_add(0, idx, vals.double())
+        for rule in ((1, 512, 1, -1), (4, 1, 1, 32)):
+            got = partitioned_index_add(base.to(dtype), idx, vals, *rule).double()
+            fin, inf = ref.isfinite(), ref.isinf()
+            assert got.isnan().equal(ref.isnan()) and got[inf].equal(ref[inf]), (dtype, rule)
+            err = float((got[fin] - ref[fin]).norm() / ref[fin].norm())
+            assert err < TOL[dtype], (dtype, rule, err)
     out = partitioned_index_add(torch.zeros(4, 2), torch.tensor([0, 1, 99]), torch.ones(3, 2),
                                 2)
     assert out.isnan().all(), "an index out of range must poison the result"

@@ -72,6 +72,21 @@ def main() -> None:
         raise AssertionError("hot rows that cannot hold every candidate must be refused")
     except ValueError as e:
         assert "hot_min=2" in str(e), e
+    # an infinity and a NaN stay in their own rows: plain, copies, hot rows
+    base, idx = torch.randn(57, 3, generator=g), indices("hot", 57, 1500, g)
+    for dtype in TOL:
+        vals = torch.randn(1500, 3, generator=g).to(dtype)
+        vals[5, 2], vals[9, 1] = float("inf"), float("nan")
+        vals[idx == 57 // 3] = float("-inf")  # the hot row
+        ref = base.double().index_add(0, idx, vals.double())
+        for rule in ((1, 256, 0), (8, 1, 0), (1, 64, 16)):
+            got = narrow_index_add(base.to(dtype), idx, vals, rule[0], per_address=rule[1],
+                                   min_copies=2, hot=rule[2], hot_min=4,
+                                   hot_adds=rule[1]).double()
+            fin, inf = ref.isfinite(), ref.isinf()
+            assert got.isnan().equal(ref.isnan()) and got[inf].equal(ref[inf]), (dtype, rule)
+            err = float((got[fin] - ref[fin]).norm() / ref[fin].norm())
+            assert err < TOL[dtype], (dtype, rule, err)
     out = narrow_index_add(torch.zeros(4, 2), torch.tensor([0, 1, 99]), torch.ones(3, 2), 2)
     assert out.isnan().all(), "an index out of range must poison the result"
     out = narrow_index_add(torch.zeros(4), torch.tensor([0, -9]), torch.ones(2), 1)

@@ -138,3 +138,40 @@ def test_narrow_index_out_of_range_poisons():
         out = narrow_index_add(torch.zeros(50, 3, device="cuda"), idx,
                                torch.ones(100_000, 3, device="cuda"), p)
         assert out.isnan().all()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("width", [0, 3, 100])  # 1-D and narrow: narrow kernels; 100: wide
+def test_infinities_and_nans_stay_in_their_rows(width):
+    """An inf and a NaN among contended values (wide rows combined by a product, narrow
+    ones on copies and hot rows) poison their own output element only."""
+    from commrt.fx.scatter_kernels import partitioned_index_add
+    from commrt.fx.scatter_narrow import narrow_index_add
+
+    g = torch.Generator(device="cuda").manual_seed(width)
+    rows, n = 64, 200_003
+    shape = (rows,) if width == 0 else (rows, width)
+    base = torch.randn(shape, device="cuda", generator=g)
+    idx = _indices("hot", rows, n, g)
+    vals = torch.randn((n, *shape[1:]), device="cuda", generator=g)
+    flat = vals.view(n, -1)
+    flat[1000, -1], flat[2000, 0] = float("inf"), float("nan")
+    ref = base.double().index_add(0, idx, vals.double())
+    fin, inf = ref.isfinite(), ref.isinf()
+    assert inf.any() and ref.isnan().any() and fin.any()
+
+    def err(t):
+        return float((t.double()[fin] - ref[fin]).norm() / ref[fin].norm())
+    bound = 5 * max(1e-5, err(base.index_add(0, idx, vals)))  # plain fp32 atomics lose digits
+    if width == 100:  # rows combined where they contend, or not
+        calls = [lambda: partitioned_index_add(base, idx, vals, 8, per_address=1, leaders=32),
+                 lambda: partitioned_index_add(base, idx, vals, 1, leaders=-1)]
+    else:
+        calls = [lambda rule=rule: narrow_index_add(base, idx, vals, rule[0],
+                                                    per_address=rule[1], hot=rule[2])
+                 for rule in ((64, 128, 16), (1, 256, 0), (16, 1, 0))]
+    for call in calls:
+        got = call().double()
+        assert got.isnan().equal(ref.isnan()) and got[inf].equal(ref[inf])
+        assert err(got) < bound, (err(got), bound)

@@ -12,8 +12,9 @@ Three launches, no host sync:
    would take over ``PER_ADDRESS`` adds an address, and at most ``LEADERS`` distinct
    indices occur among the rows, it first sums the rows that share an index (a 0/1 matrix
    times the rows, on tensor cores, exact: fp32 values are split into three tf32 parts)
-   and adds one row per distinct index; otherwise it adds every row. Row ``j`` of
-   program ``b`` goes to copy ``(b + j) % p``.
+   and adds one row per distinct index (an infinity or NaN is left out of the product,
+   where 0 * inf would reach every row, and added by its own row); otherwise it adds
+   every row. Row ``j`` of program ``b`` goes to copy ``(b + j) % p``.
 3. ``_sum`` (a no-op where copy 0 is the output and ``p == 1``): the output := sum of the
    ``p`` copies, in the output's dtype; an index out of range poisons it with NaN (the
    plain op would raise a device-side assert).
@@ -145,9 +146,15 @@ def _scatter(acc, extra, idx, vals, state, n, rows, D: tl.constexpr, R: tl.const
         v = tl.load(vals + r[:, None] * D + c[None, :], mask=(r < n)[:, None] & cm[None, :],
                     other=0).to(tl.float32)  # not waiting for the indices
         if combine:
-            s = _add_exact(tl.zeros([R, BD], tl.float32), tl.where(same, 1.0, 0.0), v, PARTS)
+            # the product takes finite values only (0 * inf is NaN in every row of the
+            # column); each row adds its infinities and NaNs itself, as torch would
+            fin = tl.abs(v) < float("inf")
+            s = _add_exact(tl.zeros([R, BD], tl.float32), tl.where(same, 1.0, 0.0),
+                           tl.where(fin, v, 0.0), PARTS)
             tl.atomic_add(dst[:, None] + c[None, :], s,
                           mask=first[:, None] & cm[None, :], sem="relaxed")
+            tl.atomic_add(dst[:, None] + c[None, :], v,
+                          mask=ok[:, None] & cm[None, :] & (fin == 0), sem="relaxed")
         else:
             tl.atomic_add(dst[:, None] + c[None, :], v,
                           mask=ok[:, None] & cm[None, :], sem="relaxed")
