@@ -1,0 +1,121 @@
+"""Compile every Triton kernel commrt launches for sm_90, on a machine without a GPU
+(``test_kernels_compile`` starts it; never under ``TRITON_INTERPRET``).
+
+The interpreter runs the kernels' Python on the CPU but never lowers them, so code that
+only the GPU compiler refuses (types, layouts, inline PTX) would pass it. Here the
+callers run on CPU tensors with ``JITFunction.run`` recording instead of launching; each
+distinct specialisation is then compiled to a cubin for ``GPUTarget("cuda", 90, 32)``
+in the GPU flavour (``TIMER`` on, and ``PDL`` where a kernel takes it). Prints
+``ok N`` (N: kernels compiled).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import torch
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from triton.runtime.jit import JITFunction, mangle_type
+
+assert os.environ.get("TRITON_INTERPRET", "0") in ("", "0"), "run without TRITON_INTERPRET"
+
+TARGET = GPUTarget("cuda", 90, 32)
+GPU_FLAVOUR = {"TIMER": True, "PDL": True}
+OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg", "launch_pdl")
+calls: list = []
+
+
+def _record(self, *args, grid, warmup, **kwargs):  # noqa: ARG001 (JITFunction.run's)
+    calls.append((self, args, kwargs))
+
+
+def specialisation(fn, args: tuple, kwargs: dict) -> tuple[dict, dict, dict]:
+    """(signature, constexprs, options) of one recorded launch, in the GPU flavour."""
+    options = {k: kwargs.pop(k) for k in OPTIONS if k in kwargs}
+    bound = dict(zip(fn.arg_names, args, strict=False))
+    bound.update(kwargs)
+    signature, consts = {}, {}
+    for p in fn.params:
+        v = bound[p.name] if p.name in bound else p.default
+        if p.is_constexpr or v is None:
+            signature[p.name] = "constexpr"
+            consts[p.name] = GPU_FLAVOUR.get(p.name, v)
+        else:
+            signature[p.name] = mangle_type(v)
+    return signature, consts, options
+
+
+def scatter_calls() -> None:
+    from commrt.fx.scatter_kernels import partitioned_index_add
+    from commrt.fx.scatter_narrow import narrow_index_add
+
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        for itype in (torch.int64, torch.int32):
+            idx = torch.zeros(1000, dtype=itype)
+            for d in (1, 100, 4096):
+                self, vals = torch.zeros(64, d, dtype=dtype), torch.zeros(1000, d, dtype=dtype)
+                for partitions, leaders in ((1, -1), (8, 16)):
+                    partitioned_index_add(self, idx, vals, partitions, leaders=leaders)
+            for shape in ((), (3,), (16,)):
+                self, vals = torch.zeros(64, *shape, dtype=dtype), torch.zeros(1000, *shape,
+                                                                             dtype=dtype)
+                for partitions, hot in ((1, 0), (1, 16), (64, 16)):
+                    narrow_index_add(self, idx, vals, partitions, hot=hot)
+
+
+def collective_calls() -> None:
+    from commrt import collective_kernels, custom
+    from commrt.symm_mem import copy_engine
+    from commrt.symm_mem.workspace import Workspace
+
+    world, data, slot = 2, 64 * 1024, 16 * 1024
+    total = Workspace.total_bytes(world, data, slot)
+    ws = Workspace([torch.zeros(total, dtype=torch.uint8) for _ in range(world)], 0, data,
+                   slot, "compile")
+    copy_engine.barrier(ws, 1000, True)
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        x = torch.zeros(1000, dtype=dtype)
+        for algorithm in ("one_shot", "two_shot", "two_shot_push", "one_shot_push"):
+            custom.run(algorithm, ws, x, torch.empty_like(x), {}, timeout=1.0)
+        rows = torch.zeros(4, 256, dtype=dtype)
+        for algorithm in ("one_shot", "two_shot_push", "one_shot_push"):
+            custom.run_fused(algorithm, ws, rows, rows.clone(), rows[0].clone(),
+                             torch.empty_like(rows), torch.empty_like(rows), 1e-5, {}, 1.0)
+        big = torch.zeros(world * 1000, dtype=dtype)
+        for algorithm in collective_kernels.ALL_GATHER_ALGORITHMS:
+            collective_kernels.run_all_gather(algorithm, ws, x, big, {}, 1.0)
+        for algorithm in collective_kernels.REDUCE_SCATTER_ALGORITHMS:
+            collective_kernels.run_reduce_scatter(algorithm, ws, big, x.clone(), {}, 1.0)
+
+
+def main() -> None:
+    JITFunction.run = _record
+    scatter_calls()
+    collective_calls()
+    seen, compiled = set(), 0
+    for fn, args, kwargs in calls:
+        signature, consts, options = specialisation(fn, args, dict(kwargs))
+        key = (fn.__name__, fn.fn.__module__, tuple(signature.items()),
+               tuple(sorted((k, repr(v)) for k, v in consts.items())),
+               tuple(sorted(options.items())))
+        if key in seen:
+            continue
+        seen.add(key)
+        try:
+            kernel = triton.compile(ASTSource(fn, signature, consts), target=TARGET,
+                                    options=options)
+        except Exception as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            sys.exit(f"{fn.fn.__module__}.{fn.__name__} {consts} {options}: does not compile "
+                     f"for sm_90: {type(exc).__name__}: {first}")
+        assert kernel.asm.get("cubin"), fn.__name__
+        compiled += 1
+    names = sorted({k[0] for k in seen})
+    print(f"ok {compiled} specialisations of {len(names)} kernels: {', '.join(names)}")
+
+
+if __name__ == "__main__":
+    main()
