@@ -6,7 +6,7 @@ only the GPU compiler refuses (types, layouts, inline PTX) would pass it. Here t
 callers run on CPU tensors with ``JITFunction.run`` recording instead of launching; each
 distinct specialisation is then compiled to a cubin for ``GPUTarget("cuda", 90, 32)``
 in the GPU flavour (``TIMER`` on, and ``PDL`` where a kernel takes it). Prints
-``ok N`` (N: kernels compiled).
+``ok N specialisations of K kernels: NAMES``.
 """
 
 from __future__ import annotations
