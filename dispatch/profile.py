@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import io
 import json
@@ -73,6 +74,19 @@ class DeviceProfile:
         """Stable digest that every rank must agree on."""
         blob = json.dumps(dataclasses.asdict(self), sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def sm_count(device: torch.device) -> int | None:
+    """Streaming multiprocessors of a CUDA ``device`` (cached: launch paths ask on every
+    call); None for any other device (the Triton interpreter's CPU tensors)."""
+    if device.type != "cuda":
+        return None
+    return _sm_count(torch.cuda.current_device() if device.index is None else device.index)
+
+
+@functools.cache
+def _sm_count(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
 
 
 def has_pdl(device: torch.device) -> bool:

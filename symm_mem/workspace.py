@@ -17,6 +17,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
+from commrt.dispatch.profile import sm_count
 from commrt.errors import WorkspaceError
 
 from .one_shot_push import META_INTS, SENTINEL16
@@ -63,8 +64,7 @@ class Workspace:
         self.meta = torch.zeros(META_INTS, dtype=torch.int32, device=self.device)
         self.err = torch.zeros(1, dtype=torch.int32, device=self.device)
         # programs that are surely resident at once: one per SM (None: the interpreter)
-        self.sm_count = torch.cuda.get_device_properties(self.device).multi_processor_count \
-            if self.device.type == "cuda" else None
+        self.sm_count = sm_count(self.device)
         self._views: dict[torch.dtype, tuple[torch.Tensor, ...]] = {}
         self._scratch: dict[torch.dtype, tuple] = {}
 

@@ -182,3 +182,27 @@ def test_programmatic_dependent_launch_only_from_sm90(monkeypatch):
     for cap, want in (((8, 0), False), ((9, 0), True), ((10, 0), True)):
         monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d, c=cap: c)
         assert has_pdl(torch.device("cuda", 0)) is want
+
+
+def test_sm_count_is_cached_per_device_and_none_off_the_gpu(monkeypatch):
+    from commrt.dispatch import profile as prof
+
+    asked = []
+
+    class Props:
+        def __init__(self, index):
+            self.multi_processor_count = 132 + index
+
+    def props(index):
+        asked.append(index)
+        return Props(index)
+    prof._sm_count.cache_clear()
+    monkeypatch.setattr(torch.cuda, "get_device_properties", props)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
+    try:
+        assert prof.sm_count(torch.device("cpu")) is None
+        assert [prof.sm_count(torch.device("cuda", 0)) for _ in range(3)] == [132] * 3
+        assert prof.sm_count(torch.device("cuda")) == 133  # the current device
+        assert asked == [0, 1]
+    finally:
+        prof._sm_count.cache_clear()

@@ -25,6 +25,7 @@ import torch
 import triton
 import triton.language as tl
 
+from commrt.dispatch.profile import sm_count
 from commrt.symm_mem.launch import cdiv, next_pow2
 
 from .scatter_kernels import SUM_PROGRAMS, _rows_of, _sum, scatter_shape
@@ -240,8 +241,7 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
         _init[(cdiv(plane, BLOCK),)](self, acc, extra, index, state, n, rows, plane, **plan,
                                      BLOCK=BLOCK, WIDE=wide, num_warps=8, maxnreg=INIT_REGS)
     else:
-        sms = torch.cuda.get_device_properties(self.device).multi_processor_count \
-            if self.device.type == "cuda" else INTERPRETER_SMS
+        sms = sm_count(self.device) or INTERPRETER_SMS
         _init[(min(cdiv(partitions * plane, BLOCK), sms),)](
             self, acc, extra, index, state, n, rows, plane, **plan, BLOCK=BLOCK, WIDE=wide,
             num_warps=8)
