@@ -136,3 +136,13 @@ def check_reduce_scatter(label: str, xs: Sequence[torch.Tensor], outs: Sequence[
     tol = 1e-5 if outs[0].dtype == torch.float32 else 2e-2
     err = (torch.stack(outs).double() - ref).norm() / ref.norm().clamp_min(1e-30)
     assert err < tol, f"{label}: relative error {err:.3g}"
+
+
+def finite_error(got: torch.Tensor, ref: torch.Tensor, label: object = "") -> float:
+    """The relative error of ``got`` against float64 ``ref`` over ``ref``'s finite
+    elements, after asserting that ``got`` has NaN exactly where ``ref`` has and the same
+    infinities."""
+    got = got.double()
+    fin, inf = ref.isfinite(), ref.isinf()
+    assert got.isnan().equal(ref.isnan()) and got[inf].equal(ref[inf]), label
+    return float((got[fin] - ref[fin]).norm() / ref[fin].norm())
