@@ -6,7 +6,8 @@ For the grid's narrow cells (1-D values and rows of 4 and 16; 8 to 1M output row
 uniform, skewed and hot indices; fp32 and bf16), median ms of one
 ``narrow_index_add`` in a CUDA graph: ``shipped`` (the plan made on the GPU; its copies and
 hot rows are recorded), ``plain`` (one copy, no hot rows), ``hot`` (hot rows, one copy),
-``copies N`` (N copies, no hot rows), the shipped copies with ``pa N`` (copies where an
+``no pdl`` (as shipped, ``_scatter`` not launched as a programmatic dependent of
+``_init``), ``copies N`` (N copies, no hot rows), the shipped copies with ``pa N`` (copies where an
 address expects over N adds), ``no hot`` (no hot rows) and ``hot first`` (every row the
 sample finds frequent is hot, whatever the copies could take), and eager ``index_add``
 for scale. The narrow constants of ``commrt.fx.scatter_rule`` (HOT_ADDS, HOT_SHARE,
@@ -34,6 +35,7 @@ WIDTHS = (0, 4, 16)
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 # name: (copies, arguments); None copies: as shipped
 VARIANTS = {"shipped": (None, {}),
+            "no pdl": (None, dict(pdl=False)),
             "plain": (1, dict(per_address=256, hot=0, min_copies=1)),
             "hot": (1, dict(per_address=256, hot=16, min_copies=1)),
             "copies 16": (16, dict(per_address=1, hot=0, min_copies=16)),

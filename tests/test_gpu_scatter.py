@@ -104,9 +104,11 @@ def test_narrow_kernels_against_float64(dtype, shape, rows):
             for rule in ((64, 128, 16), (1, 256, 0), (16, 1, 0)):
                 state = torch.empty(3 + max(1, rule[2]), device="cuda", dtype=torch.int32)
 
+                # programmatic dependent launch where the GPU has it (int64), and not
                 def call(rule=rule, i=i, state=state, base=base, vals=vals):
                     return narrow_index_add(base, i, vals, rule[0], per_address=rule[1],
-                                            hot=rule[2], state=state)
+                                            hot=rule[2], state=state,
+                                            pdl=None if i.dtype == torch.int64 else False)
                 outs = [call() for _ in range(5)]
                 graph = torch.cuda.CUDAGraph()
                 with torch.cuda.graph(graph):

@@ -16,7 +16,9 @@ Two or three launches, no host sync; the plan is made on the GPU from the indice
 2. ``_scatter``: a program takes ``ITERS`` blocks of ``SUB`` rows. For each hot row it
    sums the block's rows that hit it and adds the sum once; every other row is added with
    an atomic to copy ``(row + program) % p``. An index out of range poisons the output
-   with NaN (the plain op raises a device-side assert).
+   with NaN (the plain op raises a device-side assert). With one copy (``P == 1``) on
+   sm90+ it is launched as a programmatic dependent of ``_init``: its first block's
+   values and indices load while program 0 still plans.
 3. ``scatter_kernels._sum`` (only where ``P > 1`` or the output is not fp32): output :=
    ``acc`` plus the ``p - 1`` extra copies, in the output's dtype.
 """
@@ -25,7 +27,7 @@ import torch
 import triton
 import triton.language as tl
 
-from commrt.dispatch.profile import sm_count
+from commrt.dispatch.profile import has_pdl, sm_count
 from commrt.symm_mem.launch import cdiv, next_pow2
 
 from .scatter_kernels import SUM_PROGRAMS, _rows_of, _sum, scatter_shape
@@ -75,12 +77,15 @@ def _plan(a, valid, n, rows, P: tl.constexpr, S: tl.constexpr, H: tl.constexpr,
     adds_row = n * count.to(tl.float32) / sampled
     heavy = (a >= 0) & (count >= HOT_MIN) & (adds_row > HOT_ADDS) & \
         ((adds_row > P * HOT_ADDS) | (count * HOT_SHARE >= sampled))
-    earlier = tl.max((eq & (pos[None, :] < pos[:, None])).to(tl.int32), axis=1)
-    cand = heavy & (earlier == 0)  # first occurrences; S // HOT_MIN <= H: every one fits
-    rank = tl.cumsum(cand.to(tl.int32), axis=0) - cand.to(tl.int32)
-    pick = cand[:, None] & (rank[:, None] == tl.arange(0, H)[None, :])
-    hot = tl.sum(tl.where(pick, a[:, None] + 1, 0), axis=0) - 1
-    nhot = tl.sum((hot >= 0).to(tl.int32))
+    hot = tl.full([H], -1, tl.int32)
+    nhot = 0
+    if tl.max(heavy.to(tl.int32)) > 0:  # rare: the reductions below only then
+        earlier = tl.max((eq & (pos[None, :] < pos[:, None])).to(tl.int32), axis=1)
+        cand = heavy & (earlier == 0)  # first occurrences; S // HOT_MIN <= H: all fit
+        rank = tl.cumsum(cand.to(tl.int32), axis=0) - cand.to(tl.int32)
+        pick = cand[:, None] & (rank[:, None] == tl.arange(0, H)[None, :])
+        hot = tl.sum(tl.where(pick, a[:, None] + 1, 0), axis=0) - 1
+        nhot = tl.sum((hot >= 0).to(tl.int32))
     rest = (a >= 0) & (heavy == 0)
     m = tl.sum(rest.to(tl.int32)).to(tl.float32)
     same = tl.sum(tl.where(rest, count - 1, 0)).to(tl.float32)  # ordered equal pairs
@@ -109,10 +114,12 @@ def _plan_store(state, p, hot, nhot, H: tl.constexpr):
 def _init(self_ptr, acc, extra, idx, state, n, rows, plane, P: tl.constexpr,
           S: tl.constexpr, H: tl.constexpr, HOT_MIN: tl.constexpr, HOT_ADDS: tl.constexpr,
           HOT_SHARE: tl.constexpr, PER_ADDRESS: tl.constexpr, MIN_COPIES: tl.constexpr,
-          BLOCK: tl.constexpr, WIDE: tl.constexpr):
+          BLOCK: tl.constexpr, WIDE: tl.constexpr, PDL: tl.constexpr):
     # P == 1: program 0 makes the plan first, every program copies one block. P > 1: every
     # program makes it (alike: one sample), its sample loading while it copies, then
     # zeroes its share of the p - 1 extra copies (one program an SM, grid-stride, int64).
+    if PDL:  # _scatter's programs may start (they load values and indices, then wait)
+        tl.extra.cuda.gdc_launch_dependents()
     pid = tl.program_id(0)
     if P == 1:
         if pid == 0:
@@ -145,17 +152,15 @@ def _init(self_ptr, acc, extra, idx, state, n, rows, plane, P: tl.constexpr,
 @triton.jit
 def _scatter(acc, extra, idx, vals, state, n, rows, plane, D: tl.constexpr,
              DP: tl.constexpr, SUB: tl.constexpr, ITERS: tl.constexpr, P: tl.constexpr,
-             WIDE: tl.constexpr):
-    # D == 1 (1-D values) runs on 1-D blocks; wider rows on [SUB, DP] blocks
+             WIDE: tl.constexpr, PDL: tl.constexpr):
+    # D == 1 (1-D values) runs on 1-D blocks; wider rows on [SUB, DP] blocks. PDL: launched
+    # while _init runs; the first block's values and indices (written before _init) load
+    # before waiting for it, the plan and the copies after.
     pid = tl.program_id(0)
-    p = 1
-    if P > 1:
-        p = tl.load(state)
-    nhot = tl.load(state + 2)
     c = tl.arange(0, DP)
     cm = c < D
     bad_any = tl.zeros([SUB], tl.int32)
-    for it in range(ITERS):
+    for it in tl.static_range(ITERS):
         r = (pid * ITERS + it) * SUB + tl.arange(0, SUB)
         if WIDE:
             r = r.to(tl.int64)
@@ -166,6 +171,13 @@ def _scatter(acc, extra, idx, vals, state, n, rows, plane, D: tl.constexpr,
             v = tl.load(vals + r[:, None] * D + c[None, :],
                         mask=(r < n)[:, None] & cm[None, :], other=0).to(tl.float32)
         i, ok, bad = _rows_of(idx, r, n, rows, WIDE)
+        if it == 0:
+            if PDL:
+                tl.extra.cuda.gdc_wait()
+            p = 1
+            if P > 1:
+                p = tl.load(state)
+            nhot = tl.load(state + 2)
         bad_any |= bad.to(tl.int32)
         plain = ok
         for k in range(nhot):  # one add a hot row a block
@@ -202,7 +214,7 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
                      partitions: int, per_address: int = NARROW_PER_ADDRESS,
                      min_copies: int = MIN_COPIES, hot: int = HOT,
                      hot_min: int = HOT_MIN, hot_adds: int = HOT_ADDS,
-                     state: torch.Tensor | None = None
+                     state: torch.Tensor | None = None, pdl: bool | None = None
                      ) -> torch.Tensor:
     """``self.index_add(0, index, values)`` (a new tensor) with the scheme above.
 
@@ -212,7 +224,8 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
     power of two, at least ``NARROW_SAMPLE // hot_min``; 0: none); ``hot_adds``: the adds
     on each copy over which a row is hot; ``state``: int32 ``[3 + max(1, hot)]`` on the
     device to hold the plan (copies, error, hot rows, the hot rows), for a caller that
-    reads it.
+    reads it; ``pdl``: with one copy, launch ``_scatter`` as a programmatic dependent of
+    ``_init`` (None: where the GPU has it).
     """
     rows, n, D = scatter_shape(self, index, values, partitions, DTYPES, "narrow_index_add")
     if hot and NARROW_SAMPLE // hot_min > hot:
@@ -236,21 +249,26 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
                 HOT_ADDS=hot_adds, HOT_SHARE=HOT_SHARE, PER_ADDRESS=per_address,
                 MIN_COPIES=min(min_copies, partitions))
     wide = max(n * D, partitions * plane) >= 1 << 31
+    # PDL only where program 0 alone plans: where every _init program plans, _scatter's
+    # programs starting early slowed it (benchmarks/results/scatter.md)
+    pdl = partitions == 1 and (has_pdl(self.device) if pdl is None else pdl)
     if partitions == 1:  # one step a program; program 0 alone makes the plan: registers
         # capped so that the copy keeps its occupancy (the plan spills a few bytes)
         _init[(cdiv(plane, BLOCK),)](self, acc, extra, index, state, n, rows, plane, **plan,
-                                     BLOCK=BLOCK, WIDE=wide, num_warps=8, maxnreg=INIT_REGS)
+                                     BLOCK=BLOCK, WIDE=wide, PDL=pdl, num_warps=8,
+                                     maxnreg=INIT_REGS)
     else:
         sms = sm_count(self.device) or INTERPRETER_SMS
         _init[(min(cdiv(partitions * plane, BLOCK), sms),)](
             self, acc, extra, index, state, n, rows, plane, **plan, BLOCK=BLOCK, WIDE=wide,
-            num_warps=8)
+            PDL=False, num_warps=8)
     if n:
         DP = next_pow2(D)
         sub = max(16, ROWS_A_STEP // DP)
         _scatter[(cdiv(n, sub * ITERS),)](acc, extra, index, values, state, n, rows, plane,
                                           D=D, DP=DP, SUB=sub, ITERS=ITERS, P=partitions,
-                                          WIDE=wide, num_warps=4)
+                                          WIDE=wide, PDL=pdl, num_warps=4,
+                                          **({"launch_pdl": True} if pdl else {}))
     if partitions > 1 or not same:
         # up to SUM_COPIES copies a step: a plane of a few thousand elements still has
         # enough programs and loads in flight
