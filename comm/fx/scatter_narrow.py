@@ -250,7 +250,7 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
                 MIN_COPIES=min(min_copies, partitions))
     wide = max(n * D, partitions * plane) >= 1 << 31
     # PDL only where program 0 alone plans: where every _init program plans, _scatter's
-    # programs starting early slowed it (benchmarks/results/scatter.md)
+    # programs starting early slowed it (docs/decisions.md, 2026-11-24, 812d31d)
     pdl = partitions == 1 and (has_pdl(self.device) if pdl is None else pdl)
     if partitions == 1:  # one step a program; program 0 alone makes the plan: registers
         # capped so that the copy keeps its occupancy (the plan spills a few bytes)
