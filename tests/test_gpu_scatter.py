@@ -108,7 +108,7 @@ def test_narrow_kernels_against_float64(dtype, shape, rows):
                 def call(rule=rule, i=i, state=state, base=base, vals=vals):
                     return narrow_index_add(base, i, vals, rule[0], per_address=rule[1],
                                             hot=rule[2], state=state,
-                                            pdl=None if i.dtype == torch.int64 else False)
+                                            pdl=i.dtype == torch.int64)
                 outs = [call() for _ in range(5)]
                 graph = torch.cuda.CUDAGraph()
                 with torch.cuda.graph(graph):

@@ -214,7 +214,7 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
                      partitions: int, per_address: int = NARROW_PER_ADDRESS,
                      min_copies: int = MIN_COPIES, hot: int = HOT,
                      hot_min: int = HOT_MIN, hot_adds: int = HOT_ADDS,
-                     state: torch.Tensor | None = None, pdl: bool | None = None
+                     state: torch.Tensor | None = None, pdl: bool = True
                      ) -> torch.Tensor:
     """``self.index_add(0, index, values)`` (a new tensor) with the scheme above.
 
@@ -225,7 +225,7 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
     on each copy over which a row is hot; ``state``: int32 ``[3 + max(1, hot)]`` on the
     device to hold the plan (copies, error, hot rows, the hot rows), for a caller that
     reads it; ``pdl``: with one copy, launch ``_scatter`` as a programmatic dependent of
-    ``_init`` (None: where the GPU has it).
+    ``_init`` where the GPU has it (False: never).
     """
     rows, n, D = scatter_shape(self, index, values, partitions, DTYPES, "narrow_index_add")
     if hot and NARROW_SAMPLE // hot_min > hot:
@@ -251,7 +251,7 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
     wide = max(n * D, partitions * plane) >= 1 << 31
     # PDL only where program 0 alone plans: where every _init program plans, _scatter's
     # programs starting early slowed it (docs/decisions.md, 2026-11-24, 812d31d)
-    pdl = partitions == 1 and (has_pdl(self.device) if pdl is None else pdl)
+    pdl = pdl and partitions == 1 and has_pdl(self.device)
     if partitions == 1:  # one step a program; program 0 alone makes the plan: registers
         # capped so that the copy keeps its occupancy (the plan spills a few bytes)
         _init[(cdiv(plane, BLOCK),)](self, acc, extra, index, state, n, rows, plane, **plan,
