@@ -7,11 +7,12 @@ uniform, skewed and hot indices; fp32 and bf16), median ms of one
 ``narrow_index_add`` in a CUDA graph: ``shipped`` (the plan made on the GPU; its copies and
 hot rows are recorded), ``plain`` (one copy, no hot rows), ``hot`` (hot rows, one copy),
 ``no pdl`` (as shipped, ``_scatter`` not launched as a programmatic dependent of
-``_init``), ``copies N`` (N copies, no hot rows), the shipped copies with ``pa N`` (copies where an
-address expects over N adds), ``no hot`` (no hot rows) and ``hot first`` (every row the
-sample finds frequent is hot, whatever the copies could take), and eager ``index_add``
-for scale. The narrow constants of ``commrt.fx.scatter_rule`` (HOT_ADDS, HOT_SHARE,
-NARROW_PER_ADDRESS, NARROW_COPIES_PER_ROW) are read from this table.
+``_init``), ``copies N`` (N copies, no hot rows), the shipped copies with ``pa N``
+(copies where an address expects over N adds), ``no hot`` (no hot rows) and ``hot
+first`` (every row the sample finds frequent is hot, whatever the copies could take),
+and eager ``index_add`` for scale. The narrow constants of ``commrt.fx.scatter_rule``
+(HOT_ADDS, HOT_SHARE, NARROW_PER_ADDRESS, NARROW_COPIES_PER_ROW) are read from this
+table.
 """
 
 from __future__ import annotations

@@ -90,9 +90,16 @@ def _sm_count(index: int) -> int:
 
 
 def has_pdl(device: torch.device) -> bool:
-    """Whether ``device`` has programmatic dependent launch (NVIDIA sm90 or newer)."""
-    return device.type == "cuda" and torch.version.hip is None and \
-        torch.cuda.get_device_capability(device)[0] >= 9
+    """Whether ``device`` has programmatic dependent launch (NVIDIA sm90 or newer; cached:
+    the narrow scatter asks on every call)."""
+    if device.type != "cuda" or torch.version.hip is not None:
+        return False
+    return _has_pdl(torch.cuda.current_device() if device.index is None else device.index)
+
+
+@functools.cache
+def _has_pdl(index: int) -> bool:
+    return torch.cuda.get_device_capability(index)[0] >= 9
 
 
 def generation_key(vendor: str, name: str, major: int = 0, minor: int = 0, gfx: str = "") -> str:

@@ -176,12 +176,19 @@ def test_broken_libraries_never_fail_the_job():
 
 
 def test_programmatic_dependent_launch_only_from_sm90(monkeypatch):
-    from commrt.dispatch.profile import has_pdl
+    from commrt.dispatch import profile as prof
 
-    assert not has_pdl(torch.device("cpu"))
-    for cap, want in (((8, 0), False), ((9, 0), True), ((10, 0), True)):
-        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d, c=cap: c)
-        assert has_pdl(torch.device("cuda", 0)) is want
+    assert not prof.has_pdl(torch.device("cpu"))
+    asked = []
+    try:
+        for cap, want in (((8, 0), False), ((9, 0), True), ((10, 0), True)):
+            prof._has_pdl.cache_clear()
+            monkeypatch.setattr(torch.cuda, "get_device_capability",
+                                lambda d, c=cap: asked.append(d) or c)
+            assert [prof.has_pdl(torch.device("cuda", 0)) for _ in range(3)] == [want] * 3
+        assert asked == [0, 0, 0]  # once a device
+    finally:
+        prof._has_pdl.cache_clear()
 
 
 def test_sm_count_is_cached_per_device_and_none_off_the_gpu(monkeypatch):
