@@ -8,11 +8,10 @@ uniform, skewed and hot indices; fp32 and bf16), median ms of one
 hot rows are recorded), ``plain`` (one copy, no hot rows), ``hot`` (hot rows, one copy),
 ``no pdl`` (as shipped, ``_scatter`` not launched as a programmatic dependent of
 ``_init``), ``fp32 adds`` (as shipped, a bf16 output with one copy added in an fp32 copy
-rather than in bf16; errors of both against float64 in the last columns), ``copies N``
-(N copies, no hot rows), the shipped copies with ``pa N`` (copies where an address
-expects over N adds), ``no hot`` (no hot rows) and ``hot first`` (every row the sample
-finds frequent is hot, whatever the copies could take), and eager ``index_add`` for
-scale. The narrow constants of ``commrt.fx.scatter_rule``
+rather than in bf16; errors of both against float64 in the last columns), ``copies N`` (N copies, no hot rows), the shipped copies with ``pa N``
+(copies where an address expects over N adds), ``no hot`` (no hot rows) and ``hot
+first`` (every row the sample finds frequent is hot, whatever the copies could take),
+and eager ``index_add`` for scale. The narrow constants of ``commrt.fx.scatter_rule``
 (HOT_ADDS, HOT_SHARE, NARROW_PER_ADDRESS, NARROW_COPIES_PER_ROW) are read from this
 table.
 """
