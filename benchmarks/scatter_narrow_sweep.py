@@ -7,8 +7,7 @@ uniform, skewed and hot indices; fp32 and bf16), median ms of one
 ``narrow_index_add`` in a CUDA graph: ``shipped`` (the plan made on the GPU; its copies and
 hot rows are recorded), ``plain`` (one copy, no hot rows), ``hot`` (hot rows, one copy),
 ``no pdl`` (as shipped, ``_scatter`` not launched as a programmatic dependent of
-``_init``), ``fp32 adds`` (as shipped, a bf16 output with one copy added in an fp32 copy
-rather than in bf16; errors of both against float64 in the last columns), ``copies N`` (N copies, no hot rows), the shipped copies with ``pa N``
+``_init``), ``copies N`` (N copies, no hot rows), the shipped copies with ``pa N``
 (copies where an address expects over N adds), ``no hot`` (no hot rows) and ``hot
 first`` (every row the sample finds frequent is hot, whatever the copies could take),
 and eager ``index_add`` for scale. The narrow constants of ``commrt.fx.scatter_rule``
@@ -38,7 +37,6 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 # name: (copies, arguments); None copies: as shipped
 VARIANTS = {"shipped": (None, {}),
             "no pdl": (None, dict(pdl=False)),
-            "fp32 adds": (None, dict(half_atomics=False)),
             "plain": (1, dict(per_address=256, hot=0, min_copies=1)),
             "hot": (1, dict(per_address=256, hot=16, min_copies=1)),
             "copies 16": (16, dict(per_address=1, hot=0, min_copies=16)),
@@ -98,19 +96,16 @@ def main() -> None:
     with open(path + ".json", "w") as f:
         json.dump({"meta": meta, "cells": rows_out}, f, indent=1)
     cols = [*VARIANTS, "eager index_add"]
-    errs = ["shipped", "fp32 adds"]
     lines = [f"# Narrow-row scatter kernels: {meta['device']}", "",
              f"torch {meta['torch']}, Triton {meta['triton']}, {meta['date']}, commit "
              f"{meta['commit']}, `{meta['command']}`. Median ms of a call in a CUDA graph; "
              "plan: the copies and hot rows the shipped plan chose on the GPU.", "",
-             "| dtype | width | rows | dist | plan (copies/hot) | " + " | ".join(cols)
-             + "".join(f" | err {k}" for k in errs) + " |",
-             "|" + "---|" * 5 + "---:|" * (len(cols) + len(errs))]
+             "| dtype | width | rows | dist | plan (copies/hot) | " + " | ".join(cols) + " |",
+             "|" + "---|" * 5 + "---:|" * len(cols)]
     for r in rows_out:
         lines.append(f"| {r['dtype']} | {r['width'] or '1-D'} | {r['rows']} | {r['dist']} | "
                      f"{r['plan']['copies']}/{r['plan']['hot']} | "
-                     + " | ".join(f"{r['ms'][k]:.4f}" for k in cols)
-                     + "".join(f" | {r['err'][k]:.1e}" for k in errs) + " |")
+                     + " | ".join(f"{r['ms'][k]:.4f}" for k in cols) + " |")
     with open(path + ".md", "w") as f:
         f.write("\n".join(lines) + "\n")
     print(f"wrote {path}.json", flush=True)

@@ -102,17 +102,6 @@ def _has_pdl(index: int) -> bool:
     return torch.cuda.get_device_capability(index)[0] >= 9
 
 
-def has_half_atomics(device: torch.device, dtype: torch.dtype) -> bool:
-    """Whether Triton's ``atomic_add`` adds ``dtype`` (fp16 or bf16) on ``device``: fp16 on
-    NVIDIA GPUs and in the interpreter (CPU tensors), bf16 on NVIDIA sm90 or newer only (the
-    interpreter has no bf16 atomics; ROCm: not measured, none)."""
-    if dtype not in (torch.float16, torch.bfloat16) or torch.version.hip is not None:
-        return False
-    if device.type != "cuda":
-        return device.type == "cpu" and dtype == torch.float16
-    return dtype == torch.float16 or has_pdl(device)  # sm90: PDL and bf16 atomics alike
-
-
 def generation_key(vendor: str, name: str, major: int = 0, minor: int = 0, gfx: str = "") -> str:
     if vendor == "amd":
         return gfx or "gfx-unknown"

@@ -49,11 +49,8 @@ def specialisation(fn, args: tuple, kwargs: dict) -> tuple[dict, dict, dict]:
 
 
 def scatter_calls() -> None:
-    from commrt.fx import scatter_narrow
     from commrt.fx.scatter_kernels import partitioned_index_add
     from commrt.fx.scatter_narrow import narrow_index_add
-
-    scatter_narrow.has_half_atomics = lambda device, dtype: True  # as on sm90: fp16, bf16
 
     for dtype in (torch.float32, torch.bfloat16, torch.float16):
         for itype in (torch.int64, torch.int32):
@@ -65,9 +62,8 @@ def scatter_calls() -> None:
             for shape in ((), (3,), (16,)):
                 self, vals = torch.zeros(64, *shape, dtype=dtype), torch.zeros(1000, *shape,
                                                                              dtype=dtype)
-                for partitions, hot, half in ((1, 0, True), (1, 16, True), (1, 16, False),
-                                              (64, 16, True)):
-                    narrow_index_add(self, idx, vals, partitions, hot=hot, half_atomics=half)
+                for partitions, hot in ((1, 0), (1, 16), (64, 16)):
+                    narrow_index_add(self, idx, vals, partitions, hot=hot)
 
 
 def collective_calls() -> None:

@@ -191,26 +191,6 @@ def test_programmatic_dependent_launch_only_from_sm90(monkeypatch):
         prof._has_pdl.cache_clear()
 
 
-def test_half_atomics_fp16_on_gpus_and_the_interpreter_bf16_from_sm90(monkeypatch):
-    from commrt.dispatch import profile as prof
-
-    cpu, gpu = torch.device("cpu"), torch.device("cuda", 0)
-    assert prof.has_half_atomics(cpu, torch.float16)  # the interpreter adds fp16
-    assert not prof.has_half_atomics(cpu, torch.bfloat16)  # ... and refuses bf16
-    assert not prof.has_half_atomics(cpu, torch.float32)
-    try:
-        for cap, bf16 in (((8, 0), False), ((9, 0), True), ((10, 0), True)):
-            prof._has_pdl.cache_clear()
-            monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d, c=cap: c)
-            assert prof.has_half_atomics(gpu, torch.float16)
-            assert prof.has_half_atomics(gpu, torch.bfloat16) == bf16, cap
-            assert not prof.has_half_atomics(gpu, torch.float32)
-        monkeypatch.setattr(torch.version, "hip", "6.0")
-        assert not prof.has_half_atomics(gpu, torch.float16)  # ROCm: not measured
-    finally:
-        prof._has_pdl.cache_clear()
-
-
 def test_sm_count_is_cached_per_device_and_none_off_the_gpu(monkeypatch):
     from commrt.dispatch import profile as prof
 

@@ -4,8 +4,7 @@
 Two or three launches, no host sync; the plan is made on the GPU from the indices:
 
 1. ``_init``: ``acc`` := ``self`` in fp32 (``acc`` is the output itself when that is
-   fp32, or, with one copy, a half-precision output where the GPU adds that dtype
-   atomically: see below) while a strided sample of ``NARROW_SAMPLE`` indices loads; then the plan
+   fp32) while a strided sample of ``NARROW_SAMPLE`` indices loads; then the plan
    (``_plan``; every program makes it where copies are allowed, program 0 stores it).
    Its *hot rows* are up to ``HOT`` rows that occur at least ``HOT_MIN`` times in the
    sample and would put over ``HOT_ADDS`` adds on one copy, and on each of ``P`` copies
@@ -15,25 +14,20 @@ Two or three launches, no host sync; the plan is made on the GPU from the indice
    ``PER_ADDRESS`` one copy takes them (plain atomics), else the power of two
    (``MIN_COPIES`` to ``P``) that brings them under. The ``p - 1`` extra copies := 0.
 2. ``_scatter``: a program takes ``ITERS`` blocks of ``SUB`` rows. For each hot row it
-   sums the block's rows that hit it (in fp32) and adds the sum once; every other row is
-   added with an atomic to copy ``(row + program) % p``. An index out of range poisons the output
+   sums the block's rows that hit it and adds the sum once; every other row is added with
+   an atomic to copy ``(row + program) % p``. An index out of range poisons the output
    with NaN (the plain op raises a device-side assert). With one copy (``P == 1``) on
    sm90+ it is launched as a programmatic dependent of ``_init``: its first block's
    values and indices load while program 0 still plans.
-3. ``scatter_kernels._sum`` (only where ``acc`` is not the output or ``P > 1``): output :=
+3. ``scatter_kernels._sum`` (only where ``P > 1`` or the output is not fp32): output :=
    ``acc`` plus the ``p - 1`` extra copies, in the output's dtype.
-
-With one copy a half-precision output is ``acc`` (``half_atomics``): a row that is not
-hot takes its adds in the output's dtype, as Inductor's scatter adds them, with no fp32
-copy to fill and sum (two passes over the output); hot rows are still summed in fp32 a
-block before their one add.
 """
 
 import torch
 import triton
 import triton.language as tl
 
-from commrt.dispatch.profile import has_half_atomics, has_pdl, sm_count
+from commrt.dispatch.profile import has_pdl, sm_count
 from commrt.symm_mem.launch import cdiv, next_pow2
 
 from .scatter_kernels import SUM_PROGRAMS, _rows_of, _sum, scatter_shape
@@ -137,8 +131,7 @@ def _init(self_ptr, acc, extra, idx, state, n, rows, plane, P: tl.constexpr,
             pid = pid.to(tl.int64)
         offs = pid * BLOCK + tl.arange(0, BLOCK)
         m = offs < plane
-        tl.store(acc + offs, tl.load(self_ptr + offs, mask=m).to(acc.dtype.element_ty),
-                 mask=m)
+        tl.store(acc + offs, tl.load(self_ptr + offs, mask=m).to(tl.float32), mask=m)
     else:
         step = tl.num_programs(0).to(tl.int64) * BLOCK
         first = pid.to(tl.int64) * BLOCK
@@ -192,19 +185,16 @@ def _scatter(acc, extra, idx, vals, state, n, rows, plane, D: tl.constexpr,
             hit = ok & (i == h)
             plain = plain & (i != h)
             if D == 1:
-                s = tl.sum(tl.where(hit, v, 0.0))
-                tl.atomic_add(acc + h, s.to(acc.dtype.element_ty), sem="relaxed")
+                tl.atomic_add(acc + h, tl.sum(tl.where(hit, v, 0.0)), sem="relaxed")
             else:
                 s = tl.sum(tl.where(hit[:, None], v, 0.0), axis=0)
-                tl.atomic_add(acc + h * D + c, s.to(acc.dtype.element_ty), mask=cm,
-                              sem="relaxed")
+                tl.atomic_add(acc + h * D + c, s, mask=cm, sem="relaxed")
         off = i * D
         if P > 1:
             part = (r + pid) & (p - 1)  # p is a power of two
             dst = tl.where(part == 0, acc + off, extra + ((part - 1) * plane + off))
         else:
             dst = acc + off
-        v = v.to(acc.dtype.element_ty)
         if D == 1:
             tl.atomic_add(dst, v, mask=plain, sem="relaxed")
         else:
@@ -214,8 +204,7 @@ def _scatter(acc, extra, idx, vals, state, n, rows, plane, D: tl.constexpr,
         tl.store(state + 1, 1)
         for start in range(0, plane, 1024):
             offs = start + tl.arange(0, 1024)
-            tl.store(acc + offs, tl.full([1024], float("nan"), acc.dtype.element_ty),
-                     mask=offs < plane)
+            tl.store(acc + offs, tl.full([1024], float("nan"), tl.float32), mask=offs < plane)
 
 
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -225,8 +214,8 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
                      partitions: int, per_address: int = NARROW_PER_ADDRESS,
                      min_copies: int = MIN_COPIES, hot: int = HOT,
                      hot_min: int = HOT_MIN, hot_adds: int = HOT_ADDS,
-                     state: torch.Tensor | None = None, pdl: bool = True,
-                     half_atomics: bool = True) -> torch.Tensor:
+                     state: torch.Tensor | None = None, pdl: bool = True
+                     ) -> torch.Tensor:
     """``self.index_add(0, index, values)`` (a new tensor) with the scheme above.
 
     ``self`` and ``values`` contiguous, of one of ``DTYPES``, rows of at most ``NARROW_ROW``
@@ -236,9 +225,7 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
     on each copy over which a row is hot; ``state``: int32 ``[3 + max(1, hot)]`` on the
     device to hold the plan (copies, error, hot rows, the hot rows), for a caller that
     reads it; ``pdl``: with one copy, launch ``_scatter`` as a programmatic dependent of
-    ``_init`` where the GPU has it (False: never); ``half_atomics``: with one copy, add
-    into a half-precision output in its dtype where the GPU has those atomics (False:
-    always in an fp32 copy).
+    ``_init`` where the GPU has it (False: never).
     """
     rows, n, D = scatter_shape(self, index, values, partitions, DTYPES, "narrow_index_add")
     if hot and NARROW_SAMPLE // hot_min > hot:
@@ -251,9 +238,7 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
     plane = rows * D
     if plane == 0:
         return out
-    # the output is the one copy where it is fp32, or half precision added in its dtype
-    same = out.dtype == torch.float32 or half_atomics and partitions == 1 and \
-        has_half_atomics(self.device, self.dtype)
+    same = out.dtype == torch.float32
     acc = out if same else torch.empty(plane, device=self.device, dtype=torch.float32)
     extra = torch.empty(max(1, (partitions - 1) * plane), device=self.device,
                         dtype=torch.float32)
@@ -284,7 +269,7 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
                                           D=D, DP=DP, SUB=sub, ITERS=ITERS, P=partitions,
                                           WIDE=wide, PDL=pdl, num_warps=4,
                                           **({"launch_pdl": True} if pdl else {}))
-    if partitions > 1 or acc is not out:
+    if partitions > 1 or not same:
         # up to SUM_COPIES copies a step: a plane of a few thousand elements still has
         # enough programs and loads in flight
         cp = min(partitions, SUM_COPIES)

@@ -13,9 +13,10 @@ number of indices, value dtype) and answers one of:
 
 Narrow rows go to commrt's narrow kernels: whether they contend depends on the indices
 (one hot row among a million is as common as a histogram of eight bins), which only the
-GPU sees. One exception, measured: rows of 4 or more (and fp32 1-D values on more than
+GPU sees. Two exceptions, measured: rows of 4 or more (and fp32 1-D values on more than
 ``HOT`` rows) with ``NARROW_PARTITIONED`` values a row or more (``_HALF`` for fp16/bf16),
-where Inductor's partitions won.
+where Inductor's partitions won, and half-precision outputs with fewer indices than rows,
+left to Inductor.
 Wide rows go to commrt's kernels where enough values land on each output row to contend
 (half-precision rows, which they sum in fp32, from fewer), except on scatters of under
 ``WIDE_MIN_VALUES`` value elements, where Inductor's partitions won; fp32 rows with tens
@@ -82,9 +83,9 @@ INDUCTOR_CONTENDED = 64  # values per output row from which Inductor's partition
 # 06eb09f and 544ae5e): Inductor's partitions won every cell of rows of 4 and 16 with 1,024
 # values a row or more (bf16: 256), and of fp32 1-D values on 1,024 rows; commrt's hot rows
 # won 1-D values on 8 rows, and fp32 rows of 16 with 256 a row (Inductor's partitions, as
-# this pass inlines them, were 7x slower there). Half-precision outputs with few values a
-# row (one copy) take their adds in their own dtype (scatter_narrow), with no fp32 copy of
-# the output, so that they go to commrt with more rows than indices as well.
+# this pass inlines them, were 7x slower there). Half-precision outputs with more rows than
+# indices: commrt's fp32 copy of the output (two passes over it) cost more than Inductor's
+# scatter saved.
 NARROW_PARTITIONED, NARROW_PARTITIONED_HALF = 1024, 256  # values per output row
 NARROW_PARTITIONED_ROW = 4  # from this row width, or fp32 on more than HOT rows
 INDUCTOR_MIN_INDICES = 4096  # Inductor's partitioned_scatter_min_index_size
@@ -104,6 +105,9 @@ def decide(rows: int, width: int, n: int, dtype: torch.dtype,
     """
     per_row = n / max(1, rows)
     if dtype in NARROW_DTYPES and width <= NARROW_ROW and n >= MIN_INDICES:
+        if dtype in HALF and n < rows:
+            return INDUCTOR, (f"{dtype} rows of {width}, fewer indices than rows: an fp32 copy "
+                              "of the output costs more than the scatter")
         crowded = NARROW_PARTITIONED_HALF if dtype in HALF else NARROW_PARTITIONED
         if index_put and per_row >= crowded and (
                 width >= NARROW_PARTITIONED_ROW or dtype not in HALF and rows > HOT):
