@@ -5,7 +5,8 @@ Two or three launches, no host sync; the plan is made on the GPU from the indice
 
 1. ``_init``: ``acc`` := ``self`` in fp32 (``acc`` is the output itself when that is
    fp32) while a strided sample of ``NARROW_SAMPLE`` indices loads; then the plan
-   (``_plan``; every program makes it where copies are allowed, program 0 stores it).
+   (``_plan``; every program makes it where copies are allowed, program 0 stores it;
+   with one copy, program 0 only plans, next to the programs that copy).
    Its *hot rows* are up to ``HOT`` rows that occur at least ``HOT_MIN`` times in the
    sample and would put over ``HOT_ADDS`` adds on one copy, and on each of ``P`` copies
    unless they take ``1 / HOT_SHARE`` of the sample. From the rest of the sample it
@@ -115,7 +116,7 @@ def _init(self_ptr, acc, extra, idx, state, n, rows, plane, P: tl.constexpr,
           S: tl.constexpr, H: tl.constexpr, HOT_MIN: tl.constexpr, HOT_ADDS: tl.constexpr,
           HOT_SHARE: tl.constexpr, PER_ADDRESS: tl.constexpr, MIN_COPIES: tl.constexpr,
           BLOCK: tl.constexpr, WIDE: tl.constexpr, PDL: tl.constexpr):
-    # P == 1: program 0 makes the plan first, every program copies one block. P > 1: every
+    # P == 1: program 0 makes the plan, every other program copies one block. P > 1: every
     # program makes it (alike: one sample), its sample loading while it copies, then
     # zeroes its share of the p - 1 extra copies (one program an SM, grid-stride, int64).
     if PDL:  # _scatter's programs may start (they load values and indices, then wait)
@@ -127,11 +128,12 @@ def _init(self_ptr, acc, extra, idx, state, n, rows, plane, P: tl.constexpr,
             p, hot, nhot = _plan(a, valid, n, rows, P, S, H, HOT_MIN, HOT_ADDS, HOT_SHARE,
                                  PER_ADDRESS, MIN_COPIES)
             _plan_store(state, p, hot, nhot, H)
-        if WIDE:
-            pid = pid.to(tl.int64)
-        offs = pid * BLOCK + tl.arange(0, BLOCK)
-        m = offs < plane
-        tl.store(acc + offs, tl.load(self_ptr + offs, mask=m).to(tl.float32), mask=m)
+        else:
+            if WIDE:
+                pid = pid.to(tl.int64)
+            offs = (pid - 1) * BLOCK + tl.arange(0, BLOCK)
+            m = offs < plane
+            tl.store(acc + offs, tl.load(self_ptr + offs, mask=m).to(tl.float32), mask=m)
     else:
         step = tl.num_programs(0).to(tl.int64) * BLOCK
         first = pid.to(tl.int64) * BLOCK
@@ -252,9 +254,9 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
     # PDL only where program 0 alone plans: where every _init program plans, _scatter's
     # programs starting early slowed it (docs/decisions.md, 2026-11-24, 812d31d)
     pdl = pdl and partitions == 1 and has_pdl(self.device)
-    if partitions == 1:  # one step a program; program 0 alone makes the plan: registers
-        # capped so that the copy keeps its occupancy (the plan spills a few bytes)
-        _init[(cdiv(plane, BLOCK),)](self, acc, extra, index, state, n, rows, plane, **plan,
+    if partitions == 1:  # program 0 makes the plan, each other one copies a block:
+        # registers capped so that the copy keeps its occupancy (the plan spills a few bytes)
+        _init[(1 + cdiv(plane, BLOCK),)](self, acc, extra, index, state, n, rows, plane, **plan,
                                      BLOCK=BLOCK, WIDE=wide, PDL=pdl, num_warps=8,
                                      maxnreg=INIT_REGS)
     else:
