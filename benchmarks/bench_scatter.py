@@ -136,6 +136,11 @@ _STUCK = {"compiled": "one call did not finish in 8 minutes (bf16 atomics on 8 a
 UNRUN = {("index_put", "bfloat16", w, 8): _STUCK for w in (0, 1)}
 SLOW_MS = 1000.0  # a call this slow is not timed again: its call while compiling stands
 TOL = {"float32": 1e-4, "bfloat16": 2e-2}  # commrt's error: at most this or 1.5x compiled's
+# ... or 3x where the commrt column is the compiled column's own graph (the rule left the
+# scatter to Inductor), whose atomics add in another order each call: two calls of one bf16
+# graph on a hot row differed 1.6x (scatter_grid_NVIDIA_H200.md, 2026-11-25), as in
+# tests/test_gpu_scatter.py
+SAME_GRAPH_SLACK = 3.0
 
 
 def grid_groups(ops=tuple(OPS), dtypes=tuple(DTYPES), widths=WIDTHS) -> list[tuple]:
@@ -240,8 +245,9 @@ def compile_group(group: tuple, columns: tuple) -> dict:
         err = cell["err"]
         ran = [e for e in err.values() if e == e]
         compiled = err["compiled"] if err["compiled"] == err["compiled"] else 0.0
+        same = fns.get("commrt") is not None and fns.get("commrt") is fns.get("compiled")
         cell["wrong"] = not cell["failed"] and not (
-            err["commrt"] <= max(TOL[dt], 1.5 * compiled)
+            err["commrt"] <= max(TOL[dt], (SAME_GRAPH_SLACK if same else 1.5) * compiled)
             and (dt != "float32" or max(ran) <= TOL[dt]))
     return {"group": group, "cells": cells, "fns": fns, "data": (out, vals, idxs)}
 
@@ -556,7 +562,11 @@ def grid_markdown(cells: list, meta: dict, elapsed: float, status: dict) -> str:
         f"{VALUES} value elements a cell; outputs over {MAX_OUT} elements left out. "
         "Where the commrt path is `inductor`, commrt = Inductor's choice (the compiled "
         "column's graph); `inductor_partitioned`: the graph of Inductor's partitioned "
-        "scatter. err: relative error against float64 (Frobenius).", "",
+        "scatter. err: relative error against float64 (Frobenius); wrong: commrt's over "
+        "both " + ", ".join(f"{k} {v:g}" for k, v in TOL.items()) + " and 1.5x the "
+        f"compiled column's ({SAME_GRAPH_SLACK:g}x where commrt is the compiled column's "
+        "graph: its atomics add in another order each call), or an fp32 column over "
+        f"{TOL['float32']:g}.", "",
         f"Cells: {len(cells)}; commrt over 1.05x the faster compiled column: {len(over)}; "
         f"cells where Inductor's columns are slow (need 1.3x): {len(need)}, commrt 1.3x "
         f"faster in {len(won)}; wrong: {sum(c['wrong'] for c in cells)}; cells with a "
