@@ -81,7 +81,7 @@ def sm_count(device: torch.device) -> int | None:
     call); None for any other device (the Triton interpreter's CPU tensors)."""
     if device.type != "cuda":
         return None
-    return _sm_count(torch.cuda.current_device() if device.index is None else device.index)
+    return _sm_count(_cuda_index(device))
 
 
 @functools.cache
@@ -94,12 +94,17 @@ def has_pdl(device: torch.device) -> bool:
     the narrow scatter asks on every call)."""
     if device.type != "cuda" or torch.version.hip is not None:
         return False
-    return _has_pdl(torch.cuda.current_device() if device.index is None else device.index)
+    return _has_pdl(_cuda_index(device))
 
 
 @functools.cache
 def _has_pdl(index: int) -> bool:
     return torch.cuda.get_device_capability(index)[0] >= 9
+
+
+def _cuda_index(device: torch.device) -> int:
+    """The index of a CUDA ``device`` (``cuda`` alone: the current one), the caches' key."""
+    return torch.cuda.current_device() if device.index is None else device.index
 
 
 def generation_key(vendor: str, name: str, major: int = 0, minor: int = 0, gfx: str = "") -> str:

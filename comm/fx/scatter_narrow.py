@@ -256,9 +256,9 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
     pdl = pdl and partitions == 1 and has_pdl(self.device)
     if partitions == 1:  # program 0 makes the plan, each other one copies a block:
         # registers capped so that the copy keeps its occupancy (the plan spills a few bytes)
-        _init[(1 + cdiv(plane, BLOCK),)](self, acc, extra, index, state, n, rows, plane, **plan,
-                                     BLOCK=BLOCK, WIDE=wide, PDL=pdl, num_warps=8,
-                                     maxnreg=INIT_REGS)
+        _init[(1 + cdiv(plane, BLOCK),)](self, acc, extra, index, state, n, rows, plane,
+                                         **plan, BLOCK=BLOCK, WIDE=wide, PDL=pdl,
+                                         num_warps=8, maxnreg=INIT_REGS)
     else:
         sms = sm_count(self.device) or INTERPRETER_SMS
         _init[(min(cdiv(partitions * plane, BLOCK), sms),)](
