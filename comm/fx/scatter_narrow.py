@@ -14,7 +14,8 @@ Two or three launches, no host sync; the plan is made on the GPU from the indice
    share a row, and no fewer than an even spread over the rows gives); under
    ``PER_ADDRESS`` one copy takes them (plain atomics), else the power of two
    (``MIN_COPIES`` to ``P``) that brings them under. The ``p - 1`` extra copies := 0.
-2. ``_scatter``: a program takes ``ITERS`` blocks of ``SUB`` rows. For each hot row it
+2. ``_scatter``: a program takes ``ITERS`` blocks of ``SUB`` rows (one block of 4,096
+   values for rows of ``ROW_BLOCKS_FROM`` elements or more). For each hot row it
    sums the block's rows that hit it and adds the sum once; every other row is added with
    an atomic to copy ``(row + program) % p``. An index out of range poisons the output
    with NaN (the plain op raises a device-side assert). With one copy (``P == 1``) on
@@ -47,8 +48,13 @@ BLOCK = 2048  # elements a step of an _init or _sum program
 INTERPRETER_SMS = 8  # _init programs where copies are allowed: one an SM (CPU: this many)
 INIT_REGS = 64  # registers an _init thread where one program makes the plan (93 uncapped)
 SUM_COPIES, SUM_TILE = 128, 8192  # _sum with copies: copies a step, and elements a step
-ROWS_A_STEP = 1024  # value elements a _scatter block (SUB rows of DP columns)
-ITERS = 4  # blocks a _scatter program
+# _scatter's blocks (SUB rows of DP columns): (value elements a block, blocks a program,
+# warps). Rows of ROW_BLOCKS_FROM elements or more take one block of 4,096 on 8 warps (a
+# hot row's sum once a program): in an A/B on one H200 (docs/decisions.md, 2026-11-25)
+# rows of 4 and 16 with a hot row ran 1.24-1.48x faster, others from 4% faster to 2%
+# slower; 1-D values ran up to 4% slower so, and keep four blocks of 1,024 on 4 warps.
+VALUE_BLOCKS = (1024, 4, 4)
+ROW_BLOCKS, ROW_BLOCKS_FROM = (4096, 1, 8), 4
 
 
 @triton.jit
@@ -266,10 +272,11 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
             PDL=False, num_warps=8)
     if n:
         DP = next_pow2(D)
-        sub = max(16, ROWS_A_STEP // DP)
-        _scatter[(cdiv(n, sub * ITERS),)](acc, extra, index, values, state, n, rows, plane,
-                                          D=D, DP=DP, SUB=sub, ITERS=ITERS, P=partitions,
-                                          WIDE=wide, PDL=pdl, num_warps=4,
+        step, iters, warps = ROW_BLOCKS if D >= ROW_BLOCKS_FROM else VALUE_BLOCKS
+        sub = max(16, step // DP)
+        _scatter[(cdiv(n, sub * iters),)](acc, extra, index, values, state, n, rows, plane,
+                                          D=D, DP=DP, SUB=sub, ITERS=iters, P=partitions,
+                                          WIDE=wide, PDL=pdl, num_warps=warps,
                                           **({"launch_pdl": True} if pdl else {}))
     if partitions > 1 or not same:
         # up to SUM_COPIES copies a step: a plane of a few thousand elements still has
