@@ -24,7 +24,7 @@ def main() -> None:
     cases = 0
     # (rows, row shape, indices); () is 1-D values
     for rows, shape, n in ((300, (), 5003), (40, (1,), 2001), (57, (3,), 1500),
-                           (20, (16,), 999)):
+                           (20, (16,), 999), (40, (100,), 600)):
         for dist in ("uniform", "hot", "few"):
             for dtype in TOL:
                 base = torch.randn(rows, *shape, generator=g).to(dtype)

@@ -67,7 +67,9 @@ REGIMES = [  # (rows, row width, indices, dtype, index_put, choice)
     (8, 100, 400_000, torch.float32, True, "commrt"),  # wide, 50,000 a row, 40M values
     (8, 100, 40_000, torch.float32, True, "inductor_partitioned"),  # 5,000 a row, 4M values
     (1024, 100, 40_000, torch.float32, True, "commrt"),  # wide, 40 a row: hot rows on the GPU
-    (65536, 100, 40_000, torch.float32, True, "inductor"),  # under one a row
+    (65536, 100, 40_000, torch.float32, True, "commrt"),  # under one a row, 6.5M: one copy
+    (65536, 100, 40_000, torch.bfloat16, True, "inductor"),  # ... bf16: an fp32 copy
+    (4096, 1024, 8192, torch.float32, True, "commrt"),  # 2 a row on 4M elements: one copy
     (1024, 1024, 4096, torch.float32, True, "inductor"),  # 4 a row, 4,096 indices
     (8, 1024, 4096, torch.bfloat16, True, "inductor_partitioned"),  # 512 a row, 4M values
     (8, 1024, 40_000, torch.bfloat16, True, "commrt"),  # 5,000 a row, 40M values
@@ -227,7 +229,7 @@ def test_off_by_default_and_switched_by_the_config(monkeypatch):
 
 @pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs triton")
 @pytest.mark.parametrize("script,cases", [("scatter_interpret.py", 120),
-                                          ("scatter_narrow_interpret.py", 288)])
+                                          ("scatter_narrow_interpret.py", 360)])
 def test_cuda_kernels_under_the_triton_interpreter(script, cases):
     """The Triton kernels the op runs on CUDA, on CPU tensors: float64-exact sums for
     every value and index dtype and index distribution, with and without copies, rows

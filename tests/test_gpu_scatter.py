@@ -16,6 +16,7 @@ CASES = [  # (op, dtype, row width (0: 1-D), rows, indices, expected choice)
     ("index_put", torch.bfloat16, 16, 1 << 16, 1 << 15, "inductor"),  # bf16, half a row
     ("index_put", torch.float32, 100, 1024, 200_000, "inductor_partitioned"),  # wide
     ("index_put", torch.float32, 1024, 1 << 14, 1024, "inductor"),  # wide, no contention
+    ("index_put", torch.float32, 100, 1 << 16, 40_000, "commrt"),  # wide, one copy
     ("index_put", torch.float32, 100, 1024, 40_000, "commrt"),  # wide, 40 a row
     ("index_put", torch.float32, 100, 4096, 80_000, "commrt"),  # wide, 19 a row
     ("index_put", torch.bfloat16, 100, 8, 40_000, "inductor_partitioned"),  # small, crowded

@@ -5,7 +5,7 @@ Before::
     out = index_put(self, [idx], values, accumulate=True)     # index_add(self, 0, idx, v)
 
 After, where ``scatter_rule.decide`` answers ``commrt`` (narrow rows; wide or
-half-precision rows that contend)::
+half-precision rows that contend; fp32 rows with few values a row on a large output)::
 
     out = commrt.partitioned_index_put(self, idx, values, partitions)
 
@@ -19,7 +19,9 @@ no host sync: equal pairs in a strided sample of the indices estimate the atomic
 address takes; one copy (plain atomics) while that stays under ``PER_ADDRESS``, else the
 power of two (``MIN_COPIES`` to ``partitions``) that brings it under. On CUDA (floating
 values) the Triton kernels of ``scatter_kernels`` also sum the rows of a program that share
-an index before adding them; elsewhere, and for integer values, the copies are torch ops.
+an index before adding them, and those of ``scatter_narrow`` (narrow rows, and fp32 rows
+with one copy) add a hot row's values once a block; elsewhere, and for integer values, the
+copies are torch ops.
 """
 
 from __future__ import annotations
@@ -38,11 +40,15 @@ from .scatter_rule import (
     MEMORY_FRACTION,
     MIN_COPIES,
     NARROW_ROW,
+    ONE_COPY_HOT,
+    ONE_COPY_HOT_MIN,
+    ONE_COPY_ROW,
     PER_ADDRESS,
     SAMPLE,
     SHIFTS,
     decide,
     inductor_partitions,
+    one_copy,
     partitions_for,
 )
 
@@ -62,8 +68,13 @@ def _partitioned_index_put(self: torch.Tensor, index: torch.Tensor, values: torc
 
         if values.dtype in PARTS:  # the value dtypes the kernels take
             args = (self.contiguous(), index.contiguous(), values.contiguous(), partitions)
-            if self.dim() and self.numel() <= NARROW_ROW * self.shape[0] < 1 << 31:
-                return narrow_index_add(*args)
+            rows = self.shape[0] if self.dim() else 0
+            if 0 < rows < 1 << 31:
+                if self.numel() <= NARROW_ROW * rows:
+                    return narrow_index_add(*args)
+                if partitions == 1 and values.dtype == torch.float32 and \
+                        self.numel() <= ONE_COPY_ROW * rows:  # scatter_rule.one_copy
+                    return narrow_index_add(*args, hot=ONE_COPY_HOT, hot_min=ONE_COPY_HOT_MIN)
             return partitioned_index_add(*args)
     return _partitioned_index_put_torch(self, index, values, partitions)
 
@@ -199,7 +210,7 @@ def _rewrite(graph, node, self_, index, values, fraction, rule) -> tuple[str, st
     if choice != COMMRT:
         return choice, why
     acc_bytes = 4 if sv.dtype in HALF else sv.element_size()
-    narrow = width <= NARROW_ROW
+    narrow = width <= NARROW_ROW or one_copy(rows, width, n, sv.dtype)
     p = partitions_for(rows, n, acc_bytes * width, memory, fraction, narrow)
     if p < 2 and not narrow and sv.dtype in HALF:  # fp32: the output is the one copy
         return INDUCTOR, f"{why}; too few values a row, or copies over the memory cap"

@@ -1,5 +1,6 @@
 """Triton kernels for accumulating scatters of narrow rows (1-D values, rows of up to
-``NARROW_ROW`` elements) behind ``commrt::partitioned_index_put`` on CUDA.
+``NARROW_ROW`` elements; fp32 rows of up to ``ONE_COPY_ROW`` with one copy) behind
+``commrt::partitioned_index_put`` on CUDA.
 
 Two or three launches, no host sync; the plan is made on the GPU from the indices:
 
@@ -40,8 +41,8 @@ from .scatter_rule import (
     HOT_SHARE,
     MIN_COPIES,
     NARROW_PER_ADDRESS,
-    NARROW_ROW,
     NARROW_SAMPLE,
+    ONE_COPY_ROW,
 )
 
 BLOCK = 2048  # elements a step of an _init or _sum program
@@ -226,12 +227,13 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
                      ) -> torch.Tensor:
     """``self.index_add(0, index, values)`` (a new tensor) with the scheme above.
 
-    ``self`` and ``values`` contiguous, of one of ``DTYPES``, rows of at most ``NARROW_ROW``
-    elements, ``values`` shaped ``[len(index), *self.shape[1:]]``; ``partitions``: the most
-    copies (a power of two; 1: never more than the output); ``hot``: the most hot rows (a
-    power of two, at least ``NARROW_SAMPLE // hot_min``; 0: none); ``hot_adds``: the adds
-    on each copy over which a row is hot; ``state``: int32 ``[3 + max(1, hot)]`` on the
-    device to hold the plan (copies, error, hot rows, the hot rows), for a caller that
+    ``self`` and ``values`` contiguous, of one of ``DTYPES``, rows of at most
+    ``ONE_COPY_ROW`` elements (the pass sends rows over ``NARROW_ROW`` only in fp32, with
+    one copy), ``values`` shaped ``[len(index), *self.shape[1:]]``; ``partitions``: the
+    most copies (a power of two; 1: never more than the output); ``hot``: the most hot rows
+    (a power of two, at least ``NARROW_SAMPLE // hot_min``; 0: none); ``hot_adds``: the
+    adds on each copy over which a row is hot; ``state``: int32 ``[3 + max(1, hot)]`` on
+    the device to hold the plan (copies, error, hot rows, the hot rows), for a caller that
     reads it; ``pdl``: with one copy, launch ``_scatter`` as a programmatic dependent of
     ``_init`` where the GPU has it (False: never).
     """
@@ -239,8 +241,8 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
     if hot and NARROW_SAMPLE // hot_min > hot:
         raise ValueError(f"narrow_index_add: hot={hot} rows cannot hold every row that takes "
                          f"hot_min={hot_min} of {NARROW_SAMPLE} samples")
-    if D > NARROW_ROW or rows >= 1 << 31:
-        raise ValueError(f"narrow_index_add takes rows of at most {NARROW_ROW} elements and "
+    if D > ONE_COPY_ROW or rows >= 1 << 31:
+        raise ValueError(f"narrow_index_add takes rows of at most {ONE_COPY_ROW} elements and "
                          f"fewer than 2**31 rows, got {rows} rows of {D}")
     out = torch.empty_like(self)
     plane = rows * D

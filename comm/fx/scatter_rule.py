@@ -17,6 +17,9 @@ GPU sees. Two exceptions, measured: rows of 4 or more (and fp32 1-D values on mo
 ``HOT`` rows) with ``NARROW_PARTITIONED`` values a row or more (``_HALF`` for fp16/bf16),
 where Inductor's partitions won, and half-precision outputs with fewer indices than rows,
 left to Inductor.
+fp32 rows of up to ``ONE_COPY_ROW`` elements with few values a row on a large output
+(``one_copy``) go to the narrow kernels with one copy: there the plan hides behind the
+copy of the output, and a hot row is found on the GPU.
 Wide rows go to commrt's kernels where enough values land on each output row to contend
 (half-precision rows, which they sum in fp32, from fewer), except on scatters of under
 ``WIDE_MIN_VALUES`` value elements, where Inductor's partitions won; fp32 rows with tens
@@ -90,6 +93,18 @@ NARROW_PARTITIONED, NARROW_PARTITIONED_HALF = 1024, 256  # values per output row
 NARROW_PARTITIONED_ROW = 4  # from this row width, or fp32 on more than HOT rows
 INDUCTOR_MIN_INDICES = 4096  # Inductor's partitioned_scatter_min_index_size
 INDUCTOR_MEMORY = 0.10  # Inductor's partitioned_scatter_memory_budget
+# fp32 rows wider than NARROW_ROW that the narrow kernels take with one copy (one_copy):
+# under FP32_SPREAD_PER_ROW values a row, outputs of ONE_COPY_PLANE elements or more, rows
+# of up to ONE_COPY_ROW. Measured on one H200 against Inductor (docs/decisions.md,
+# 2026-11-25): rows of 64 and 100 on 65,536 rows ran 0.88-0.98x its plain scatter uniform
+# and skewed and 0.18-0.32x its partitions with one hot row; rows of 1024 on 65,536 rows
+# 1.00x and 0.88x; rows of 1024 on 1,024 rows (1M elements) 1.08-1.17x: the plan no longer
+# hides behind the copy.
+ONE_COPY_ROW, ONE_COPY_PLANE = 1024, 1 << 22
+# ... their hot rows: up to ONE_COPY_HOT rows that take ONE_COPY_HOT_MIN of NARROW_SAMPLE (a
+# quarter): with ten rows of 9% each, rows of 100 on 65,536 rows took 138 µs as ten hot
+# rows, 49 µs with none, Inductor's scatter 46 µs (docs/decisions.md, 2026-11-25).
+ONE_COPY_HOT, ONE_COPY_HOT_MIN = 4, 16
 
 COMMRT, INDUCTOR_PARTITIONED, INDUCTOR = "commrt", "inductor_partitioned", "inductor"
 HALF = (torch.float16, torch.bfloat16)
@@ -115,6 +130,9 @@ def decide(rows: int, width: int, n: int, dtype: torch.dtype,
                                           "row: Inductor's partitions")
         return COMMRT, (f"narrow rows of {width}, {per_row:.0f} values a row: hot rows and "
                         "copies chosen on the GPU")
+    if one_copy(rows, width, n, dtype):
+        return COMMRT, (f"rows of {width}, {per_row:.2g} values a row on {rows * width} "
+                        "output elements: one copy, hot rows found on the GPU")
     if dtype.is_floating_point and n >= MIN_INDICES:
         small = n * width < WIDE_MIN_VALUES  # Inductor's partitions win where they apply
         if dtype in HALF and (width >= WIDE_ROW and per_row >= HALF_CONTENDED or
@@ -133,6 +151,12 @@ def decide(rows: int, width: int, n: int, dtype: torch.dtype,
     if index_put and n >= INDUCTOR_MIN_INDICES and per_row >= INDUCTOR_CONTENDED:
         return INDUCTOR_PARTITIONED, f"rows of {width} with {per_row:.0f} values a row"
     return INDUCTOR, f"rows of {width} with {per_row:.0f} values a row"
+
+
+def one_copy(rows: int, width: int, n: int, dtype: torch.dtype) -> bool:
+    """fp32 rows wider than ``NARROW_ROW`` that the narrow kernels take with one copy."""
+    return (dtype == torch.float32 and NARROW_ROW < width <= ONE_COPY_ROW and
+            MIN_INDICES <= n < FP32_SPREAD_PER_ROW * rows and rows * width >= ONE_COPY_PLANE)
 
 
 def inductor_partitions(numel: int, n: int, itemsize: int, memory: int) -> int:
