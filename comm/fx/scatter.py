@@ -42,7 +42,6 @@ from .scatter_rule import (
     NARROW_ROW,
     ONE_COPY_HOT,
     ONE_COPY_HOT_MIN,
-    ONE_COPY_ROW,
     PER_ADDRESS,
     SAMPLE,
     SHIFTS,
@@ -72,10 +71,8 @@ def _partitioned_index_put(self: torch.Tensor, index: torch.Tensor, values: torc
             if 0 < rows < 1 << 31:
                 if self.numel() <= NARROW_ROW * rows:
                     return narrow_index_add(*args)
-                # fp32 rows with one copy (scatter_rule.one_copy, or wider rows that the
-                # memory cap leaves one): plain atomics and at most ONE_COPY_HOT hot rows
-                if partitions == 1 and values.dtype == torch.float32 and \
-                        self.numel() <= ONE_COPY_ROW * rows:
+                if partitions == 1 and one_copy(rows, self.numel() // rows, index.numel(),
+                                                values.dtype):
                     return narrow_index_add(*args, hot=ONE_COPY_HOT, hot_min=ONE_COPY_HOT_MIN)
             return partitioned_index_add(*args)
     return _partitioned_index_put_torch(self, index, values, partitions)
