@@ -80,7 +80,11 @@ REGIMES = [  # (rows, row width, indices, dtype, index_put, choice)
     (8, 16, 262_144, torch.bfloat16, True, "inductor_partitioned"),  # narrow, 32K a row
     (1024, 16, 262_144, torch.bfloat16, False, "commrt"),  # Inductor keeps it as aten's
     (1000, 1, 4_000_000, torch.float32, True, "inductor_partitioned"),  # 1-D, 4,000 a row
-    (8, 1, 4_000_000, torch.float32, True, "commrt"),  # 1-D on 8 rows: every row hot
+    (8, 1, 4_000_000, torch.float32, True, "commrt"),  # 1-D on 8 rows: few rows
+    (8, 4, 1 << 20, torch.float32, True, "commrt"),  # rows of 4 on 8 rows: few rows
+    (16, 4, 1 << 20, torch.bfloat16, True, "commrt"),  # ... on 16 rows
+    (17, 4, 1 << 20, torch.float32, True, "inductor_partitioned"),  # past few rows
+    (8, 5, 1 << 20, torch.float32, True, "inductor_partitioned"),  # past few rows' width
     (1024, 1, 4_000_000, torch.bfloat16, True, "commrt"),  # bf16 1-D: fp32 sums
     (1 << 20, 1, 4_000_000, torch.float32, True, "commrt"),  # narrow rows: the GPU chooses
     (1 << 20, 16, 262_144, torch.bfloat16, True, "inductor"),  # bf16, fewer than the rows
@@ -108,6 +112,7 @@ def test_rule_per_regime(rows, width, n, dtype, index_put, choice):
     (1 << 20, 0, 4_000_000, torch.float32, "commrt"),
     (8, 16, 262_144, torch.bfloat16, "inductor_partitioned"),
     (8, 0, 262_144, torch.bfloat16, "commrt"),
+    (8, 4, 1 << 20, torch.float32, "commrt"),
 ])
 def test_the_pass_follows_the_rule_on_traced_graphs(rows, width, n, dtype, choice):
     shape = (rows,) if width == 0 else (rows, width)
@@ -229,7 +234,8 @@ def test_off_by_default_and_switched_by_the_config(monkeypatch):
 
 @pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs triton")
 @pytest.mark.parametrize("script,cases", [("scatter_interpret.py", 120),
-                                          ("scatter_narrow_interpret.py", 360)])
+                                          ("scatter_narrow_interpret.py", 360),
+                                          ("scatter_few_interpret.py", 60)])
 def test_cuda_kernels_under_the_triton_interpreter(script, cases):
     """The Triton kernels the op runs on CUDA, on CPU tensors: float64-exact sums for
     every value and index dtype and index distribution, with and without copies, rows

@@ -10,7 +10,9 @@ import commrt.fx
 CASES = [  # (op, dtype, row width (0: 1-D), rows, indices, expected choice)
     ("index_add", torch.float32, 100, 501, 600_011, "commrt"),  # wide rows that contend
     ("index_add", torch.bfloat16, 16, 8, 100_000, "commrt"),  # bf16 rows, fp32 sums
-    ("index_put", torch.float32, 0, 8, 1 << 20, "commrt"),  # 1-D, eight rows: hot rows
+    ("index_put", torch.float32, 0, 8, 1 << 20, "commrt"),  # 1-D, eight rows: few rows
+    ("index_put", torch.float32, 4, 8, (1 << 20) + 3, "commrt"),  # rows of 4: few rows
+    ("index_add", torch.bfloat16, 3, 16, 300_007, "commrt"),  # ... 16 rows, bf16
     ("index_add", torch.float32, 4, 1 << 20, 1 << 20, "commrt"),  # narrow, spread
     ("index_put", torch.float32, 4, 1024, 1 << 20, "inductor_partitioned"),  # narrow, 1024
     ("index_put", torch.bfloat16, 16, 1 << 16, 1 << 15, "inductor"),  # bf16, half a row
@@ -131,6 +133,42 @@ def test_narrow_kernels_against_float64(dtype, shape, rows):
                     assert rows // 3 in state[3:3 + nhot].tolist(), state
                 if rule[1] == 1 and dist == "uniform" and rows < 2000:
                     assert p == 16, state  # one add an address: as many copies as allowed
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("shape", [(), (1,), (3,), (4,)])  # 1-D values, narrow rows
+@pytest.mark.parametrize("rows", [1, 8, 13])
+def test_few_rows_kernels_against_float64(dtype, shape, rows):
+    """The few-rows kernels on the GPU, eager and in a CUDA graph, five calls each: every
+    index distribution, dtype and index dtype against float64, bit-identical from call to
+    call (no atomics); an index out of range poisons the output."""
+    from commrt.fx.scatter_few import few_rows_index_add
+
+    g = torch.Generator(device="cuda").manual_seed(rows + len(shape))
+    tol = {torch.float32: 1e-6, torch.bfloat16: 1e-2, torch.float16: 2e-3}[dtype]
+    for n, dist in ((1_000_003, "uniform"), (300_007, "skewed"), (77, "hot")):
+        base = torch.randn(rows, *shape, device="cuda", generator=g).to(dtype)
+        idx = _indices(dist, rows, n, g)
+        idx[::5] -= rows  # negative indices count from the end
+        vals = torch.randn(n, *shape, device="cuda", generator=g).to(dtype)
+        ref = base.double().index_add(0, idx % rows, vals.double())
+        for itype in (torch.int64, torch.int32):
+            i = idx.to(itype)
+            outs = [few_rows_index_add(base, i, vals) for _ in range(5)]
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                captured = few_rows_index_add(base, i, vals)
+            for _ in range(5):
+                captured.zero_()
+                graph.replay()
+                outs.append(captured.clone())
+            err = float((outs[0].double() - ref).norm() / ref.norm())
+            assert outs[0].dtype == dtype and err < tol, (n, dist, itype, err)
+            assert all(torch.equal(out, outs[0]) for out in outs), (n, dist, itype)
+    idx[n // 2] = rows
+    assert few_rows_index_add(base, idx, vals).isnan().all()
 
 
 @pytest.mark.gpu

@@ -19,9 +19,10 @@ no host sync: equal pairs in a strided sample of the indices estimate the atomic
 address takes; one copy (plain atomics) while that stays under ``PER_ADDRESS``, else the
 power of two (``MIN_COPIES`` to ``partitions``) that brings it under. On CUDA (floating
 values) the Triton kernels of ``scatter_kernels`` also sum the rows of a program that share
-an index before adding them, and those of ``scatter_narrow`` (narrow rows, and fp32 rows
-with one copy) add a hot row's values once a block; elsewhere, and for integer values, the
-copies are torch ops.
+an index before adding them, those of ``scatter_narrow`` (narrow rows, and fp32 rows
+with one copy) add a hot row's values once a block, and those of ``scatter_few`` (narrow
+rows into a few output rows) sum every output row a program, no copies; elsewhere, and
+for integer values, the copies are torch ops.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from .scatter_rule import (
     SAMPLE,
     SHIFTS,
     decide,
+    few_rows,
     inductor_partitions,
     one_copy,
     partitions_for,
@@ -62,6 +64,7 @@ lib.define("partitioned_index_put(Tensor self, Tensor index, Tensor values, int 
 def _partitioned_index_put(self: torch.Tensor, index: torch.Tensor, values: torch.Tensor,
                            partitions: int) -> torch.Tensor:
     if self.device.type == "cuda":
+        from .scatter_few import few_rows_index_add
         from .scatter_kernels import PARTS, partitioned_index_add
         from .scatter_narrow import narrow_index_add
 
@@ -69,6 +72,8 @@ def _partitioned_index_put(self: torch.Tensor, index: torch.Tensor, values: torc
             args = (self.contiguous(), index.contiguous(), values.contiguous(), partitions)
             rows = self.shape[0] if self.dim() else 0
             if 0 < rows < 1 << 31:
+                if few_rows(rows, self.numel() // rows):
+                    return few_rows_index_add(*args[:3])
                 if self.numel() <= NARROW_ROW * rows:
                     return narrow_index_add(*args)
                 if partitions == 1 and one_copy(rows, self.numel() // rows, index.numel(),
@@ -210,7 +215,8 @@ def _rewrite(graph, node, self_, index, values, fraction, rule) -> tuple[str, st
         return choice, why
     acc_bytes = 4 if sv.dtype in HALF else sv.element_size()
     narrow = width <= NARROW_ROW or one_copy(rows, width, n, sv.dtype)
-    p = partitions_for(rows, n, acc_bytes * width, memory, fraction, narrow)
+    p = 1 if few_rows(rows, width) else \
+        partitions_for(rows, n, acc_bytes * width, memory, fraction, narrow)
     if p < 2 and not narrow and sv.dtype in HALF:  # fp32: the output is the one copy
         return INDUCTOR, f"{why}; too few values a row, or copies over the memory cap"
     with graph.inserting_before(node):

@@ -11,7 +11,9 @@ number of indices, value dtype) and answers one of:
   (``torch._inductor.fx_passes.reduced_atomic_contention``), with its partition count;
 - ``inductor``: the scatter left as it is, to Inductor's plain atomics.
 
-Narrow rows go to commrt's narrow kernels: whether they contend depends on the indices
+Rows of up to ``FEW_WIDTH`` elements into at most ``FEW_ROWS`` output rows (``few_rows``)
+go to ``scatter_few``, which sums every output row a program. Other narrow rows go to
+commrt's narrow kernels: whether they contend depends on the indices
 (one hot row among a million is as common as a histogram of eight bins), which only the
 GPU sees. Two exceptions, measured: rows of 4 or more (and fp32 1-D values on more than
 ``HOT`` rows) with ``NARROW_PARTITIONED`` values a row or more (``_HALF`` for fp16/bf16),
@@ -105,6 +107,12 @@ ONE_COPY_ROW, ONE_COPY_PLANE = 1024, 1 << 22
 # quarter): with ten rows of 9% each, rows of 100 on 65,536 rows took 138 µs as ten hot
 # rows, 49 µs with none, Inductor's scatter 46 µs (docs/decisions.md, 2026-11-25).
 ONE_COPY_HOT, ONE_COPY_HOT_MIN = 4, 16
+# Narrow rows into few output rows (few_rows: scatter_few, every row summed a program, no
+# atomics): measured on one H200 (docs/decisions.md, 2026-11-26) against Inductor's
+# partitions and the narrow kernels: on 8 rows, rows of 4 ran 0.30-0.52x the partitions'
+# time (1-D values 0.07x, where Inductor's partitions are slow), on 16 rows of 4 0.85x;
+# rows of 16 and wider lost (1.07-2.3x), and stay where they were.
+FEW_ROWS, FEW_WIDTH = 16, 4
 
 COMMRT, INDUCTOR_PARTITIONED, INDUCTOR = "commrt", "inductor_partitioned", "inductor"
 HALF = (torch.float16, torch.bfloat16)
@@ -119,6 +127,8 @@ def decide(rows: int, width: int, n: int, dtype: torch.dtype,
     those; Inductor keeps a bf16 ``index_add`` as the aten kernel).
     """
     per_row = n / max(1, rows)
+    if dtype in NARROW_DTYPES and few_rows(rows, width) and n >= MIN_INDICES:
+        return COMMRT, f"rows of {width} into {rows} rows: each summed a program"
     if dtype in NARROW_DTYPES and width <= NARROW_ROW and n >= MIN_INDICES:
         if dtype in HALF and n < rows:
             return INDUCTOR, (f"{dtype} rows of {width}, fewer indices than rows: an fp32 copy "
@@ -151,6 +161,11 @@ def decide(rows: int, width: int, n: int, dtype: torch.dtype,
     if index_put and n >= INDUCTOR_MIN_INDICES and per_row >= INDUCTOR_CONTENDED:
         return INDUCTOR_PARTITIONED, f"rows of {width} with {per_row:.0f} values a row"
     return INDUCTOR, f"rows of {width} with {per_row:.0f} values a row"
+
+
+def few_rows(rows: int, width: int) -> bool:
+    """Rows of ``width`` elements into so few output rows that each is summed a program."""
+    return 0 < rows <= FEW_ROWS and width <= FEW_WIDTH
 
 
 def one_copy(rows: int, width: int, n: int, dtype: torch.dtype) -> bool:

@@ -1,0 +1,62 @@
+"""Run under TRITON_INTERPRET=1 (``test_fx_scatter`` starts it): the few-rows kernels of
+``commrt::partitioned_index_put`` on CPU tensors against a float64 index_add."""
+
+import torch
+from kernel_cases import finite_error
+
+import commrt.fx.scatter_few as few
+from commrt.fx.scatter_few import few_rows_index_add
+
+TOL = {torch.float32: 1e-6, torch.bfloat16: 1e-2, torch.float16: 2e-3}
+
+
+def main() -> None:
+    g = torch.Generator().manual_seed(0)
+    cases = 0
+    # (rows, row shape, indices); () is 1-D values
+    for rows, shape, n in ((8, (), 5003), (1, (1,), 777), (5, (3,), 1500), (16, (4,), 999),
+                           (3, (2,), 1)):
+        for dist in ("uniform", "one"):
+            for dtype in TOL:
+                base = torch.randn(rows, *shape, generator=g).to(dtype)
+                idx = torch.randint(0, rows, (n,), generator=g)
+                if dist == "one":  # every index into one row
+                    idx[:] = rows // 2
+                idx[::7] -= rows  # negative indices count from the end
+                vals = torch.randn(n, *shape, generator=g).to(dtype)
+                ref = base.double().index_add(0, idx % rows, vals.double())
+                # small tiles: several blocks a program
+                for itype, tile in ((torch.int64, few.TILE), (torch.int32, 64)):
+                    few.TILE, kept = tile, few.TILE
+                    got = few_rows_index_add(base, idx.to(itype), vals)
+                    few.TILE = kept
+                    err = float((got.double() - ref).norm() / ref.norm())
+                    assert got.dtype == dtype and got.shape == base.shape and \
+                        err < TOL[dtype], (rows, shape, dist, dtype, itype, tile, err)
+                    cases += 1
+    # no indices: the output is self
+    base = torch.randn(8, 4, generator=g)
+    empty = few_rows_index_add(base, torch.zeros(0, dtype=torch.long), torch.zeros(0, 4))
+    assert torch.equal(empty, base), "no indices must leave self as it is"
+    # an infinity and a NaN stay in their own rows
+    idx = torch.randint(0, 8, (3000,), generator=g)
+    for dtype in TOL:
+        vals = torch.randn(3000, 3, generator=g).to(dtype)
+        vals[5, 2], vals[9, 1] = float("inf"), float("nan")
+        ref = base[:, :3].double().index_add(0, idx, vals.double())
+        got = few_rows_index_add(base[:, :3].contiguous().to(dtype), idx, vals)
+        err = finite_error(got, ref, dtype)
+        assert err < TOL[dtype], (dtype, err)
+    for bad in (8, -9):
+        out = few_rows_index_add(torch.zeros(8, 2), torch.tensor([0, 1, bad]), torch.ones(3, 2))
+        assert out.isnan().all(), "an index out of range must poison the result"
+    try:
+        few_rows_index_add(torch.zeros(17, 2), torch.tensor([0]), torch.ones(1, 2))
+        raise AssertionError("more rows than FEW_ROWS must be refused")
+    except ValueError as e:
+        assert "17 rows" in str(e), e
+    print(f"ok {cases}")
+
+
+if __name__ == "__main__":
+    main()
