@@ -154,6 +154,9 @@ def test_few_rows_kernels_against_float64(dtype, shape, rows):
         idx[::5] -= rows  # negative indices count from the end
         vals = torch.randn(n, *shape, device="cuda", generator=g).to(dtype)
         ref = base.double().index_add(0, idx % rows, vals.double())
+        # against the sums of magnitudes: one row of 300,000 values summed in fp32 cancels
+        # to a few hundred (on one H200, 1.4e-5 of that sum)
+        scale = base.double().abs().index_add(0, idx % rows, vals.double().abs()).norm()
         for itype in (torch.int64, torch.int32):
             i = idx.to(itype)
             outs = [few_rows_index_add(base, i, vals) for _ in range(5)]
@@ -164,7 +167,7 @@ def test_few_rows_kernels_against_float64(dtype, shape, rows):
                 captured.zero_()
                 graph.replay()
                 outs.append(captured.clone())
-            err = float((outs[0].double() - ref).norm() / ref.norm())
+            err = float((outs[0].double() - ref).norm() / scale)
             assert outs[0].dtype == dtype and err < tol, (n, dist, itype, err)
             assert all(torch.equal(out, outs[0]) for out in outs), (n, dist, itype)
     idx[n // 2] = rows
