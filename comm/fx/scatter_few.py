@@ -22,8 +22,9 @@ from commrt.symm_mem.launch import cdiv, next_pow2
 from .scatter_kernels import PARTS, _rows_of, scatter_shape
 from .scatter_rule import FEW_ROWS, FEW_WIDTH
 
-# Launch shape, from an A/B on one H200 (docs/decisions.md, 2026-11-26): 4 warps and 4
-# programs an SM were fastest or within 10% of it on rows of 4 and 1-D values on 8 rows.
+# Launch shape, from an A/B on one H200 (docs/decisions.md, 2026-11-25): of 1-8 warps and
+# 2-16 programs an SM, 4 and 4 were within 11% of the fastest on rows of 4 and 1-D values
+# into 8 rows.
 INTERPRETER_SMS = 8  # SMs assumed under the interpreter
 PROGRAMS_PER_SM = 4  # _partial programs an SM
 WARPS = 4  # a _partial program's

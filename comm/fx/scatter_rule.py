@@ -108,10 +108,10 @@ ONE_COPY_ROW, ONE_COPY_PLANE = 1024, 1 << 22
 # rows, 49 µs with none, Inductor's scatter 46 µs (docs/decisions.md, 2026-11-25).
 ONE_COPY_HOT, ONE_COPY_HOT_MIN = 4, 16
 # Narrow rows into few output rows (few_rows: scatter_few, every row summed a program, no
-# atomics): measured on one H200 (docs/decisions.md, 2026-11-26) against Inductor's
-# partitions and the narrow kernels: on 8 rows, rows of 4 ran 0.30-0.52x the partitions'
-# time (1-D values 0.07x, where Inductor's partitions are slow), on 16 rows of 4 0.85x;
-# rows of 16 and wider lost (1.07-2.3x), and stay where they were.
+# atomics): measured on one H200 (docs/decisions.md, 2026-11-25) against Inductor's
+# partitions: into 8 rows, rows of 4 took 0.30-0.52x their time (1-D values 0.07x, and
+# 0.3-0.6x the narrow kernels' time); into 16 rows, rows of 4 0.85x; rows of 16 into 8
+# rows 1.07x or more, wider rows more: those stay where they were.
 FEW_ROWS, FEW_WIDTH = 16, 4
 
 COMMRT, INDUCTOR_PARTITIONED, INDUCTOR = "commrt", "inductor_partitioned", "inductor"
