@@ -155,7 +155,7 @@ def test_few_rows_kernels_against_float64(dtype, shape, rows):
         vals = torch.randn(n, *shape, device="cuda", generator=g).to(dtype)
         ref = base.double().index_add(0, idx % rows, vals.double())
         # against the sums of magnitudes: one row of 300,000 values summed in fp32 cancels
-        # to a few hundred (on one H200, 1.4e-5 of that sum)
+        # to a few hundred (on one H200, 1.4e-5 of the result)
         scale = base.double().abs().index_add(0, idx % rows, vals.double().abs()).norm()
         for itype in (torch.int64, torch.int32):
             i = idx.to(itype)

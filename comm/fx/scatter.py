@@ -72,12 +72,12 @@ def _partitioned_index_put(self: torch.Tensor, index: torch.Tensor, values: torc
             args = (self.contiguous(), index.contiguous(), values.contiguous(), partitions)
             rows = self.shape[0] if self.dim() else 0
             if 0 < rows < 1 << 31:
-                if few_rows(rows, self.numel() // rows):
+                width = self.numel() // rows
+                if few_rows(rows, width):
                     return few_rows_index_add(*args[:3])
-                if self.numel() <= NARROW_ROW * rows:
+                if width <= NARROW_ROW:
                     return narrow_index_add(*args)
-                if partitions == 1 and one_copy(rows, self.numel() // rows, index.numel(),
-                                                values.dtype):
+                if partitions == 1 and one_copy(rows, width, index.numel(), values.dtype):
                     return narrow_index_add(*args, hot=ONE_COPY_HOT, hot_min=ONE_COPY_HOT_MIN)
             return partitioned_index_add(*args)
     return _partitioned_index_put_torch(self, index, values, partitions)

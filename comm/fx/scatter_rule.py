@@ -127,9 +127,9 @@ def decide(rows: int, width: int, n: int, dtype: torch.dtype,
     those; Inductor keeps a bf16 ``index_add`` as the aten kernel).
     """
     per_row = n / max(1, rows)
-    if dtype in NARROW_DTYPES and few_rows(rows, width) and n >= MIN_INDICES:
-        return COMMRT, f"rows of {width} into {rows} rows: each summed a program"
     if dtype in NARROW_DTYPES and width <= NARROW_ROW and n >= MIN_INDICES:
+        if few_rows(rows, width):
+            return COMMRT, f"rows of {width} into {rows} rows: each summed a program"
         if dtype in HALF and n < rows:
             return INDUCTOR, (f"{dtype} rows of {width}, fewer indices than rows: an fp32 copy "
                               "of the output costs more than the scatter")
