@@ -68,6 +68,13 @@ def main() -> None:
         assert float((got.double() - ref).norm() / ref.norm()) < TOL[torch.float32]
         p, _, nhot = state[:3].tolist()
         assert (p > 1 and nhot == 0) if want_copies else (p == 1 and nhot >= 5), state
+    # about 1,800 adds an address: copies bring them under ``spread`` (up to the most copies)
+    for spread, want_p in ((1024, 2), (256, 8), (64, 16)):
+        state = torch.zeros(3 + 16, dtype=torch.int32)
+        got = narrow_index_add(base, idx, vals, 16, per_address=512, min_copies=2,
+                               hot_adds=1 << 20, spread=spread, state=state)
+        assert float((got.double() - ref).norm() / ref.norm()) < TOL[torch.float32]
+        assert state[0] == want_p, (spread, state)
     try:  # more rows can take 2 of 64 samples than 16 hot rows hold
         narrow_index_add(base, idx, vals, 8, hot=16, hot_min=2)
         raise AssertionError("hot rows that cannot hold every candidate must be refused")

@@ -14,7 +14,8 @@ Two or three launches, no host sync; the plan is made on the GPU from the indice
    estimates the atomic adds an address takes (``n`` times the chance that two adds
    share a row, and no fewer than an even spread over the rows gives); under
    ``PER_ADDRESS`` one copy takes them (plain atomics), else the power of two
-   (``MIN_COPIES`` to ``P``) that brings them under. The ``p - 1`` extra copies := 0.
+   (``MIN_COPIES`` to ``P``) that brings them under ``NARROW_SPREAD``. The ``p - 1`` extra
+   copies := 0.
 2. ``_scatter``: a program takes ``ITERS`` blocks of ``SUB`` rows (one block of 4,096
    values for rows of ``ROW_BLOCKS_FROM`` elements or more). For each hot row it
    sums the block's rows that hit it and adds the sum once; every other row is added with
@@ -42,6 +43,7 @@ from .scatter_rule import (
     MIN_COPIES,
     NARROW_PER_ADDRESS,
     NARROW_SAMPLE,
+    NARROW_SPREAD,
     ONE_COPY_ROW,
 )
 
@@ -73,7 +75,7 @@ def _sample(idx, n, rows, S: tl.constexpr):
 @triton.jit
 def _plan(a, valid, n, rows, P: tl.constexpr, S: tl.constexpr, H: tl.constexpr,
           HOT_MIN: tl.constexpr, HOT_ADDS: tl.constexpr, HOT_SHARE: tl.constexpr,
-          PER_ADDRESS: tl.constexpr, MIN_COPIES: tl.constexpr):
+          PER_ADDRESS: tl.constexpr, MIN_COPIES: tl.constexpr, SPREAD: tl.constexpr):
     """(copies p, hot rows [H] (-1: none), how many hot) from the sample ``a``."""
     pos = tl.arange(0, S)
     sampled = tl.maximum(tl.sum(valid.to(tl.int32)), 1).to(tl.float32)
@@ -102,7 +104,7 @@ def _plan(a, valid, n, rows, P: tl.constexpr, S: tl.constexpr, H: tl.constexpr,
     adds = n_rest * same / tl.maximum(m * (m - 1.0), 1.0)
     adds = tl.maximum(adds, n_rest / rows)  # no fewer than an even spread gives
     p = MIN_COPIES
-    while (p * PER_ADDRESS < adds) & (p < P):
+    while (p * SPREAD < adds) & (p < P):
         p *= 2
     if adds <= PER_ADDRESS:
         p = 1
@@ -122,7 +124,7 @@ def _plan_store(state, p, hot, nhot, H: tl.constexpr):
 def _init(self_ptr, acc, extra, idx, state, n, rows, plane, P: tl.constexpr,
           S: tl.constexpr, H: tl.constexpr, HOT_MIN: tl.constexpr, HOT_ADDS: tl.constexpr,
           HOT_SHARE: tl.constexpr, PER_ADDRESS: tl.constexpr, MIN_COPIES: tl.constexpr,
-          BLOCK: tl.constexpr, WIDE: tl.constexpr, PDL: tl.constexpr):
+          SPREAD: tl.constexpr, BLOCK: tl.constexpr, WIDE: tl.constexpr, PDL: tl.constexpr):
     # P == 1: program 0 makes the plan, every other program copies one block. P > 1: every
     # program makes it (alike: one sample), its sample loading while it copies, then
     # zeroes its share of the p - 1 extra copies (one program an SM, grid-stride, int64).
@@ -133,7 +135,7 @@ def _init(self_ptr, acc, extra, idx, state, n, rows, plane, P: tl.constexpr,
         if pid == 0:
             a, valid = _sample(idx, n, rows, S)
             p, hot, nhot = _plan(a, valid, n, rows, P, S, H, HOT_MIN, HOT_ADDS, HOT_SHARE,
-                                 PER_ADDRESS, MIN_COPIES)
+                                 PER_ADDRESS, MIN_COPIES, SPREAD)
             _plan_store(state, p, hot, nhot, H)
         else:
             if WIDE:
@@ -150,7 +152,7 @@ def _init(self_ptr, acc, extra, idx, state, n, rows, plane, P: tl.constexpr,
             m = offs < plane
             tl.store(acc + offs, tl.load(self_ptr + offs, mask=m).to(tl.float32), mask=m)
         p, hot, nhot = _plan(a, valid, n, rows, P, S, H, HOT_MIN, HOT_ADDS, HOT_SHARE,
-                             PER_ADDRESS, MIN_COPIES)
+                             PER_ADDRESS, MIN_COPIES, SPREAD)
         if pid == 0:
             _plan_store(state, p, hot, nhot, H)
         for start in range(first, (p - 1) * plane, step):
@@ -223,14 +225,16 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
                      partitions: int, per_address: int = NARROW_PER_ADDRESS,
                      min_copies: int = MIN_COPIES, hot: int = HOT,
                      hot_min: int = HOT_MIN, hot_adds: int = HOT_ADDS,
-                     state: torch.Tensor | None = None, pdl: bool = True
-                     ) -> torch.Tensor:
+                     state: torch.Tensor | None = None, pdl: bool = True,
+                     spread: int = NARROW_SPREAD) -> torch.Tensor:
     """``self.index_add(0, index, values)`` (a new tensor) with the scheme above.
 
     ``self`` and ``values`` contiguous, of one of ``DTYPES``, rows of at most
     ``ONE_COPY_ROW`` elements (the pass sends rows over ``NARROW_ROW`` only in fp32, with
     one copy), ``values`` shaped ``[len(index), *self.shape[1:]]``; ``partitions``: the
-    most copies (a power of two; 1: never more than the output); ``hot``: the most hot rows
+    most copies (a power of two; 1: never more than the output); ``per_address``: the adds
+    an address may take before copies pay; ``spread``: the adds an address may take on each
+    of several copies; ``hot``: the most hot rows
     (a power of two, at least ``NARROW_SAMPLE // hot_min``; 0: none); ``hot_adds``: the
     adds on each copy over which a row is hot; ``state``: int32 ``[3 + max(1, hot)]`` on
     the device to hold the plan (copies, error, hot rows, the hot rows), for a caller that
@@ -257,6 +261,7 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
         state = torch.empty(3 + H, device=self.device, dtype=torch.int32)
     plan = dict(P=partitions, S=NARROW_SAMPLE, H=H, HOT_MIN=hot_min if hot else 1 << 30,
                 HOT_ADDS=hot_adds, HOT_SHARE=HOT_SHARE, PER_ADDRESS=per_address,
+                SPREAD=spread,
                 MIN_COPIES=min(min_copies, partitions))
     wide = max(n * D, partitions * plane) >= 1 << 31
     # PDL only where program 0 alone plans: where every _init program plans, _scatter's

@@ -59,6 +59,12 @@ HOT_ADDS = 1024
 HOT_SHARE = 5  # ... or, where they take a fifth of the sample, on one copy
 NARROW_PER_ADDRESS = 128
 NARROW_COPIES_PER_ROW = 32
+# ... and once on copies, as many as bring the adds an address takes under NARROW_SPREAD, up
+# to twice the values a row (docs/decisions.md, 2026-11-25): fp32 values of rows of 1 on
+# 65,536 rows, skewed, took 122 µs so against 143 with copies for 128 adds and at most the
+# values a row (Inductor's partitions 132), bf16 103 against 148, and 1-D values on 1,024
+# rows, uniform, 59-64 against 74-75; other narrow cells within 4%.
+NARROW_SPREAD = 64
 MAX_PARTITIONS = 128  # as Inductor's pass allows for outputs under 1M elements
 MEMORY_FRACTION = 0.05  # of device memory, for commrt's fp32 copies
 
@@ -189,12 +195,13 @@ def inductor_partitions(numel: int, n: int, itemsize: int, memory: int) -> int:
 
 def partitions_for(rows: int, n: int, row_bytes: int, memory: int,
                    fraction: float = MEMORY_FRACTION, narrow: bool = False) -> int:
-    """commrt's copies: a power of two, <= MAX_PARTITIONS and <= values per row, within
-    ``fraction`` of ``memory``; ``narrow`` rows: 1 under NARROW_COPIES_PER_ROW a row."""
+    """commrt's copies: a power of two, <= MAX_PARTITIONS and <= values per row (``narrow``
+    rows: twice that, and 1 under NARROW_COPIES_PER_ROW a row), within ``fraction`` of
+    ``memory``."""
     per_row = n // max(1, rows)
     if narrow and per_row < NARROW_COPIES_PER_ROW:
         return 1
-    p = 1 << max(0, int(math.log2(max(1, per_row))))
+    p = 1 << max(0, int(math.log2(max(1, per_row))) + narrow)
     p = min(p, MAX_PARTITIONS)
     while p > 1 and p * rows * row_bytes > fraction * memory:
         p //= 2
