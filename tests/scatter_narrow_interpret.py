@@ -75,6 +75,17 @@ def main() -> None:
                                hot_adds=1 << 20, spread=spread, state=state)
         assert float((got.double() - ref).norm() / ref.norm()) < TOL[torch.float32]
         assert state[0] == want_p, (spread, state)
+    # every add on 64 rows (256 each), but the strided sample sees each of them once: its
+    # pairs with the second sample show the contention (by itself it would say one copy)
+    n = 64 * 256
+    idx = torch.randint(0, 64, (n,), generator=g)
+    idx[::n // 64] = torch.arange(64)
+    base, vals = torch.randn(1000, generator=g), torch.randn(n, generator=g)
+    ref = base.double().index_add(0, idx, vals.double())
+    state = torch.zeros(3 + 16, dtype=torch.int32)
+    got = narrow_index_add(base, idx, vals, 16, min_copies=2, state=state)
+    assert float((got.double() - ref).norm() / ref.norm()) < TOL[torch.float32]
+    assert state[0] == 4, state  # about 256 adds an address: 4 copies bring them under 64
     try:  # more rows can take 2 of 64 samples than 16 hot rows hold
         narrow_index_add(base, idx, vals, 8, hot=16, hot_min=2)
         raise AssertionError("hot rows that cannot hold every candidate must be refused")

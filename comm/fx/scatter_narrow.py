@@ -10,7 +10,8 @@ Two or three launches, no host sync; the plan is made on the GPU from the indice
    with one copy, program 0 only plans, next to the programs that copy).
    Its *hot rows* are up to ``HOT`` rows that occur at least ``HOT_MIN`` times in the
    sample and would put over ``HOT_ADDS`` adds on one copy, and on each of ``P`` copies
-   unless they take ``1 / HOT_SHARE`` of the sample. From the rest of the sample it
+   unless they take ``1 / HOT_SHARE`` of the sample. From the rest of the sample (and,
+   where copies are allowed, its pairs with a second sample of ``NARROW_PAIR_SAMPLE``) it
    estimates the atomic adds an address takes (``n`` times the chance that two adds
    share a row, and no fewer than an even spread over the rows gives); under
    ``PER_ADDRESS`` one copy takes them (plain atomics), else the power of two
@@ -41,6 +42,7 @@ from .scatter_rule import (
     HOT_MIN,
     HOT_SHARE,
     MIN_COPIES,
+    NARROW_PAIR_SAMPLE,
     NARROW_PER_ADDRESS,
     NARROW_SAMPLE,
     NARROW_SPREAD,
@@ -61,22 +63,24 @@ ROW_BLOCKS, ROW_BLOCKS_FROM = (4096, 1, 8), 4
 
 
 @triton.jit
-def _sample(idx, n, rows, S: tl.constexpr):
-    """(sampled output rows, valid): ``S`` strided indices; an index out of range, or no
-    sample, becomes a negative value no other entry has."""
+def _sample(idx, n, rows, S: tl.constexpr, HALF_STEP: tl.constexpr = False):
+    """(sampled output rows, valid): ``S`` strided indices (``HALF_STEP``: each half a stride
+    on); an index out of range, or no sample, becomes a negative value no other entry has."""
     step = tl.maximum(n // S, 1)
     pos = tl.arange(0, S)
-    valid = pos * step < n
-    a = tl.load(idx + pos * step, mask=valid, other=0)
+    at = pos * step + (step // 2 if HALF_STEP else 0)
+    valid = at < n
+    a = tl.load(idx + at, mask=valid, other=0)
     a = tl.where(a < 0, a + rows, a)
     return tl.where(valid & (a >= 0) & (a < rows), a, -2 - pos).to(tl.int32), valid
 
 
 @triton.jit
-def _plan(a, valid, n, rows, P: tl.constexpr, S: tl.constexpr, H: tl.constexpr,
+def _plan(a, valid, b, n, rows, P: tl.constexpr, S: tl.constexpr, H: tl.constexpr,
           HOT_MIN: tl.constexpr, HOT_ADDS: tl.constexpr, HOT_SHARE: tl.constexpr,
           PER_ADDRESS: tl.constexpr, MIN_COPIES: tl.constexpr, SPREAD: tl.constexpr):
-    """(copies p, hot rows [H] (-1: none), how many hot) from the sample ``a``."""
+    """(copies p, hot rows [H] (-1: none), how many hot) from the sample ``a``; where
+    copies are allowed (``P > 1``), the pairs of ``a`` with a second sample ``b`` count too."""
     pos = tl.arange(0, S)
     sampled = tl.maximum(tl.sum(valid.to(tl.int32)), 1).to(tl.float32)
     eq = a[:, None] == a[None, :]
@@ -99,9 +103,17 @@ def _plan(a, valid, n, rows, P: tl.constexpr, S: tl.constexpr, H: tl.constexpr,
     rest = (a >= 0) & (heavy == 0)
     m = tl.sum(rest.to(tl.int32)).to(tl.float32)
     same = tl.sum(tl.where(rest, count - 1, 0)).to(tl.float32)  # ordered equal pairs
+    pairs = m * (m - 1.0)
+    if P > 1:  # 64 entries see 5 pairs where 1% of rows take 90%, and none 8% of the time
+        eqb = a[:, None] == b[None, :]
+        brest = b >= 0
+        if nhot > 0:
+            brest = brest & (tl.max((eqb & heavy[:, None]).to(tl.int32), axis=0) == 0)
+        same += tl.sum((eqb & rest[:, None] & brest[None, :]).to(tl.int32)).to(tl.float32)
+        pairs += m * tl.sum(brest.to(tl.int32)).to(tl.float32)
     # adds an address takes, seen from an add: n_rest * P(two rest adds share a row)
     n_rest = n * m / sampled
-    adds = n_rest * same / tl.maximum(m * (m - 1.0), 1.0)
+    adds = n_rest * same / tl.maximum(pairs, 1.0)
     adds = tl.maximum(adds, n_rest / rows)  # no fewer than an even spread gives
     p = MIN_COPIES
     while (p * SPREAD < adds) & (p < P):
@@ -122,9 +134,10 @@ def _plan_store(state, p, hot, nhot, H: tl.constexpr):
 
 @triton.jit
 def _init(self_ptr, acc, extra, idx, state, n, rows, plane, P: tl.constexpr,
-          S: tl.constexpr, H: tl.constexpr, HOT_MIN: tl.constexpr, HOT_ADDS: tl.constexpr,
-          HOT_SHARE: tl.constexpr, PER_ADDRESS: tl.constexpr, MIN_COPIES: tl.constexpr,
-          SPREAD: tl.constexpr, BLOCK: tl.constexpr, WIDE: tl.constexpr, PDL: tl.constexpr):
+          S: tl.constexpr, T: tl.constexpr, H: tl.constexpr, HOT_MIN: tl.constexpr,
+          HOT_ADDS: tl.constexpr, HOT_SHARE: tl.constexpr, PER_ADDRESS: tl.constexpr,
+          MIN_COPIES: tl.constexpr, SPREAD: tl.constexpr, BLOCK: tl.constexpr,
+          WIDE: tl.constexpr, PDL: tl.constexpr):
     # P == 1: program 0 makes the plan, every other program copies one block. P > 1: every
     # program makes it (alike: one sample), its sample loading while it copies, then
     # zeroes its share of the p - 1 extra copies (one program an SM, grid-stride, int64).
@@ -134,8 +147,8 @@ def _init(self_ptr, acc, extra, idx, state, n, rows, plane, P: tl.constexpr,
     if P == 1:
         if pid == 0:
             a, valid = _sample(idx, n, rows, S)
-            p, hot, nhot = _plan(a, valid, n, rows, P, S, H, HOT_MIN, HOT_ADDS, HOT_SHARE,
-                                 PER_ADDRESS, MIN_COPIES, SPREAD)
+            p, hot, nhot = _plan(a, valid, a, n, rows, P, S, H, HOT_MIN, HOT_ADDS,
+                                 HOT_SHARE, PER_ADDRESS, MIN_COPIES, SPREAD)
             _plan_store(state, p, hot, nhot, H)
         else:
             if WIDE:
@@ -147,11 +160,12 @@ def _init(self_ptr, acc, extra, idx, state, n, rows, plane, P: tl.constexpr,
         step = tl.num_programs(0).to(tl.int64) * BLOCK
         first = pid.to(tl.int64) * BLOCK
         a, valid = _sample(idx, n, rows, S)
+        b, _ = _sample(idx, n, rows, T, True)
         for start in range(first, plane, step):
             offs = start + tl.arange(0, BLOCK)
             m = offs < plane
             tl.store(acc + offs, tl.load(self_ptr + offs, mask=m).to(tl.float32), mask=m)
-        p, hot, nhot = _plan(a, valid, n, rows, P, S, H, HOT_MIN, HOT_ADDS, HOT_SHARE,
+        p, hot, nhot = _plan(a, valid, b, n, rows, P, S, H, HOT_MIN, HOT_ADDS, HOT_SHARE,
                              PER_ADDRESS, MIN_COPIES, SPREAD)
         if pid == 0:
             _plan_store(state, p, hot, nhot, H)
@@ -259,9 +273,9 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
     H = max(1, hot)
     if state is None:
         state = torch.empty(3 + H, device=self.device, dtype=torch.int32)
-    plan = dict(P=partitions, S=NARROW_SAMPLE, H=H, HOT_MIN=hot_min if hot else 1 << 30,
-                HOT_ADDS=hot_adds, HOT_SHARE=HOT_SHARE, PER_ADDRESS=per_address,
-                SPREAD=spread,
+    plan = dict(P=partitions, S=NARROW_SAMPLE, T=NARROW_PAIR_SAMPLE, H=H,
+                HOT_MIN=hot_min if hot else 1 << 30, HOT_ADDS=hot_adds, HOT_SHARE=HOT_SHARE,
+                PER_ADDRESS=per_address, SPREAD=spread,
                 MIN_COPIES=min(min_copies, partitions))
     wide = max(n * D, partitions * plane) >= 1 << 31
     # PDL only where program 0 alone plans: where every _init program plans, _scatter's
