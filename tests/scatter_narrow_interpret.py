@@ -86,6 +86,13 @@ def main() -> None:
     got = narrow_index_add(base, idx, vals, 16, min_copies=2, state=state)
     assert float((got.double() - ref).norm() / ref.norm()) < TOL[torch.float32]
     assert state[0] == 4, state  # about 256 adds an address: 4 copies bring them under 64
+    narrow_index_add(base, idx, vals, 16, min_copies=2, state=state, pair_sample=0)
+    assert state[0] == 1, state  # the first sample alone sees no pair
+    try:  # a second sample shorter than the first would share entries with it
+        narrow_index_add(base, idx, vals, 16, pair_sample=32)
+        raise AssertionError("a second sample of 32 indices must be refused")
+    except ValueError as e:
+        assert "pair_sample=32" in str(e), e
     try:  # more rows can take 2 of 64 samples than 16 hot rows hold
         narrow_index_add(base, idx, vals, 8, hot=16, hot_min=2)
         raise AssertionError("hot rows that cannot hold every candidate must be refused")

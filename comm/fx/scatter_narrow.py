@@ -78,9 +78,10 @@ def _sample(idx, n, rows, S: tl.constexpr, HALF_STEP: tl.constexpr = False):
 @triton.jit
 def _plan(a, valid, b, n, rows, P: tl.constexpr, S: tl.constexpr, H: tl.constexpr,
           HOT_MIN: tl.constexpr, HOT_ADDS: tl.constexpr, HOT_SHARE: tl.constexpr,
-          PER_ADDRESS: tl.constexpr, MIN_COPIES: tl.constexpr, SPREAD: tl.constexpr):
-    """(copies p, hot rows [H] (-1: none), how many hot) from the sample ``a``; where
-    copies are allowed (``P > 1``), the pairs of ``a`` with a second sample ``b`` count too."""
+          PER_ADDRESS: tl.constexpr, MIN_COPIES: tl.constexpr, SPREAD: tl.constexpr,
+          PAIRS: tl.constexpr):
+    """(copies p, hot rows [H] (-1: none), how many hot) from the sample ``a``; ``PAIRS``:
+    the pairs of ``a`` with a second sample ``b`` count too."""
     pos = tl.arange(0, S)
     sampled = tl.maximum(tl.sum(valid.to(tl.int32)), 1).to(tl.float32)
     eq = a[:, None] == a[None, :]
@@ -104,7 +105,7 @@ def _plan(a, valid, b, n, rows, P: tl.constexpr, S: tl.constexpr, H: tl.constexp
     m = tl.sum(rest.to(tl.int32)).to(tl.float32)
     same = tl.sum(tl.where(rest, count - 1, 0)).to(tl.float32)  # ordered equal pairs
     pairs = m * (m - 1.0)
-    if P > 1:  # 64 entries see 5 pairs where 1% of rows take 90%, and none 8% of the time
+    if PAIRS:  # 64 entries see 5 pairs where 1% of rows take 90%, and none 1 time in 10
         eqb = a[:, None] == b[None, :]
         brest = b >= 0
         if nhot > 0:
@@ -148,7 +149,7 @@ def _init(self_ptr, acc, extra, idx, state, n, rows, plane, P: tl.constexpr,
         if pid == 0:
             a, valid = _sample(idx, n, rows, S)
             p, hot, nhot = _plan(a, valid, a, n, rows, P, S, H, HOT_MIN, HOT_ADDS,
-                                 HOT_SHARE, PER_ADDRESS, MIN_COPIES, SPREAD)
+                                 HOT_SHARE, PER_ADDRESS, MIN_COPIES, SPREAD, False)
             _plan_store(state, p, hot, nhot, H)
         else:
             if WIDE:
@@ -160,13 +161,15 @@ def _init(self_ptr, acc, extra, idx, state, n, rows, plane, P: tl.constexpr,
         step = tl.num_programs(0).to(tl.int64) * BLOCK
         first = pid.to(tl.int64) * BLOCK
         a, valid = _sample(idx, n, rows, S)
-        b, _ = _sample(idx, n, rows, T, True)
+        b = a
+        if T > 0:
+            b, _ = _sample(idx, n, rows, T, True)
         for start in range(first, plane, step):
             offs = start + tl.arange(0, BLOCK)
             m = offs < plane
             tl.store(acc + offs, tl.load(self_ptr + offs, mask=m).to(tl.float32), mask=m)
         p, hot, nhot = _plan(a, valid, b, n, rows, P, S, H, HOT_MIN, HOT_ADDS, HOT_SHARE,
-                             PER_ADDRESS, MIN_COPIES, SPREAD)
+                             PER_ADDRESS, MIN_COPIES, SPREAD, T > 0)
         if pid == 0:
             _plan_store(state, p, hot, nhot, H)
         for start in range(first, (p - 1) * plane, step):
@@ -240,7 +243,8 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
                      min_copies: int = MIN_COPIES, hot: int = HOT,
                      hot_min: int = HOT_MIN, hot_adds: int = HOT_ADDS,
                      state: torch.Tensor | None = None, pdl: bool = True,
-                     spread: int = NARROW_SPREAD) -> torch.Tensor:
+                     spread: int = NARROW_SPREAD, pair_sample: int = NARROW_PAIR_SAMPLE
+                     ) -> torch.Tensor:
     """``self.index_add(0, index, values)`` (a new tensor) with the scheme above.
 
     ``self`` and ``values`` contiguous, of one of ``DTYPES``, rows of at most
@@ -248,7 +252,8 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
     one copy), ``values`` shaped ``[len(index), *self.shape[1:]]``; ``partitions``: the
     most copies (a power of two; 1: never more than the output); ``per_address``: the adds
     an address may take before copies pay; ``spread``: the adds an address may take on each
-    of several copies; ``hot``: the most hot rows
+    of several copies; ``pair_sample``: the second sample's indices where copies are
+    allowed (0: none; else a power of two, at least ``NARROW_SAMPLE``); ``hot``: the most hot rows
     (a power of two, at least ``NARROW_SAMPLE // hot_min``; 0: none); ``hot_adds``: the
     adds on each copy over which a row is hot; ``state``: int32 ``[3 + max(1, hot)]`` on
     the device to hold the plan (copies, error, hot rows, the hot rows), for a caller that
@@ -259,6 +264,9 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
     if hot and NARROW_SAMPLE // hot_min > hot:
         raise ValueError(f"narrow_index_add: hot={hot} rows cannot hold every row that takes "
                          f"hot_min={hot_min} of {NARROW_SAMPLE} samples")
+    if pair_sample and (pair_sample < NARROW_SAMPLE or pair_sample & (pair_sample - 1)):
+        raise ValueError(f"narrow_index_add: pair_sample={pair_sample} must be 0 or a power of "
+                         f"two of at least {NARROW_SAMPLE}")
     if D > ONE_COPY_ROW or rows >= 1 << 31:
         raise ValueError(f"narrow_index_add takes rows of at most {ONE_COPY_ROW} elements and "
                          f"fewer than 2**31 rows, got {rows} rows of {D}")
@@ -273,7 +281,7 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
     H = max(1, hot)
     if state is None:
         state = torch.empty(3 + H, device=self.device, dtype=torch.int32)
-    plan = dict(P=partitions, S=NARROW_SAMPLE, T=NARROW_PAIR_SAMPLE, H=H,
+    plan = dict(P=partitions, S=NARROW_SAMPLE, T=pair_sample, H=H,
                 HOT_MIN=hot_min if hot else 1 << 30, HOT_ADDS=hot_adds, HOT_SHARE=HOT_SHARE,
                 PER_ADDRESS=per_address, SPREAD=spread,
                 MIN_COPIES=min(min_copies, partitions))

@@ -66,10 +66,12 @@ NARROW_COPIES_PER_ROW = 32
 # rows, uniform, 59-64 against 74-75; other narrow cells within 4%.
 NARROW_SPREAD = 64
 # ... estimated, where copies are allowed, also from the pairs of the sample with a second
-# strided sample of NARROW_PAIR_SAMPLE indices: with 64 alone, 90% of 4M indices into 1% of
-# 65,536 rows showed no pair about one time in twelve, and one copy took 494 µs (bf16 rows
-# of 1, skewed, in the grid at 99ac2a4) against 120 µs on copies.
-NARROW_PAIR_SAMPLE = 256
+# strided sample of NARROW_PAIR_SAMPLE indices (at least NARROW_SAMPLE, so that no entry is
+# in both). With 64 alone, 90% of 4M indices into 1% of 65,536 rows showed no pair in 19 of
+# 200 draws, and one copy took 494 µs where copies took 120 (bf16 rows of 1 in the grid at
+# 99ac2a4); with 64 more, in none of 200, for about 1.2 µs a call; with 256, 5-9 µs
+# (docs/decisions.md, 2026-11-25).
+NARROW_PAIR_SAMPLE = 64
 MAX_PARTITIONS = 128  # as Inductor's pass allows for outputs under 1M elements
 MEMORY_FRACTION = 0.05  # of device memory, for commrt's fp32 copies
 
