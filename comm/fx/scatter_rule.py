@@ -63,7 +63,7 @@ NARROW_COPIES_PER_ROW = 32
 # to twice the values a row (docs/decisions.md, 2026-11-25): fp32 values of rows of 1 on
 # 65,536 rows, skewed, took 122 µs so against 143 with copies for 128 adds and at most the
 # values a row (Inductor's partitions 132), bf16 103 against 148, and 1-D values on 1,024
-# rows, uniform, 59-64 against 74-75; other narrow cells within 4%.
+# rows, uniform, 59-64 against 74-75; other narrow cells within 5%.
 NARROW_SPREAD = 64
 # ... estimated, where copies are allowed, also from the pairs of the sample with a second
 # strided sample of NARROW_PAIR_SAMPLE indices (at least NARROW_SAMPLE, so that no entry is
