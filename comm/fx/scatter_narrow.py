@@ -253,8 +253,8 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
     most copies (a power of two; 1: never more than the output); ``per_address``: the adds
     an address may take before copies pay; ``spread``: the adds an address may take on each
     of several copies; ``pair_sample``: the second sample's indices where copies are
-    allowed (0: none; else a power of two, at least ``NARROW_SAMPLE``); ``hot``: the most hot rows
-    (a power of two, at least ``NARROW_SAMPLE // hot_min``; 0: none); ``hot_adds``: the
+    allowed (0: none; else a power of two, at least ``NARROW_SAMPLE``); ``hot``: the most
+    hot rows (a power of two, at least ``NARROW_SAMPLE // hot_min``; 0: none); ``hot_adds``: the
     adds on each copy over which a row is hot; ``state``: int32 ``[3 + max(1, hot)]`` on
     the device to hold the plan (copies, error, hot rows, the hot rows), for a caller that
     reads it; ``pdl``: with one copy, launch ``_scatter`` as a programmatic dependent of
