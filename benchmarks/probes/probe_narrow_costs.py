@@ -1,0 +1,177 @@
+"""Where do the narrow scatter's fixed costs go, and from how many adds an address do its
+copies pay, by row width?
+
+One GPU. The grid's fp32 cells that commrt's narrow kernels lose by 6-13% to Inductor's
+plain scatter (1-D values into 65,536 rows, rows of 4 and 16) spend the same time in the
+atomics; the rest is fixed cost. Two parts:
+
+1. costs: for a few grid cells (4M value elements), the whole call and Inductor's in a
+   CUDA graph; each kernel's own time from a profiler trace of 20 eager calls (``_init``
+   plans on the GPU and copies the output, ``_scatter`` adds, ``_sum`` adds the copies);
+   and the call with one copy, without PDL, without the second sample, without hot rows.
+2. copies: fp32 uniform indices, 64-1024 values a row into 1,024 and 16,384 rows: the
+   call with one copy against the call with up to ``partitions_for`` copies, with the
+   plan's threshold at 128 (shipped) to 2,048 adds an address, and Inductor.
+
+    python benchmarks/probes/probe_narrow_costs.py [--out result.json] [--parts costs,copies]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import statistics
+import subprocess
+
+import torch
+import triton
+from torch.profiler import ProfilerActivity, profile
+
+from commrt.fx.scatter_narrow import narrow_index_add
+from commrt.fx.scatter_rule import HOT, partitions_for
+from commrt.timing import time_graph
+
+DEV = torch.device("cuda")
+KERNELS = ("_init", "_scatter", "_sum")
+
+
+def graph_us(fn) -> float:
+    fn()
+    torch.cuda.synchronize()
+    return time_graph(fn, DEV, ops=20, replays=15)
+
+
+def kernel_us(fn, calls: int = 20) -> dict:
+    """Median µs of each of the narrow kernels over ``calls`` eager calls."""
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    times = {k: [] for k in KERNELS}
+    for ev in prof.events():
+        if ev.device_type == torch.autograd.DeviceType.CUDA:
+            for k in KERNELS:
+                if ev.name == k:
+                    times[k].append(ev.time_range.elapsed_us())
+    return {k: statistics.median(v) if v else 0.0 for k, v in times.items()}
+
+
+def cell_data(dtype, width: int, rows: int, dist: str, values: int = 4 << 20):
+    """The grid's data for one cell: (output, indices, values)."""
+    g = torch.Generator(device="cuda").manual_seed(0)
+    n = values // max(1, width)
+    shape = (rows,) if width == 0 else (rows, width)
+    out = torch.randn(shape, device="cuda", generator=g).to(dtype)
+    vals = torch.randn((n, *shape[1:]), device="cuda", generator=g).to(dtype)
+    idx = torch.randint(0, rows, (n,), device="cuda", generator=g)
+    if dist == "skewed":
+        few = torch.randint(0, max(1, rows // 100), (n,), device="cuda", generator=g)
+        idx = torch.where(torch.rand(n, device="cuda", generator=g) < 0.9, few, idx)
+    elif dist == "hot":
+        hot = torch.rand(n, device="cuda", generator=g) < 0.5
+        idx = torch.where(hot, torch.full_like(idx, rows // 3), idx)
+    return out, idx, vals
+
+
+def inductor(op: str):
+    torch._dynamo.reset()
+    if op == "index_add":
+        return torch.compile(lambda o, i, v: o.index_add(0, i, v), dynamic=False)
+    return torch.compile(lambda o, i, v: torch.index_put(o, (i,), v, accumulate=True),
+                         dynamic=False)
+
+
+def copies_of(rows: int, n: int, width: int) -> int:
+    memory = torch.cuda.get_device_properties(DEV).total_memory
+    return partitions_for(rows, n, 4 * max(1, width), memory, narrow=True)
+
+
+def plan(out, idx, vals, P: int, **kw) -> list:
+    state = torch.empty(3 + HOT, device=DEV, dtype=torch.int32)
+    narrow_index_add(out, idx, vals, P, state=state, **kw)
+    return state[:3].tolist()  # copies, error, hot rows
+
+
+def costs(dtype, width: int, rows: int, dist: str, op: str) -> dict:
+    out, idx, vals = cell_data(dtype, width, rows, dist)
+    P = copies_of(rows, idx.numel(), width)
+    f = inductor(op)
+    row = {"dtype": str(dtype)[6:], "width": width, "rows": rows, "dist": dist, "op": op,
+           "partitions": P, "plan": plan(out, idx, vals, P)}
+    row["inductor"] = graph_us(lambda: f(out, idx, vals))
+    row["output clone"] = graph_us(lambda: out.clone())
+    variants = {"commrt": {}, "one copy": {"partitions": 1}, "no pdl": {"pdl": False},
+                "no second sample": {"pair_sample": 0}, "no hot rows": {"hot": 0}}
+    for name, kw in variants.items():
+        kw = {"partitions": P, **kw}
+        row[name] = graph_us(lambda kw=kw: narrow_index_add(out, idx, vals, **kw))
+    row["kernels"] = kernel_us(lambda: narrow_index_add(out, idx, vals, P))
+    return row
+
+
+def copies(width: int, rows: int, per_row: int) -> dict:
+    out, idx, vals = cell_data(torch.float32, width, rows, "uniform",
+                               values=per_row * rows * max(1, width))
+    P = copies_of(rows, idx.numel(), width)
+    f = inductor("index_add")
+    row = {"width": width, "rows": rows, "per_row": per_row, "partitions": P,
+           "inductor": graph_us(lambda: f(out, idx, vals)),
+           "one copy": graph_us(lambda: narrow_index_add(out, idx, vals, 1))}
+    for pa in (128, 256, 512, 1024, 2048):
+        row[f"per_address {pa}"] = graph_us(
+            lambda pa=pa: narrow_index_add(out, idx, vals, P, per_address=pa))
+        row[f"per_address {pa} copies"] = plan(out, idx, vals, P, per_address=pa)[0]
+    return row
+
+
+COST_CELLS = ((torch.float32, 0, 65536, "uniform", "index_add"),
+              (torch.float32, 0, 65536, "skewed", "index_add"),
+              (torch.float32, 4, 65536, "uniform", "index_add"),
+              (torch.float32, 16, 65536, "uniform", "index_add"),
+              (torch.float32, 16, 1024, "uniform", "index_add"),
+              (torch.float32, 16, 1024, "skewed", "index_add"),
+              (torch.bfloat16, 16, 65536, "uniform", "index_put"),
+              (torch.bfloat16, 4, 1 << 20, "uniform", "index_put"))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default="probe_narrow_costs.json")
+    ap.add_argument("--parts", default="costs,copies")
+    args = ap.parse_args()
+    try:  # GIT_COMMIT names the commit where the copy is not a git checkout
+        commit = os.environ.get("GIT_COMMIT") or subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+            check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        commit = "unknown"
+    result = {"meta": {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+                       "triton": triton.__version__,
+                       "date": datetime.date.today().isoformat(), "commit": commit,
+                       "command": "python benchmarks/probes/probe_narrow_costs.py "
+                                  f"--parts {args.parts}",
+                       "unit": "µs a call (median, CUDA graph of 20 calls); kernels: median "
+                               "µs of each kernel over 20 eager calls (profiler)"},
+              "costs": [], "copies": []}
+    parts = args.parts.split(",")
+    if "costs" in parts:
+        for cell in COST_CELLS:
+            result["costs"].append(costs(*cell))
+            print(json.dumps(result["costs"][-1]), flush=True)
+    if "copies" in parts:
+        for width in (0, 4, 8, 16):
+            for rows in (1024, 16384):
+                for per_row in (64, 128, 256, 512, 1024):
+                    if per_row * rows * max(1, width) <= 1 << 24:
+                        result["copies"].append(copies(width, rows, per_row))
+                        print(json.dumps(result["copies"][-1]), flush=True)
+    with open(args.out, "w") as f:
+        json.dump(result, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
