@@ -23,7 +23,7 @@ import datetime
 import json
 import os
 import statistics
-import subprocess
+import sys
 
 import torch
 import triton
@@ -32,6 +32,9 @@ from torch.profiler import ProfilerActivity, profile
 from commrt.fx.scatter_narrow import narrow_index_add
 from commrt.fx.scatter_rule import HOT, partitions_for
 from commrt.timing import time_graph
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bench_scatter import _git_commit, grid_indices  # noqa: E402
 
 DEV = torch.device("cuda")
 KERNELS = ("_init", "_scatter", "_sum")
@@ -67,13 +70,7 @@ def cell_data(dtype, width: int, rows: int, dist: str, values: int = 4 << 20):
     shape = (rows,) if width == 0 else (rows, width)
     out = torch.randn(shape, device="cuda", generator=g).to(dtype)
     vals = torch.randn((n, *shape[1:]), device="cuda", generator=g).to(dtype)
-    idx = torch.randint(0, rows, (n,), device="cuda", generator=g)
-    if dist == "skewed":
-        few = torch.randint(0, max(1, rows // 100), (n,), device="cuda", generator=g)
-        idx = torch.where(torch.rand(n, device="cuda", generator=g) < 0.9, few, idx)
-    elif dist == "hot":
-        hot = torch.rand(n, device="cuda", generator=g) < 0.5
-        idx = torch.where(hot, torch.full_like(idx, rows // 3), idx)
+    idx = grid_indices(dist, rows, n, g)
     return out, idx, vals
 
 
@@ -143,12 +140,8 @@ def main() -> None:
     ap.add_argument("--out", default="probe_narrow_costs.json")
     ap.add_argument("--parts", default="costs,copies")
     args = ap.parse_args()
-    try:  # GIT_COMMIT names the commit where the copy is not a git checkout
-        commit = os.environ.get("GIT_COMMIT") or subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-            check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        commit = "unknown"
+    # GIT_COMMIT names the commit where the copy is not a git checkout
+    commit = os.environ.get("GIT_COMMIT") or _git_commit()
     result = {"meta": {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
                        "triton": triton.__version__,
                        "date": datetime.date.today().isoformat(), "commit": commit,
