@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import queue as queue_mod
 import socket
@@ -17,10 +18,12 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _worker(rank, world, port, backend, fn, args, env, queue):
+def _worker(rank, world, port, backend, fn, args, env, queue, dump_after):
     import torch
     import torch.distributed as dist
 
+    # a rank still running when the parent gives up prints where it is (in pytest's report)
+    faulthandler.dump_traceback_later(dump_after, exit=False)
     os.environ.update(env)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
                       WORLD_SIZE=str(world), LOCAL_RANK=str(rank))
@@ -37,6 +40,7 @@ def _worker(rank, world, port, backend, fn, args, env, queue):
     except BaseException as exc:  # report, never hang the parent
         queue.put((rank, "error", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
     finally:
+        faulthandler.cancel_dump_traceback_later()
         try:
             dist.destroy_process_group()
         except Exception:
@@ -51,7 +55,8 @@ def run(fn, world: int = 2, *args, backend: str = "gloo", env: dict | None = Non
     port = _free_port()
     envs = [{**(env or {}), **(env_by_rank[r] if env_by_rank else {})} for r in range(world)]
     procs = [ctx.Process(target=_worker, args=(r, world, port, backend, fn, args, envs[r],
-                                               queue)) for r in range(world)]
+                                               queue, max(1.0, timeout - 10)))
+             for r in range(world)]
     for p in procs:
         p.start()
     results: dict[int, object] = {}
