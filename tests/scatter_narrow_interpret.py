@@ -5,7 +5,8 @@ plan they make from the indices."""
 import torch
 from kernel_cases import finite_error
 
-from commrt.fx.scatter_narrow import narrow_index_add
+from commrt.fx.scatter_narrow import ROW_BLOCKS, narrow_index_add
+from commrt.symm_mem.launch import next_pow2
 
 TOL = {torch.float32: 1e-6, torch.bfloat16: 1e-2, torch.float16: 2e-3}
 
@@ -17,6 +18,44 @@ def indices(dist: str, rows: int, n: int, g) -> torch.Tensor:
     elif dist == "few":  # everything into three rows
         idx = torch.tensor([1, rows - 1, rows // 2])[torch.randint(0, 3, (n,), generator=g)]
     return idx
+
+
+def half_adds(g) -> None:
+    """fp16 rows added in their own dtype (the interpreter has no bf16 atomics): plain and
+    with hot rows (their fp32 sums added by the last program) against float64, no worse
+    than torch's own fp16 ``index_add``; an index out of range poisons; refused cases."""
+    for rows, width, n, dist in ((300, 4, 2003, "uniform"), (57, 16, 1500, "hot"),
+                                 (40, 5, 999, "few")):
+        base = torch.randn(rows, width, generator=g).half()
+        idx = indices(dist, rows, n, g)
+        vals = torch.randn(n, width, generator=g).half()
+        ref = base.double().index_add(0, idx, vals.double())
+        torch_err = float((base.index_add(0, idx, vals).double() - ref).norm() / ref.norm())
+        for hot in (0, 16) if dist == "uniform" else (16,):  # plain fp16 adds lose digits
+            state = torch.full((4 + 16,), -7, dtype=torch.int32)
+            got = narrow_index_add(base, idx, vals, 1, hot=hot, hot_adds=64, state=state,
+                                   half_adds=True)
+            err = float((got.double() - ref).norm() / ref.norm())
+            nhot = int(state[2])
+            assert got.dtype == torch.float16 and err < max(TOL[torch.float16], 2 * torch_err), \
+                (rows, width, dist, hot, err, torch_err)
+            assert (nhot > 0) == (hot > 0 and dist != "uniform"), (dist, hot, state)
+            if nhot:  # every program counted itself done
+                programs = -(-n // max(16, ROW_BLOCKS[0] // next_pow2(width)))
+                assert int(state[3 + 16]) == programs, (programs, state)
+    bad = torch.tensor([0, 1, 99] * 50)
+    out = narrow_index_add(torch.zeros(4, 4).half(), bad, torch.ones(150, 4).half(), 1,
+                           half_adds=True)
+    assert out.isnan().all(), "an index out of range must poison the result"
+    for args, word in (((torch.zeros(4, 4), torch.ones(3, 4), 1), "float32"),
+                       ((torch.zeros(4, 4).half(), torch.ones(3, 4).half(), 2), "2 copies"),
+                       ((torch.zeros(4, 32).half(), torch.ones(3, 32).half(), 1), "rows of 32")):
+        try:
+            narrow_index_add(args[0], torch.tensor([0, 1, 2]), args[1], args[2],
+                             half_adds=True)
+            raise AssertionError(f"half_adds must refuse {word}")
+        except ValueError as e:
+            assert word in str(e), e
 
 
 def main() -> None:
@@ -111,6 +150,7 @@ def main() -> None:
                                    hot_adds=rule[1])
             err = finite_error(got, ref, (dtype, rule))
             assert err < TOL[dtype], (dtype, rule, err)
+    half_adds(g)
     out = narrow_index_add(torch.zeros(4, 2), torch.tensor([0, 1, 99]), torch.ones(3, 2), 2)
     assert out.isnan().all(), "an index out of range must poison the result"
     out = narrow_index_add(torch.zeros(4), torch.tensor([0, -9]), torch.ones(2), 1)

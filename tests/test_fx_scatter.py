@@ -12,7 +12,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 import commrt.fx
 from commrt import config
 from commrt.fx.scatter import partitioned_scatter, partitions_for
-from commrt.fx.scatter_rule import decide
+from commrt.fx.scatter_rule import decide, half_adds
 
 ROWS, N, D = 50, 4000, 8
 
@@ -198,6 +198,13 @@ def test_dynamic_shapes_and_the_memory_cap_skip():
     gm = make_fx(index_put, tracing_mode="fake")(*args)  # narrow rows: one copy will do
     rep = partitioned_scatter(gm, memory_fraction=1e-12, rule=forced("commrt"))
     assert rep.rewritten == 1 and rep.decisions[0].endswith("at most 1 copy)"), rep
+
+
+def test_half_adds_only_for_half_rows_of_four_to_sixteen_on_one_copy():
+    assert half_adds(4, 1, torch.bfloat16) and half_adds(16, 1, torch.float16)
+    assert not half_adds(1, 1, torch.bfloat16)  # one bf16 add an element: contended
+    assert not half_adds(17, 1, torch.bfloat16) and not half_adds(16, 2, torch.bfloat16)
+    assert not half_adds(16, 1, torch.float32)
 
 
 def test_partition_count_is_a_capped_power_of_two():

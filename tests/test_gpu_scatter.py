@@ -103,15 +103,19 @@ def test_narrow_kernels_against_float64(dtype, shape, rows):
                           / ref.norm())
         for itype in (torch.int64, torch.int32):
             i = idx.to(itype)
-            # (copies, adds an address, hot rows): as shipped; plain; forced copies
-            for rule in ((64, 128, 16), (1, 256, 0), (16, 1, 0)):
-                state = torch.empty(3 + max(1, rule[2]), device="cuda", dtype=torch.int32)
+            # (copies, adds an address, hot rows, half adds): as shipped; plain; forced
+            # copies; fp16/bf16 rows added in their own dtype, one copy
+            rules = [(64, 128, 16, False), (1, 256, 0, False), (16, 1, 0, False)]
+            if dtype != torch.float32 and shape == (16,):
+                rules.append((1, 128, 16, True))
+            for rule in rules:
+                state = torch.empty(4 + max(1, rule[2]), device="cuda", dtype=torch.int32)
 
                 # programmatic dependent launch where the GPU has it (int64), and not
                 def call(rule=rule, i=i, state=state, base=base, vals=vals):
                     return narrow_index_add(base, i, vals, rule[0], per_address=rule[1],
                                             hot=rule[2], state=state,
-                                            pdl=i.dtype == torch.int64)
+                                            pdl=i.dtype == torch.int64, half_adds=rule[3])
                 outs = [call() for _ in range(5)]
                 graph = torch.cuda.CUDAGraph()
                 with torch.cuda.graph(graph):

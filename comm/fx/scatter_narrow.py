@@ -26,6 +26,11 @@ Two or three launches, no host sync; the plan is made on the GPU from the indice
    values and indices load while program 0 still plans.
 3. ``scatter_kernels._sum`` (only where ``P > 1`` or the output is not fp32): output :=
    ``acc`` plus the ``p - 1`` extra copies, in the output's dtype.
+
+With ``HALF_ADDS`` (fp16/bf16, one copy) ``acc`` is the output in its own dtype: ``_init``
+copies ``self`` into it, ``_scatter`` adds the values with atomics of that dtype (as
+Inductor's scatter does) and each hot row's block sums in fp32 to a side buffer, which the
+last ``_scatter`` program to finish adds to the output; there is no ``_sum``.
 """
 
 import torch
@@ -44,6 +49,7 @@ from .scatter_rule import (
     MIN_COPIES,
     NARROW_PAIR_SAMPLE,
     NARROW_PER_ADDRESS,
+    NARROW_ROW,
     NARROW_SAMPLE,
     NARROW_SPREAD,
     ONE_COPY_ROW,
@@ -138,7 +144,8 @@ def _init(self_ptr, acc, extra, idx, state, n, rows, plane, P: tl.constexpr,
           S: tl.constexpr, T: tl.constexpr, H: tl.constexpr, HOT_MIN: tl.constexpr,
           HOT_ADDS: tl.constexpr, HOT_SHARE: tl.constexpr, PER_ADDRESS: tl.constexpr,
           MIN_COPIES: tl.constexpr, SPREAD: tl.constexpr, BLOCK: tl.constexpr,
-          WIDE: tl.constexpr, PDL: tl.constexpr):
+          WIDE: tl.constexpr, PDL: tl.constexpr, HALF_ADDS: tl.constexpr = False,
+          HD: tl.constexpr = 1):
     # P == 1: program 0 makes the plan, every other program copies one block. P > 1: every
     # program makes it (alike: one sample), its sample loading while it copies, then
     # zeroes its share of the p - 1 extra copies (one program an SM, grid-stride, int64).
@@ -151,12 +158,16 @@ def _init(self_ptr, acc, extra, idx, state, n, rows, plane, P: tl.constexpr,
             p, hot, nhot = _plan(a, valid, a, n, rows, P, S, H, HOT_MIN, HOT_ADDS,
                                  HOT_SHARE, PER_ADDRESS, MIN_COPIES, SPREAD, False)
             _plan_store(state, p, hot, nhot, H)
+            if HALF_ADDS:  # the hot rows' fp32 sums, and the programs done
+                tl.store(extra + tl.arange(0, HD), tl.zeros([HD], tl.float32))
+                tl.store(state + 3 + H, 0)
         else:
             if WIDE:
                 pid = pid.to(tl.int64)
             offs = (pid - 1) * BLOCK + tl.arange(0, BLOCK)
             m = offs < plane
-            tl.store(acc + offs, tl.load(self_ptr + offs, mask=m).to(tl.float32), mask=m)
+            tl.store(acc + offs, tl.load(self_ptr + offs, mask=m).to(acc.dtype.element_ty),
+                     mask=m)
     else:
         step = tl.num_programs(0).to(tl.int64) * BLOCK
         first = pid.to(tl.int64) * BLOCK
@@ -167,7 +178,8 @@ def _init(self_ptr, acc, extra, idx, state, n, rows, plane, P: tl.constexpr,
         for start in range(first, plane, step):
             offs = start + tl.arange(0, BLOCK)
             m = offs < plane
-            tl.store(acc + offs, tl.load(self_ptr + offs, mask=m).to(tl.float32), mask=m)
+            tl.store(acc + offs, tl.load(self_ptr + offs, mask=m).to(acc.dtype.element_ty),
+                     mask=m)
         p, hot, nhot = _plan(a, valid, b, n, rows, P, S, H, HOT_MIN, HOT_ADDS, HOT_SHARE,
                              PER_ADDRESS, MIN_COPIES, SPREAD, T > 0)
         if pid == 0:
@@ -180,7 +192,8 @@ def _init(self_ptr, acc, extra, idx, state, n, rows, plane, P: tl.constexpr,
 @triton.jit
 def _scatter(acc, extra, idx, vals, state, n, rows, plane, D: tl.constexpr,
              DP: tl.constexpr, SUB: tl.constexpr, ITERS: tl.constexpr, P: tl.constexpr,
-             WIDE: tl.constexpr, PDL: tl.constexpr):
+             WIDE: tl.constexpr, PDL: tl.constexpr, HALF_ADDS: tl.constexpr = False,
+             H: tl.constexpr = 1):
     # D == 1 (1-D values) runs on 1-D blocks; wider rows on [SUB, DP] blocks. PDL: launched
     # while _init runs; the first block's values and indices (written before _init) load
     # before waiting for it, the plan and the copies after.
@@ -194,10 +207,15 @@ def _scatter(acc, extra, idx, vals, state, n, rows, plane, D: tl.constexpr,
             r = r.to(tl.int64)
         # the values load masked by r < n only, so that it does not wait for the indices
         if D == 1:
-            v = tl.load(vals + r, mask=r < n, other=0).to(tl.float32)
+            vn = tl.load(vals + r, mask=r < n, other=0)
         else:
-            v = tl.load(vals + r[:, None] * D + c[None, :],
-                        mask=(r < n)[:, None] & cm[None, :], other=0).to(tl.float32)
+            vn = tl.load(vals + r[:, None] * D + c[None, :],
+                         mask=(r < n)[:, None] & cm[None, :], other=0)
+        v = vn.to(tl.float32)
+        if HALF_ADDS:  # plain adds in the output's dtype
+            vp = vn
+        else:
+            vp = v
         i, ok, bad = _rows_of(idx, r, n, rows, WIDE)
         if it == 0:
             if PDL:
@@ -212,11 +230,15 @@ def _scatter(acc, extra, idx, vals, state, n, rows, plane, D: tl.constexpr,
             h = tl.load(state + 3 + k)
             hit = ok & (i == h)
             plain = plain & (i != h)
+            if HALF_ADDS:
+                hp = extra + k * D
+            else:
+                hp = acc + h * D
             if D == 1:
-                tl.atomic_add(acc + h, tl.sum(tl.where(hit, v, 0.0)), sem="relaxed")
+                tl.atomic_add(hp, tl.sum(tl.where(hit, v, 0.0)), sem="relaxed")
             else:
                 s = tl.sum(tl.where(hit[:, None], v, 0.0), axis=0)
-                tl.atomic_add(acc + h * D + c, s, mask=cm, sem="relaxed")
+                tl.atomic_add(hp + c, s, mask=cm, sem="relaxed")
         off = i * D
         if P > 1:
             part = (r + pid) & (p - 1)  # p is a power of two
@@ -224,15 +246,26 @@ def _scatter(acc, extra, idx, vals, state, n, rows, plane, D: tl.constexpr,
         else:
             dst = acc + off
         if D == 1:
-            tl.atomic_add(dst, v, mask=plain, sem="relaxed")
+            tl.atomic_add(dst, vp, mask=plain, sem="relaxed")
         else:
-            tl.atomic_add(dst[:, None] + c[None, :], v, mask=plain[:, None] & cm[None, :],
+            tl.atomic_add(dst[:, None] + c[None, :], vp, mask=plain[:, None] & cm[None, :],
                           sem="relaxed")
     if tl.max(bad_any) > 0:  # poison: NaN plus anything added before or after is NaN
         tl.store(state + 1, 1)
         for start in range(0, plane, 1024):
             offs = start + tl.arange(0, 1024)
-            tl.store(acc + offs, tl.full([1024], float("nan"), tl.float32), mask=offs < plane)
+            tl.store(acc + offs, tl.full([1024], float("nan"), acc.dtype.element_ty),
+                     mask=offs < plane)
+    if HALF_ADDS:  # the last program done adds the hot rows' sums to the output
+        if nhot > 0:
+            tl.debug_barrier()
+            if tl.atomic_add(state + 3 + H, 1, sem="acq_rel") == tl.num_programs(0) - 1:
+                for k in range(nhot):
+                    h = tl.load(state + 3 + k)
+                    o = acc + h * D + c
+                    x = tl.load(o, mask=cm, cache_modifier=".cg").to(tl.float32)
+                    x += tl.load(extra + k * D + c, mask=cm, cache_modifier=".cg")
+                    tl.store(o, x.to(acc.dtype.element_ty), mask=cm)
 
 
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -243,8 +276,8 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
                      min_copies: int = MIN_COPIES, hot: int = HOT,
                      hot_min: int = HOT_MIN, hot_adds: int = HOT_ADDS,
                      state: torch.Tensor | None = None, pdl: bool = True,
-                     spread: int = NARROW_SPREAD, pair_sample: int = NARROW_PAIR_SAMPLE
-                     ) -> torch.Tensor:
+                     spread: int = NARROW_SPREAD, pair_sample: int = NARROW_PAIR_SAMPLE,
+                     half_adds: bool = False) -> torch.Tensor:
     """``self.index_add(0, index, values)`` (a new tensor) with the scheme above.
 
     ``self`` and ``values`` contiguous, of one of ``DTYPES``, rows of at most
@@ -256,9 +289,12 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
     allowed (0: none; else a power of two, at least ``NARROW_SAMPLE``); ``hot``: the most
     hot rows (a power of two, at least ``NARROW_SAMPLE // hot_min``; 0: none); ``hot_adds``: the
     adds on each copy over which a row is hot; ``state``: int32 ``[3 + max(1, hot)]`` on
-    the device to hold the plan (copies, error, hot rows, the hot rows), for a caller that
-    reads it; ``pdl``: with one copy, launch ``_scatter`` as a programmatic dependent of
-    ``_init`` where the GPU has it (False: never).
+    the device to hold the plan (copies, error, hot rows, the hot rows; with ``half_adds``
+    one more: the programs done), for a caller that reads it; ``pdl``: with one copy,
+    launch ``_scatter`` as a programmatic dependent of ``_init`` where the GPU has it
+    (False: never); ``half_adds``: fp16/bf16 values and output, one copy, rows of at most
+    ``NARROW_ROW``: add in the output's dtype straight into it (no fp32 copy and no
+    ``_sum``; hot rows still summed in fp32).
     """
     rows, n, D = scatter_shape(self, index, values, partitions, DTYPES, "narrow_index_add")
     if hot and NARROW_SAMPLE // hot_min > hot:
@@ -270,17 +306,27 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
     if D > ONE_COPY_ROW or rows >= 1 << 31:
         raise ValueError(f"narrow_index_add takes rows of at most {ONE_COPY_ROW} elements and "
                          f"fewer than 2**31 rows, got {rows} rows of {D}")
+    if half_adds and (partitions != 1 or D > NARROW_ROW or self.dtype == torch.float32 or
+                      values.dtype != self.dtype):
+        raise ValueError(f"narrow_index_add: half_adds takes fp16/bf16 values into an output of "
+                         f"their dtype, one copy, rows of at most {NARROW_ROW}; got "
+                         f"{values.dtype} into {self.dtype}, {partitions} copies, rows of {D}")
+    H = max(1, hot)
+    if state is not None and state.numel() < 3 + half_adds + H:
+        raise ValueError(f"narrow_index_add: state holds {state.numel()} entries, needs "
+                         f"{3 + half_adds + H} (hot={hot}, half_adds={half_adds})")
     out = torch.empty_like(self)
     plane = rows * D
     if plane == 0:
         return out
     same = out.dtype == torch.float32
-    acc = out if same else torch.empty(plane, device=self.device, dtype=torch.float32)
-    extra = torch.empty(max(1, (partitions - 1) * plane), device=self.device,
+    acc = out if same or half_adds else torch.empty(plane, device=self.device,
+                                                  dtype=torch.float32)
+    HD = next_pow2(H * D) if half_adds else 1  # the hot rows' fp32 sums
+    extra = torch.empty(max(HD, (partitions - 1) * plane), device=self.device,
                         dtype=torch.float32)
-    H = max(1, hot)
     if state is None:
-        state = torch.empty(3 + H, device=self.device, dtype=torch.int32)
+        state = torch.empty(4 + H, device=self.device, dtype=torch.int32)
     plan = dict(P=partitions, S=NARROW_SAMPLE, T=pair_sample, H=H,
                 HOT_MIN=hot_min if hot else 1 << 30, HOT_ADDS=hot_adds, HOT_SHARE=HOT_SHARE,
                 PER_ADDRESS=per_address, SPREAD=spread,
@@ -293,6 +339,7 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
         # registers capped so that the copy keeps its occupancy (the plan spills a few bytes)
         _init[(1 + cdiv(plane, BLOCK),)](self, acc, extra, index, state, n, rows, plane,
                                          **plan, BLOCK=BLOCK, WIDE=wide, PDL=pdl,
+                                         HALF_ADDS=half_adds, HD=HD,
                                          num_warps=8, maxnreg=INIT_REGS)
     else:
         sms = sm_count(self.device) or INTERPRETER_SMS
@@ -305,9 +352,10 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
         sub = max(16, step // DP)
         _scatter[(cdiv(n, sub * iters),)](acc, extra, index, values, state, n, rows, plane,
                                           D=D, DP=DP, SUB=sub, ITERS=iters, P=partitions,
-                                          WIDE=wide, PDL=pdl, num_warps=warps,
+                                          WIDE=wide, PDL=pdl, HALF_ADDS=half_adds, H=H,
+                                          num_warps=warps,
                                           **({"launch_pdl": True} if pdl else {}))
-    if partitions > 1 or not same:
+    if partitions > 1 or not (same or half_adds):
         # up to SUM_COPIES copies a step: a plane of a few thousand elements still has
         # enough programs and loads in flight
         cp = min(partitions, SUM_COPIES)
