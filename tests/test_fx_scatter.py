@@ -200,11 +200,14 @@ def test_dynamic_shapes_and_the_memory_cap_skip():
     assert rep.rewritten == 1 and rep.decisions[0].endswith("at most 1 copy)"), rep
 
 
-def test_half_adds_only_for_half_rows_of_four_to_sixteen_on_one_copy():
-    assert half_adds(4, 1, torch.bfloat16) and half_adds(16, 1, torch.float16)
-    assert not half_adds(1, 1, torch.bfloat16)  # one bf16 add an element: contended
-    assert not half_adds(17, 1, torch.bfloat16) and not half_adds(16, 2, torch.bfloat16)
-    assert not half_adds(16, 1, torch.float32)
+def test_half_adds_only_for_half_rows_of_four_to_sixteen_few_a_row_on_one_copy():
+    assert half_adds(1 << 20, 4, 1 << 20, 1, torch.bfloat16)
+    assert half_adds(65536, 16, 262_144, 1, torch.float16)
+    assert not half_adds(65536, 4, 1 << 20, 1, torch.bfloat16)  # 16 a row: contended
+    assert not half_adds(1 << 20, 1, 1 << 20, 1, torch.bfloat16)  # one bf16 add an element
+    assert not half_adds(1 << 20, 17, 1 << 20, 1, torch.bfloat16)
+    assert not half_adds(1 << 20, 16, 1 << 20, 2, torch.bfloat16)
+    assert not half_adds(1 << 20, 16, 1 << 20, 1, torch.float32)
 
 
 def test_partition_count_is_a_capped_power_of_two():

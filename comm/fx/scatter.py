@@ -77,8 +77,8 @@ def _partitioned_index_put(self: torch.Tensor, index: torch.Tensor, values: torc
                 if few_rows(rows, width):
                     return few_rows_index_add(*args[:3])
                 if width <= NARROW_ROW:
-                    own = half_adds(width, partitions, values.dtype) and \
-                        self.dtype == values.dtype
+                    own = half_adds(rows, width, index.numel(), partitions, values.dtype) \
+                        and self.dtype == values.dtype
                     return narrow_index_add(*args, half_adds=own)
                 if partitions == 1 and one_copy(rows, width, index.numel(), values.dtype):
                     return narrow_index_add(*args, hot=ONE_COPY_HOT, hot_min=ONE_COPY_HOT_MIN)

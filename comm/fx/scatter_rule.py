@@ -126,13 +126,15 @@ ONE_COPY_HOT, ONE_COPY_HOT_MIN = 4, 16
 # 0.3-0.6x the narrow kernels' time); into 16 rows, rows of 4 0.85x; rows of 16 into 8
 # rows 1.07x or more, wider rows more: those stay where they were.
 FEW_ROWS, FEW_WIDTH = 16, 4
-# fp16/bf16 narrow rows with one copy (half_adds): rows of HALF_ADDS_ROW elements or more
-# add in the output's dtype (as Inductor's scatter does; hot rows still summed in fp32),
-# not in an fp32 copy converted at the end. Measured on one H200 against the fp32 copy
-# (docs/decisions.md, 2026-11-25): bf16 rows of 4 on 1M rows 16.6 against 27.6 µs uniform,
-# rows of 16 on 65,536 rows 8.4 against 13.2; rows of 4 on 65,536 rows, skewed, 70 against
-# 49 (Inductor 69); 1-D values lost 2.3-12x (one bf16 add an element, contended).
-HALF_ADDS_ROW = 4
+# fp16/bf16 narrow rows with one copy (half_adds): rows of HALF_ADDS_ROW elements or more,
+# with at most HALF_ADDS_PER_ROW values a row, add in the output's dtype (as Inductor's
+# scatter does; hot rows still summed in fp32), not in an fp32 copy converted at the end.
+# Measured on one H200 against the fp32 copy (docs/decisions.md, 2026-11-25): bf16 rows of
+# 4 on 1M rows (1 a row) 16.6 against 27.6 µs uniform, rows of 16 on 65,536 rows (4 a row)
+# 8.4 against 13.2 uniform and 12.0 against 17.9 skewed; but rows of 4 on 65,536 rows (16
+# a row), skewed (about 1,400 adds an address), 70 against 49; 1-D values lost 2.3-12x
+# (one bf16 add an element, contended).
+HALF_ADDS_ROW, HALF_ADDS_PER_ROW = 4, 8
 
 COMMRT, INDUCTOR_PARTITIONED, INDUCTOR = "commrt", "inductor_partitioned", "inductor"
 HALF = (torch.float16, torch.bfloat16)
@@ -188,9 +190,10 @@ def few_rows(rows: int, width: int) -> bool:
     return 0 < rows <= FEW_ROWS and width <= FEW_WIDTH
 
 
-def half_adds(width: int, partitions: int, dtype: torch.dtype) -> bool:
+def half_adds(rows: int, width: int, n: int, partitions: int, dtype: torch.dtype) -> bool:
     """fp16/bf16 narrow rows that the narrow kernels add in their own dtype (one copy)."""
-    return dtype in HALF and partitions == 1 and HALF_ADDS_ROW <= width <= NARROW_ROW
+    return (dtype in HALF and partitions == 1 and HALF_ADDS_ROW <= width <= NARROW_ROW and
+            n <= HALF_ADDS_PER_ROW * rows)
 
 
 def one_copy(rows: int, width: int, n: int, dtype: torch.dtype) -> bool:
