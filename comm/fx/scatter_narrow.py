@@ -326,7 +326,7 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
     extra = torch.empty(max(HD, (partitions - 1) * plane), device=self.device,
                         dtype=torch.float32)
     if state is None:
-        state = torch.empty(4 + H, device=self.device, dtype=torch.int32)
+        state = torch.empty(3 + half_adds + H, device=self.device, dtype=torch.int32)
     plan = dict(P=partitions, S=NARROW_SAMPLE, T=pair_sample, H=H,
                 HOT_MIN=hot_min if hot else 1 << 30, HOT_ADDS=hot_adds, HOT_SHARE=HOT_SHARE,
                 PER_ADDRESS=per_address, SPREAD=spread,
