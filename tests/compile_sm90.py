@@ -69,6 +69,21 @@ def scatter_calls() -> None:
                         narrow_index_add(self, idx, vals, 1, hot=hot, half_adds=True)
 
 
+def shared_calls() -> None:
+    """The shared-sums kernel in every shape the rule gives it (``usable`` is checked on
+    each compiled variant in ``main``: it runs only on the GPU)."""
+    from commrt.fx.scatter_rule import FEW_ROWS, SHARED_PLANE
+    from commrt.fx.scatter_shared import _shared_partial, partial_launch
+
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        for itype in (torch.int64, torch.int32):
+            for rows, n in ((FEW_ROWS + 1, 5000), (1000, 1 << 22), (SHARED_PLANE, 1 << 20)):
+                idx, vals = torch.zeros(n, dtype=itype), torch.zeros(n, dtype=dtype)
+                _, args, meta = partial_launch(idx, rows, 1)
+                part = torch.zeros(1, dtype=torch.float32)
+                calls.append((_shared_partial, (idx, vals, part, *args), dict(meta)))
+
+
 def collective_calls() -> None:
     from commrt import collective_kernels, custom
     from commrt.symm_mem import copy_engine
@@ -97,6 +112,7 @@ def collective_calls() -> None:
 def main() -> None:
     JITFunction.run = _record
     scatter_calls()
+    shared_calls()
     collective_calls()
     seen, compiled = set(), 0
     for fn, args, kwargs in calls:
@@ -115,6 +131,10 @@ def main() -> None:
             sys.exit(f"{fn.fn.__module__}.{fn.__name__} {consts} {options}: does not compile "
                      f"for sm_90: {type(exc).__name__}: {first}")
         assert kernel.asm.get("cubin"), fn.__name__
+        if fn.__name__ == "_shared_partial":
+            from commrt.fx.scatter_shared import usable
+
+            assert usable(kernel, consts), f"_shared_partial {consts}: not fenced"
         compiled += 1
     names = sorted({k[0] for k in seen})
     print(f"ok {compiled} specialisations of {len(names)} kernels: {', '.join(names)}")

@@ -79,7 +79,8 @@ REGIMES = [  # (rows, row width, indices, dtype, index_put, choice)
     (1024, 24, 262_144, torch.bfloat16, True, "inductor_partitioned"),  # past narrow
     (8, 16, 262_144, torch.bfloat16, True, "inductor_partitioned"),  # narrow, 32K a row
     (1024, 16, 262_144, torch.bfloat16, False, "commrt"),  # Inductor keeps it as aten's
-    (1000, 1, 4_000_000, torch.float32, True, "inductor_partitioned"),  # 1-D, 4,000 a row
+    (1000, 1, 4_000_000, torch.float32, True, "commrt"),  # 1-D, 4,000 a row: shared memory
+    (20_000, 1, 40_000_000, torch.float32, True, "inductor_partitioned"),  # past it
     (8, 1, 4_000_000, torch.float32, True, "commrt"),  # 1-D on 8 rows: few rows
     (8, 4, 1 << 20, torch.float32, True, "commrt"),  # rows of 4 on 8 rows: few rows
     (16, 4, 1 << 20, torch.bfloat16, True, "commrt"),  # ... on 16 rows
@@ -102,6 +103,20 @@ REGIMES = [  # (rows, row width, indices, dtype, index_put, choice)
 @pytest.mark.parametrize("rows,width,n,dtype,index_put,choice", REGIMES)
 def test_rule_per_regime(rows, width, n, dtype, index_put, choice):
     assert decide(rows, width, n, dtype, index_put)[0] == choice
+
+
+def test_shared_sums_takes_single_values_into_few_thousand_rows():
+    from commrt.fx.scatter_rule import FEW_ROWS, MIN_INDICES, SHARED_PLANE, shared_sums
+
+    n = 1 << 22
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        assert shared_sums(FEW_ROWS + 1, 1, n, dtype) and shared_sums(SHARED_PLANE, 1, n, dtype)
+        assert "shared memory" in decide(1024, 1, n, dtype)[1]
+    assert not shared_sums(FEW_ROWS, 1, n, torch.float32)  # scatter_few's
+    assert not shared_sums(SHARED_PLANE + 1, 1, n, torch.float32)
+    assert not shared_sums(1024, 4, n, torch.float32)  # wider rows: L2's atomics
+    assert not shared_sums(1024, 1, MIN_INDICES - 1, torch.float32)
+    assert not shared_sums(1024, 1, n, torch.int64)
 
 
 @pytest.mark.parametrize("rows,width,n,dtype,choice", [
@@ -288,3 +303,20 @@ def test_cuda_kernels_against_float64(dtype, d):
                 for out in (got, captured):
                     err = float((out.double() - ref).norm() / ref.norm())
                     assert out.dtype == dtype and err < tol, (k, itype, leaders, err)
+
+
+def test_shared_sums_refused_where_triton_touches_their_memory():
+    """``fenced``: between the zeroing of the sums and their read, only the module's own
+    (marked) shared-memory instructions; a foreign one, or none of ours, refuses."""
+    pytest.importorskip("triton")
+    from commrt.fx.scatter_shared import MARK_TEXT, fenced
+
+    ours = [f"st.shared.b32 [%r1], 0; {MARK_TEXT}", f"red.shared.add.f32 [%r2], %r3; {MARK_TEXT}",
+            f"ld.volatile.shared.f32 %r4, [%r1]; {MARK_TEXT}"]
+    before = ["ld.shared.b32 %r9, [%r8];", "bar.sync 0;"]
+    after = ["st.shared.v2.b32 [%r5], {%r6, %r7};"]
+    assert fenced("\n".join(before + ours + after))
+    for foreign in ("ld.shared.b32 %r9, [%r8];", "atom.shared.add.u32 %r1, [%r2], 1;",
+                    "cp.async.ca.shared.global [%r1], [%rd2], 16;"):
+        assert not fenced("\n".join(before + ours[:2] + [foreign] + ours[2:] + after))
+    assert not fenced("\n".join(before + after))

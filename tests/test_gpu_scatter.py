@@ -180,6 +180,45 @@ def test_few_rows_kernels_against_float64(dtype, shape, rows):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("shape", [(), (1,)])  # 1-D values, rows of 1
+@pytest.mark.parametrize("rows", [17, 1000, 16384])
+def test_shared_sums_kernels_against_float64(dtype, shape, rows):
+    """The shared-memory sums on the GPU, eager and in a CUDA graph, three calls each:
+    every index distribution (a hot row summed in registers), index dtype and negative
+    indices against float64; an index out of range poisons the output."""
+    from commrt.fx.scatter_shared import shared_sums_index_add
+
+    g = torch.Generator(device="cuda").manual_seed(rows + 7 * len(shape))
+    tol = {torch.float32: 1e-6, torch.bfloat16: 1e-2, torch.float16: 2e-3}[dtype]
+    for n, dist in ((1_000_003, "uniform"), (300_007, "skewed"), (4_111_111, "hot"),
+                    (4097, "uniform")):
+        base = torch.randn(rows, *shape, device="cuda", generator=g).to(dtype)
+        idx = _indices(dist, rows, n, g)
+        idx[::5] -= rows  # negative indices count from the end
+        vals = torch.randn(n, *shape, device="cuda", generator=g).to(dtype)
+        ref = base.double().index_add(0, idx % rows, vals.double())
+        scale = base.double().abs().index_add(0, idx % rows, vals.double().abs()).norm()
+        for itype in (torch.int64, torch.int32):
+            i = idx.to(itype)
+            outs = [shared_sums_index_add(base, i, vals) for _ in range(3)]
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                captured = shared_sums_index_add(base, i, vals)
+            for _ in range(3):
+                captured.zero_()
+                graph.replay()
+                outs.append(captured.clone())
+            for out in outs:
+                err = float((out.double() - ref).norm() / scale)
+                assert out.dtype == dtype and out.shape == base.shape and err < tol, (
+                    n, dist, itype, err)
+    idx[n // 2] = rows
+    assert shared_sums_index_add(base, idx, vals).isnan().all()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_narrow_index_out_of_range_poisons():
     from commrt.fx.scatter_narrow import narrow_index_add
 

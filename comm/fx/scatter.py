@@ -21,8 +21,10 @@ power of two (``MIN_COPIES`` to ``partitions``) that brings it under. On CUDA (f
 values) the Triton kernels of ``scatter_kernels`` also sum the rows of a program that share
 an index before adding them, those of ``scatter_narrow`` (narrow rows, and fp32 rows
 with one copy) add a hot row's values once a block, and those of ``scatter_few`` (narrow
-rows into a few output rows) sum every output row a program, no copies; elsewhere, and
-for integer values, the copies are torch ops.
+rows into a few output rows) sum every output row a program, no copies, and those of
+``scatter_shared`` (single values into up to ``SHARED_PLANE`` rows) sum every output
+element a program in shared memory; elsewhere, and for integer values, the copies are
+torch ops.
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ from .scatter_rule import (
     inductor_partitions,
     one_copy,
     partitions_for,
+    shared_sums,
 )
 
 aten = torch.ops.aten
@@ -68,6 +71,7 @@ def _partitioned_index_put(self: torch.Tensor, index: torch.Tensor, values: torc
         from .scatter_few import few_rows_index_add
         from .scatter_kernels import PARTS, partitioned_index_add
         from .scatter_narrow import narrow_index_add
+        from .scatter_shared import Unfenced, shared_sums_index_add
 
         if values.dtype in PARTS:  # the value dtypes the kernels take
             args = (self.contiguous(), index.contiguous(), values.contiguous(), partitions)
@@ -76,6 +80,9 @@ def _partitioned_index_put(self: torch.Tensor, index: torch.Tensor, values: torc
                 width = self.numel() // rows
                 if few_rows(rows, width):
                     return few_rows_index_add(*args[:3])
+                if shared_sums(rows, width, index.numel(), values.dtype):
+                    with contextlib.suppress(Unfenced):  # else the narrow kernels
+                        return shared_sums_index_add(*args[:3])
                 if width <= NARROW_ROW:
                     own = half_adds(rows, width, index.numel(), partitions, values.dtype) \
                         and self.dtype == values.dtype
@@ -218,7 +225,7 @@ def _rewrite(graph, node, self_, index, values, fraction, rule) -> tuple[str, st
         return choice, why
     acc_bytes = 4 if sv.dtype in HALF else sv.element_size()
     narrow = width <= NARROW_ROW or one_copy(rows, width, n, sv.dtype)
-    p = 1 if few_rows(rows, width) else \
+    p = 1 if few_rows(rows, width) or shared_sums(rows, width, n, sv.dtype) else \
         partitions_for(rows, n, acc_bytes * width, memory, fraction, narrow)
     if p < 2 and not narrow and sv.dtype in HALF:  # fp32: the output is the one copy
         return INDUCTOR, f"{why}; too few values a row, or copies over the memory cap"

@@ -12,7 +12,9 @@ number of indices, value dtype) and answers one of:
 - ``inductor``: the scatter left as it is, to Inductor's plain atomics.
 
 Rows of up to ``FEW_WIDTH`` elements into at most ``FEW_ROWS`` output rows (``few_rows``)
-go to ``scatter_few``, which sums every output row a program. Other narrow rows go to
+go to ``scatter_few``, which sums every output row a program; single values into up to
+``SHARED_PLANE`` rows (``shared_sums``) to ``scatter_shared``, which sums them in shared
+memory. Other narrow rows go to
 commrt's narrow kernels: whether they contend depends on the indices
 (one hot row among a million is as common as a histogram of eight bins), which only the
 GPU sees. Two exceptions, measured: rows of 4 or more (and fp32 1-D values on more than
@@ -135,6 +137,14 @@ FEW_ROWS, FEW_WIDTH = 16, 4
 # a row), skewed (about 1,400 adds an address), 70 against 49; 1-D values lost 2.3-12x
 # (one bf16 add an element, contended).
 HALF_ADDS_ROW, HALF_ADDS_PER_ROW = 4, 8
+# 1-D values (and rows of 1) into more than FEW_ROWS and at most SHARED_PLANE rows
+# (shared_sums: scatter_shared, every output element summed in shared memory a program):
+# on one H200 into 1,024 rows, fp32, 28 µs uniform and 27 with a hot row, against
+# Inductor's partitions' 54 and 85 (docs/decisions.md, 2026-11-25). Wider rows lost there:
+# Hopper adds fp32 in shared memory with a compare-and-swap loop, about one element a cycle
+# an SM, where L2's atomics add a row of 16 in one (rows of 4 into 1,024 rows: 32-41 µs,
+# Inductor's partitions 16-28; rows of 16 into 8 rows: 15-22 µs against 12-15).
+SHARED_PLANE = 16384
 
 COMMRT, INDUCTOR_PARTITIONED, INDUCTOR = "commrt", "inductor_partitioned", "inductor"
 HALF = (torch.float16, torch.bfloat16)
@@ -152,6 +162,8 @@ def decide(rows: int, width: int, n: int, dtype: torch.dtype,
     if dtype in NARROW_DTYPES and width <= NARROW_ROW and n >= MIN_INDICES:
         if few_rows(rows, width):
             return COMMRT, f"rows of {width} into {rows} rows: each summed a program"
+        if shared_sums(rows, width, n, dtype):
+            return COMMRT, f"single values into {rows} rows: summed in shared memory"
         if dtype in HALF and n < rows:
             return INDUCTOR, (f"{dtype} rows of {width}, fewer indices than rows: an fp32 copy "
                               "of the output costs more than the scatter")
@@ -188,6 +200,13 @@ def decide(rows: int, width: int, n: int, dtype: torch.dtype,
 def few_rows(rows: int, width: int) -> bool:
     """Rows of ``width`` elements into so few output rows that each is summed a program."""
     return 0 < rows <= FEW_ROWS and width <= FEW_WIDTH
+
+
+def shared_sums(rows: int, width: int, n: int, dtype: torch.dtype) -> bool:
+    """Single values (1-D, or rows of 1) into so few rows that each program sums them all
+    in shared memory."""
+    return (dtype in NARROW_DTYPES and width == 1 and FEW_ROWS < rows <= SHARED_PLANE and
+            n >= MIN_INDICES)
 
 
 def half_adds(rows: int, width: int, n: int, partitions: int, dtype: torch.dtype) -> bool:

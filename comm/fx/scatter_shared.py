@@ -1,0 +1,257 @@
+"""Triton kernels for accumulating scatters into small outputs (``scatter_rule.shared_sums``:
+histograms over a thousand bins, per-class sums of narrow rows, a few wide rows) behind
+``commrt::partitioned_index_put`` on CUDA.
+
+Every program keeps the fp32 sum of every output element in shared memory and adds its
+share of the values there, so that the only global traffic is the values, the indices and
+one partial a program. Two launches, deterministic up to the order of the shared adds:
+
+1. ``_shared_partial``: program ``g`` zeroes its ``[rows, columns]`` sums in shared memory, adds
+   its share of the values to them (``red.shared.add.f32``; values of the one row its
+   sample finds hot are summed in registers instead, as contended shared adds serialize),
+   and stores the sums as its partial. An index out of range makes its partial NaN (the
+   plain op raises a device-side assert).
+2. ``scatter_few._total``: output := ``self`` + the ``G`` partials, in the output's dtype.
+
+Triton gives a kernel no shared memory of its own choosing: ``_shared_partial`` reserves it
+as the scratch of a ``tl.gather`` (``PLANE * COPIES * 4`` bytes of the ``global_smem``
+every Triton kernel declares) and then uses it through inline PTX, fenced by barriers.
+That holds only where Triton's own code uses no shared memory between the barriers;
+``usable`` checks it on every compiled variant, and a variant that fails it raises
+``Unfenced`` (the caller falls back).
+"""
+
+import re
+
+import torch
+import triton
+import triton.language as tl
+
+from commrt.dispatch.profile import sm_count
+from commrt.symm_mem.launch import cdiv, next_pow2
+
+from .scatter_few import _total
+from .scatter_kernels import PARTS, _rows_of, scatter_shape
+from .scatter_rule import SHARED_PLANE
+
+INTERPRETER_SMS = 8  # SMs assumed without a GPU
+SHARED_BYTES = 200 * 1024  # shared memory an SM gives the programs (H100/H200: 228 KB)
+PROGRAMS_PER_SM = 4  # at most, where their sums fit
+COPY_BYTES = 64 * 1024  # a program's copies of the sums (one a warp) within this
+PARTIAL_SHARE = 4  # partials at most a quarter of the values (beyond one program an SM)
+WARPS = 8  # a _shared_partial program's
+TILE = 2048  # value elements a _shared_partial step loads ([rows, columns])
+SAMPLE = tl.constexpr(32)  # indices a program samples for its hot row
+HOT_MIN = tl.constexpr(6)  # ... a row that takes this many of them is hot (about a fifth)
+TOTAL_PROGRAMS = 128  # _total programs, where each takes at least TOTAL_MIN elements
+TOTAL_MIN, TOTAL_TILE = 16, 8192  # ... and the partials a _total step loads
+MARK_TEXT = "// commrt shared sums"  # on every PTX line of the inline assembly here
+MARK = tl.constexpr(MARK_TEXT)
+
+
+@triton.jit
+def _shared_base():
+    return tl.inline_asm_elementwise("mov.u32 $0, global_smem; " + MARK, "=r", [],
+                                     dtype=tl.int32, is_pure=True, pack=1)
+
+
+@triton.jit
+def _shared_zero(addr):
+    return tl.inline_asm_elementwise("st.shared.b32 [$1], 0; mov.u32 $0, 0; " + MARK,
+                                     "=r,r", [addr], dtype=tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit
+def _shared_add(addr, v, pred, copy_mask, copy_bytes):
+    # into copy (warp index & copy_mask) of the sums, copy_bytes apart
+    return tl.inline_asm_elementwise(
+        "{ .reg .pred p; .reg .u32 w, a; setp.ne.b32 p, $3, 0; mov.u32 w, %tid.x; "
+        "shr.u32 w, w, 5; and.b32 w, w, $4; mad.lo.u32 a, w, $5, $1; "
+        "@p red.shared.add.f32 [a], $2; } mov.u32 $0, 0; " + MARK,
+        "=r,r,r,r,r,r", [addr, v, pred.to(tl.int32), copy_mask, copy_bytes], dtype=tl.int32,
+        is_pure=False, pack=1)
+
+
+@triton.jit
+def _load_index(ptr, mask):
+    return tl.inline_asm_elementwise(
+        "{ .reg .pred p; setp.ne.b32 p, $2, 0; mov.b64 $0, 0; @p ld.global.nc.b64 $0, [$1]; }",
+        "=l,l,r", [ptr.to(tl.int64, bitcast=True), mask.to(tl.int32)], dtype=tl.int64,
+        is_pure=True, pack=1)
+
+
+@triton.jit
+def _shared_read(addr):
+    return tl.inline_asm_elementwise("ld.volatile.shared.f32 $0, [$1]; " + MARK, "=r,r",
+                                     [addr], dtype=tl.float32, is_pure=False, pack=1)
+
+
+@triton.jit
+def _shared_partial(idx, vals, part, n, rows, chunk, never, D: tl.constexpr, DP: tl.constexpr,
+             PLANE: tl.constexpr, COPIES: tl.constexpr, RB: tl.constexpr, HOT: tl.constexpr,
+             WIDE: tl.constexpr):
+    g = tl.program_id(0)
+    lo = g * chunk
+    if WIDE:
+        lo = lo.to(tl.int64)
+    hi = tl.minimum(lo + chunk, n)
+    plane = rows * D
+    o = tl.arange(0, PLANE)
+    oc = tl.arange(0, PLANE * COPIES)
+    # Reserve PLANE * COPIES * 4 bytes of shared memory: a gather's scratch. Its result is
+    # stored where `never` (0) is over an offset, so that it is not dropped.
+    reserve = tl.gather(oc.to(tl.float32), oc, 0)
+    tl.store(part + oc, reserve, mask=oc < never)
+    h = -1
+    if HOT:  # the row that takes HOT_MIN of SAMPLE of this program's indices, if any
+        s = lo + tl.arange(0, SAMPLE) * ((hi - lo) // SAMPLE)
+        si, sok, _ = _rows_of(idx, s, hi, rows, WIDE)
+        si = tl.where(sok, si, -1)
+        cnt = tl.sum(((si[:, None] == si[None, :]) & sok[None, :]).to(tl.int32), axis=1)
+        top = tl.max(cnt)
+        h = tl.min(tl.where(cnt == top, si, rows))
+        h = tl.where((top >= HOT_MIN) & (hi - lo >= SAMPLE), h, -1)
+    tl.debug_barrier()
+    base = _shared_base()
+    _shared_zero(base + oc * 4)
+    tl.debug_barrier()
+    c = tl.arange(0, DP)[None, :]
+    cm = c < D
+    hacc = tl.zeros([RB, DP], tl.float32)
+    bad_any = tl.zeros([RB, DP], tl.int32)
+    for start in range(lo, hi, RB):
+        # every tensor here is [RB, DP] in the layout of the values' load: a layout
+        # conversion would go through shared memory (the indices are loaded for every column)
+        r = start + tl.arange(0, RB)[:, None] + 0 * c
+        rm = r < hi
+        v = tl.load(vals + r * D + c, mask=rm & cm, other=0).to(tl.float32)
+        i = _load_index(idx + r, rm)
+        i = tl.where(i < 0, i + rows, i)
+        bad = rm & ((i < 0) | (i >= rows))
+        bad_any |= bad.to(tl.int32)
+        ok = rm & (bad == 0) & cm
+        if HOT:
+            hot = i == h
+            hacc += tl.where(hot, v, 0.0)
+            ok = ok & (hot == 0)
+        _shared_add(base + (i * D + c).to(tl.int32) * 4, v, ok, COPIES - 1, PLANE * 4)
+    tl.debug_barrier()
+    x = _shared_read(base + o * 4)
+    for k in tl.static_range(1, COPIES):
+        x += _shared_read(base + (k * PLANE + o) * 4)
+    tl.debug_barrier()
+    if tl.max(bad_any) > 0:  # poison: the sum of every partial is NaN
+        x = tl.full([PLANE], float("nan"), tl.float32)
+    dst = part + g * plane
+    tl.store(dst + o, x, mask=o < plane)
+    if HOT:
+        if h >= 0:  # the hot row's sums, added to what this program stored
+            tl.debug_barrier()
+            hs = tl.sum(hacc, axis=0)
+            cc = tl.arange(0, DP)
+            p = dst + h * D + cc
+            tl.store(p, tl.load(p, mask=cc < D) + hs, mask=cc < D)
+
+
+def fenced(ptx: str) -> bool:
+    """Whether the PTX of ``_partial`` touches shared memory, between the zeroing of its
+    sums and their read, only through this module's inline assembly."""
+    lines = ptx.splitlines()
+    ours = [k for k, line in enumerate(lines) if MARK_TEXT in line and ".shared" in line]
+    if not ours:
+        return False
+    shared = re.compile(r"\b(ld|st|atom|red|cp\.async|ldmatrix|stmatrix)\S*\.shared")
+    return not any(shared.search(lines[k]) and MARK_TEXT not in lines[k]
+                   for k in range(ours[0], ours[-1] + 1))
+
+
+class Unfenced(RuntimeError):
+    """This Triton's code for ``_shared_partial`` uses shared memory beside its sums."""
+
+
+def usable(kernel, meta: dict) -> bool:
+    """Whether a compiled ``_shared_partial`` reserved its sums and leaves them alone."""
+    need = meta["PLANE"] * meta["COPIES"] * 4
+    return kernel.metadata.shared >= need and fenced(kernel.asm["ptx"])
+
+
+_checked: dict = {}
+
+
+def _launch(grid, args, meta) -> None:
+    # Triton specializes integer arguments on divisibility by 16 and on 1
+    key = (tuple(sorted(meta.items())), tuple(a.dtype for a in args[:3]),
+           tuple((a % 16 == 0, a == 1) for a in args[3:]))
+    if key not in _checked:
+        _checked[key] = usable(_shared_partial.warmup(*args, grid=grid, **meta), meta)
+    if not _checked[key]:
+        raise Unfenced(f"shared_sums_index_add: this Triton's code for {meta} uses shared "
+                       "memory beside its sums")
+    _shared_partial[grid](*args, **meta)
+
+
+DTYPES = tuple(PARTS)
+
+
+def launch_shape(plane: int, values: int, steps: int, sms: int, warps: int = WARPS,
+                 copies: int | None = None, per_sm: int | None = None) -> tuple[int, int]:
+    """``(programs, copies)`` of ``_shared_partial``: a copy of the sums a warp while they
+    fit in COPY_BYTES, as many programs an SM (at most PROGRAMS_PER_SM) as fit in
+    SHARED_BYTES, no more programs than steps of values, and partials of at most
+    1/PARTIAL_SHARE of the values where there are more programs than SMs."""
+    cap = max(sms, values // (PARTIAL_SHARE * max(1, plane)))
+    plane = next_pow2(plane)
+    if copies is None:
+        copies = 1
+        while copies < warps and 2 * copies * plane * 4 <= COPY_BYTES:
+            copies *= 2
+    if per_sm is None:
+        per_sm = max(1, min(PROGRAMS_PER_SM, SHARED_BYTES // (4 * plane * copies)))
+    return max(1, min(per_sm * sms, steps, cap)), copies
+
+
+def partial_launch(index: torch.Tensor, rows: int, D: int,
+                   hot: bool = True, **shape) -> tuple[int, tuple, dict]:
+    """``(programs, the integer arguments, the constexprs and options)`` of
+    ``_shared_partial`` for ``len(index)`` rows of ``D`` values into ``rows`` rows."""
+    n, plane, DP = index.numel(), rows * D, next_pow2(D)
+    warps = shape.get("warps", WARPS)
+    rb = max(1, shape.get("tile", TILE) // DP)
+    G, copies = launch_shape(plane, n * D, cdiv(n, rb), sm_count(index.device) or INTERPRETER_SMS,
+                             warps, shape.get("copies"), shape.get("per_sm"))
+    meta = {"D": D, "DP": DP, "PLANE": next_pow2(plane), "COPIES": copies, "RB": rb,
+            "HOT": hot and D < 32, "WIDE": n * D >= 1 << 31, "num_warps": warps,
+            "num_stages": 1}
+    return G, (n, rows, cdiv(n, G), 0), meta
+
+
+def shared_sums_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tensor,
+                          hot: bool = True, **shape) -> torch.Tensor:
+    """``self.index_add(0, index, values)`` (a new tensor) for outputs of at most
+    ``SHARED_PLANE`` elements.
+
+    ``self`` and ``values`` contiguous, of one of ``DTYPES``, ``values`` shaped
+    ``[len(index), *self.shape[1:]]``; ``hot``: sum each program's hot row in registers;
+    ``shape``: ``warps``, ``tile``, ``copies``, ``per_sm`` (defaults: the module's).
+    """
+    rows, n, D = scatter_shape(self, index, values, 1, DTYPES, "shared_sums_index_add")
+    shape["hot"] = hot
+    plane = rows * D
+    if plane > SHARED_PLANE:
+        raise ValueError(f"shared_sums_index_add takes outputs of at most {SHARED_PLANE} "
+                         f"elements, got {rows} rows of {D}")
+    if self.device.type != "cuda":
+        raise ValueError(f"shared_sums_index_add runs on CUDA tensors, got {self.device}")
+    out = torch.empty_like(self)
+    if plane == 0:
+        return out
+    G, args, meta = partial_launch(index, rows, D, **shape)
+    part = torch.empty(G * plane, device=self.device, dtype=torch.float32)
+    if n:
+        _launch((G,), (index, values, part, *args), meta)
+    else:
+        part.zero_()
+    pb = max(TOTAL_MIN, next_pow2(plane) // TOTAL_PROGRAMS)
+    _total[(cdiv(plane, pb),)](self, part, out, G, plane, PB=pb,
+                               GB=max(1, min(next_pow2(G), TOTAL_TILE // pb)), num_warps=4)
+    return out
