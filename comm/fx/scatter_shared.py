@@ -74,6 +74,13 @@ def _shared_add(addr, v, pred, copy_mask, copy_bytes):
 
 @triton.jit
 def _load_index(ptr, mask):
+    # in the layout of its operands (a tl.load would take one of its own)
+    if ptr.dtype.element_ty == tl.int32:
+        return tl.inline_asm_elementwise(
+            "{ .reg .pred p; setp.ne.b32 p, $2, 0; mov.b32 $0, 0; "
+            "@p ld.global.nc.b32 $0, [$1]; }",
+            "=r,l,r", [ptr.to(tl.int64, bitcast=True), mask.to(tl.int32)], dtype=tl.int32,
+            is_pure=True, pack=1).to(tl.int64)
     return tl.inline_asm_elementwise(
         "{ .reg .pred p; setp.ne.b32 p, $2, 0; mov.b64 $0, 0; @p ld.global.nc.b64 $0, [$1]; }",
         "=l,l,r", [ptr.to(tl.int64, bitcast=True), mask.to(tl.int32)], dtype=tl.int64,
