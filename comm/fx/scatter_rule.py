@@ -140,7 +140,9 @@ HALF_ADDS_ROW, HALF_ADDS_PER_ROW = 4, 8
 # 1-D values (and rows of 1) into more than FEW_ROWS and at most SHARED_PLANE rows
 # (shared_sums: scatter_shared, every output element summed in shared memory a program):
 # on one H200 into 1,024 rows, fp32, 28 µs uniform and 27 with a hot row, against
-# Inductor's partitions' 54 and 85 (docs/decisions.md, 2026-11-25). Wider rows lost there:
+# Inductor's partitions' 54 and 85 (scatter_grid_NVIDIA_H200.md, 4a6025b); against the
+# narrow kernels, 4M values into 32 to 16,384 rows: 23-56 µs, against 33-134 (16,384 rows
+# uniform: 52.7 against 58.9; docs/decisions.md, 2026-11-25). Wider rows lost there:
 # Hopper adds fp32 in shared memory with a compare-and-swap loop, about one element a cycle
 # an SM, where L2's atomics add a row of 16 in one (rows of 4 into 1,024 rows: 32-41 µs,
 # Inductor's partitions 16-28; rows of 16 into 8 rows: 15-22 µs against 12-15).
