@@ -139,6 +139,33 @@ def test_narrow_kernels_against_float64(dtype, shape, rows):
                     assert p == 16, state  # one add an address: as many copies as allowed
 
 
+def _case(dist: str, rows: int, n: int, shape: tuple, dtype, g) -> tuple:
+    """(self, indices with every fifth negative, values, the float64 sum, the float64 sum
+    of magnitudes): one row of 300,000 values summed in fp32 cancels to a few hundred (on
+    one H200, 1.4e-5 of the result), so errors are measured against the magnitudes."""
+    base = torch.randn(rows, *shape, device="cuda", generator=g).to(dtype)
+    idx = _indices(dist, rows, n, g)
+    idx[::5] -= rows  # negative indices count from the end
+    vals = torch.randn(n, *shape, device="cuda", generator=g).to(dtype)
+    ref = base.double().index_add(0, idx % rows, vals.double())
+    scale = base.double().abs().index_add(0, idx % rows, vals.double().abs()).norm()
+    return base, idx, vals, ref, scale
+
+
+def _eager_and_graph(fn, args: tuple, calls: int) -> list:
+    """``calls`` outputs of ``fn(*args)`` eager, then ``calls`` replays of it in a CUDA
+    graph."""
+    outs = [fn(*args) for _ in range(calls)]
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = fn(*args)
+    for _ in range(calls):
+        captured.zero_()
+        graph.replay()
+        outs.append(captured.clone())
+    return outs
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
@@ -153,24 +180,10 @@ def test_few_rows_kernels_against_float64(dtype, shape, rows):
     g = torch.Generator(device="cuda").manual_seed(rows + len(shape))
     tol = {torch.float32: 1e-6, torch.bfloat16: 1e-2, torch.float16: 2e-3}[dtype]
     for n, dist in ((1_000_003, "uniform"), (300_007, "skewed"), (77, "hot")):
-        base = torch.randn(rows, *shape, device="cuda", generator=g).to(dtype)
-        idx = _indices(dist, rows, n, g)
-        idx[::5] -= rows  # negative indices count from the end
-        vals = torch.randn(n, *shape, device="cuda", generator=g).to(dtype)
-        ref = base.double().index_add(0, idx % rows, vals.double())
-        # against the sums of magnitudes: one row of 300,000 values summed in fp32 cancels
-        # to a few hundred (on one H200, 1.4e-5 of the result)
-        scale = base.double().abs().index_add(0, idx % rows, vals.double().abs()).norm()
+        base, idx, vals, ref, scale = _case(dist, rows, n, shape, dtype, g)
         for itype in (torch.int64, torch.int32):
             i = idx.to(itype)
-            outs = [few_rows_index_add(base, i, vals) for _ in range(5)]
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                captured = few_rows_index_add(base, i, vals)
-            for _ in range(5):
-                captured.zero_()
-                graph.replay()
-                outs.append(captured.clone())
+            outs = _eager_and_graph(few_rows_index_add, (base, i, vals), 5)
             err = float((outs[0].double() - ref).norm() / scale)
             assert outs[0].dtype == dtype and err < tol, (n, dist, itype, err)
             assert all(torch.equal(out, outs[0]) for out in outs), (n, dist, itype)
@@ -193,23 +206,10 @@ def test_shared_sums_kernels_against_float64(dtype, shape, rows):
     tol = {torch.float32: 1e-6, torch.bfloat16: 1e-2, torch.float16: 2e-3}[dtype]
     for n, dist in ((1_000_003, "uniform"), (300_007, "skewed"), (4_111_111, "hot"),
                     (4097, "uniform")):
-        base = torch.randn(rows, *shape, device="cuda", generator=g).to(dtype)
-        idx = _indices(dist, rows, n, g)
-        idx[::5] -= rows  # negative indices count from the end
-        vals = torch.randn(n, *shape, device="cuda", generator=g).to(dtype)
-        ref = base.double().index_add(0, idx % rows, vals.double())
-        scale = base.double().abs().index_add(0, idx % rows, vals.double().abs()).norm()
+        base, idx, vals, ref, scale = _case(dist, rows, n, shape, dtype, g)
         for itype in (torch.int64, torch.int32):
             i = idx.to(itype)
-            outs = [shared_sums_index_add(base, i, vals) for _ in range(3)]
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                captured = shared_sums_index_add(base, i, vals)
-            for _ in range(3):
-                captured.zero_()
-                graph.replay()
-                outs.append(captured.clone())
-            for out in outs:
+            for out in _eager_and_graph(shared_sums_index_add, (base, i, vals), 3):
                 err = float((out.double() - ref).norm() / scale)
                 assert out.dtype == dtype and out.shape == base.shape and err < tol, (
                     n, dist, itype, err)
