@@ -89,6 +89,19 @@ def _sm_count(index: int) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
 
 
+def shared_memory_per_sm(device: torch.device) -> int | None:
+    """Bytes of shared memory a streaming multiprocessor of a CUDA ``device`` has (cached);
+    None for any other device."""
+    if device.type != "cuda":
+        return None
+    return _shared_memory_per_sm(_cuda_index(device))
+
+
+@functools.cache
+def _shared_memory_per_sm(index: int) -> int:
+    return torch.cuda.get_device_properties(index).shared_memory_per_multiprocessor
+
+
 def has_pdl(device: torch.device) -> bool:
     """Whether ``device`` has programmatic dependent launch (NVIDIA sm90 or newer; cached:
     the narrow scatter asks on every call)."""

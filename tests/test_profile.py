@@ -191,7 +191,7 @@ def test_programmatic_dependent_launch_only_from_sm90(monkeypatch):
         prof._has_pdl.cache_clear()
 
 
-def test_sm_count_is_cached_per_device_and_none_off_the_gpu(monkeypatch):
+def test_sm_count_and_shared_memory_are_cached_per_device_and_none_off_the_gpu(monkeypatch):
     from commrt.dispatch import profile as prof
 
     asked = []
@@ -199,11 +199,13 @@ def test_sm_count_is_cached_per_device_and_none_off_the_gpu(monkeypatch):
     class Props:
         def __init__(self, index):
             self.multi_processor_count = 132 + index
+            self.shared_memory_per_multiprocessor = 233472 + index
 
     def props(index):
         asked.append(index)
         return Props(index)
     prof._sm_count.cache_clear()
+    prof._shared_memory_per_sm.cache_clear()
     monkeypatch.setattr(torch.cuda, "get_device_properties", props)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
     try:
@@ -211,5 +213,11 @@ def test_sm_count_is_cached_per_device_and_none_off_the_gpu(monkeypatch):
         assert [prof.sm_count(torch.device("cuda", 0)) for _ in range(3)] == [132] * 3
         assert prof.sm_count(torch.device("cuda")) == 133  # the current device
         assert asked == [0, 1]
+        assert prof.shared_memory_per_sm(torch.device("cpu")) is None
+        assert [prof.shared_memory_per_sm(torch.device("cuda", 0)) for _ in range(3)] == \
+            [233472] * 3
+        assert prof.shared_memory_per_sm(torch.device("cuda")) == 233473
+        assert asked == [0, 1, 0, 1]
     finally:
         prof._sm_count.cache_clear()
+        prof._shared_memory_per_sm.cache_clear()

@@ -1,10 +1,10 @@
-"""Triton kernels for accumulating scatters into small outputs (``scatter_rule.shared_sums``:
-histograms over a thousand bins, per-class sums of narrow rows, a few wide rows) behind
-``commrt::partitioned_index_put`` on CUDA.
+"""Triton kernels for accumulating scatters of single values (1-D, or rows of 1) into up to
+``SHARED_PLANE`` output rows (``scatter_rule.shared_sums``: histograms over thousands of
+bins, per-token or per-class sums) behind ``commrt::partitioned_index_put`` on CUDA.
 
 Every program keeps the fp32 sum of every output element in shared memory and adds its
 share of the values there, so that the only global traffic is the values, the indices and
-one partial a program. Two launches, deterministic up to the order of the shared adds:
+one partial a program. Two launches (the shared adds land in another order each call):
 
 1. ``_shared_partial``: program ``g`` zeroes its ``[rows, columns]`` sums in shared memory, adds
    its share of the values to them (``red.shared.add.f32``; values of the one row its
@@ -27,7 +27,7 @@ import torch
 import triton
 import triton.language as tl
 
-from commrt.dispatch.profile import sm_count
+from commrt.dispatch.profile import shared_memory_per_sm, sm_count
 from commrt.symm_mem.launch import cdiv, next_pow2
 
 from .scatter_few import _total
@@ -35,7 +35,8 @@ from .scatter_kernels import PARTS, _rows_of, scatter_shape
 from .scatter_rule import SHARED_PLANE
 
 INTERPRETER_SMS = 8  # SMs assumed without a GPU
-SHARED_BYTES = 200 * 1024  # shared memory an SM gives the programs (H100/H200: 228 KB)
+INTERPRETER_SHARED = 228 * 1024  # shared memory an SM is assumed to have without a GPU
+SHARED_SHARE = 0.875  # of an SM's shared memory, for the programs' sums (H200: 200 KB)
 PROGRAMS_PER_SM = 4  # at most, where their sums fit
 COPY_BYTES = 64 * 1024  # a program's copies of the sums (one a warp) within this
 PARTIAL_SHARE = 4  # partials at most a quarter of the values (beyond one program an SM)
@@ -94,9 +95,9 @@ def _shared_read(addr):
 
 
 @triton.jit
-def _shared_partial(idx, vals, part, n, rows, chunk, never, D: tl.constexpr, DP: tl.constexpr,
-             PLANE: tl.constexpr, COPIES: tl.constexpr, RB: tl.constexpr, HOT: tl.constexpr,
-             WIDE: tl.constexpr):
+def _shared_partial(idx, vals, part, n, rows, chunk, never, D: tl.constexpr,
+                    DP: tl.constexpr, PLANE: tl.constexpr, COPIES: tl.constexpr,
+                    RB: tl.constexpr, HOT: tl.constexpr, WIDE: tl.constexpr):
     g = tl.program_id(0)
     lo = g * chunk
     if WIDE:
@@ -161,7 +162,7 @@ def _shared_partial(idx, vals, part, n, rows, chunk, never, D: tl.constexpr, DP:
 
 
 def fenced(ptx: str) -> bool:
-    """Whether the PTX of ``_partial`` touches shared memory, between the zeroing of its
+    """Whether the PTX of ``_shared_partial`` touches shared memory, between the zeroing of its
     sums and their read, only through this module's inline assembly."""
     lines = ptx.splitlines()
     ours = [k for k, line in enumerate(lines) if MARK_TEXT in line and ".shared" in line]
@@ -200,12 +201,13 @@ def _launch(grid, args, meta) -> None:
 DTYPES = tuple(PARTS)
 
 
-def launch_shape(plane: int, values: int, steps: int, sms: int, warps: int = WARPS,
-                 copies: int | None = None, per_sm: int | None = None) -> tuple[int, int]:
+def launch_shape(plane: int, values: int, steps: int, sms: int, shared: int,
+                 warps: int = WARPS, copies: int | None = None,
+                 per_sm: int | None = None) -> tuple[int, int]:
     """``(programs, copies)`` of ``_shared_partial``: a copy of the sums a warp while they
-    fit in COPY_BYTES, as many programs an SM (at most PROGRAMS_PER_SM) as fit in
-    SHARED_BYTES, no more programs than steps of values, and partials of at most
-    1/PARTIAL_SHARE of the values where there are more programs than SMs."""
+    fit in COPY_BYTES, as many programs an SM (at most PROGRAMS_PER_SM) as SHARED_SHARE of
+    its ``shared`` bytes hold, no more programs than steps of values, and partials of at
+    most 1/PARTIAL_SHARE of the values where there are more programs than SMs."""
     cap = max(sms, values // (PARTIAL_SHARE * max(1, plane)))
     plane = next_pow2(plane)
     if copies is None:
@@ -213,19 +215,21 @@ def launch_shape(plane: int, values: int, steps: int, sms: int, warps: int = WAR
         while copies < warps and 2 * copies * plane * 4 <= COPY_BYTES:
             copies *= 2
     if per_sm is None:
-        per_sm = max(1, min(PROGRAMS_PER_SM, SHARED_BYTES // (4 * plane * copies)))
+        per_sm = max(1, min(PROGRAMS_PER_SM, int(SHARED_SHARE * shared) // (4 * plane * copies)))
     return max(1, min(per_sm * sms, steps, cap)), copies
 
 
-def partial_launch(index: torch.Tensor, rows: int, D: int,
-                   hot: bool = True, **shape) -> tuple[int, tuple, dict]:
+def partial_launch(index: torch.Tensor, rows: int, D: int, hot: bool = True,
+                   warps: int = WARPS, tile: int = TILE, copies: int | None = None,
+                   per_sm: int | None = None) -> tuple[int, tuple, dict]:
     """``(programs, the integer arguments, the constexprs and options)`` of
     ``_shared_partial`` for ``len(index)`` rows of ``D`` values into ``rows`` rows."""
     n, plane, DP = index.numel(), rows * D, next_pow2(D)
-    warps = shape.get("warps", WARPS)
-    rb = max(1, shape.get("tile", TILE) // DP)
-    G, copies = launch_shape(plane, n * D, cdiv(n, rb), sm_count(index.device) or INTERPRETER_SMS,
-                             warps, shape.get("copies"), shape.get("per_sm"))
+    rb = max(1, tile // DP)
+    dev = index.device
+    G, copies = launch_shape(plane, n * D, cdiv(n, rb), sm_count(dev) or INTERPRETER_SMS,
+                             shared_memory_per_sm(dev) or INTERPRETER_SHARED, warps, copies,
+                             per_sm)
     meta = {"D": D, "DP": DP, "PLANE": next_pow2(plane), "COPIES": copies, "RB": rb,
             "HOT": hot and D < 32, "WIDE": n * D >= 1 << 31, "num_warps": warps,
             "num_stages": 1}
@@ -233,16 +237,15 @@ def partial_launch(index: torch.Tensor, rows: int, D: int,
 
 
 def shared_sums_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tensor,
-                          hot: bool = True, **shape) -> torch.Tensor:
+                          hot: bool = True, **launch) -> torch.Tensor:
     """``self.index_add(0, index, values)`` (a new tensor) for outputs of at most
     ``SHARED_PLANE`` elements.
 
     ``self`` and ``values`` contiguous, of one of ``DTYPES``, ``values`` shaped
     ``[len(index), *self.shape[1:]]``; ``hot``: sum each program's hot row in registers;
-    ``shape``: ``warps``, ``tile``, ``copies``, ``per_sm`` (defaults: the module's).
+    ``launch``: ``partial_launch``'s ``warps``, ``tile``, ``copies``, ``per_sm``.
     """
     rows, n, D = scatter_shape(self, index, values, 1, DTYPES, "shared_sums_index_add")
-    shape["hot"] = hot
     plane = rows * D
     if plane > SHARED_PLANE:
         raise ValueError(f"shared_sums_index_add takes outputs of at most {SHARED_PLANE} "
@@ -252,7 +255,7 @@ def shared_sums_index_add(self: torch.Tensor, index: torch.Tensor, values: torch
     out = torch.empty_like(self)
     if plane == 0:
         return out
-    G, args, meta = partial_launch(index, rows, D, **shape)
+    G, args, meta = partial_launch(index, rows, D, hot, **launch)
     part = torch.empty(G * plane, device=self.device, dtype=torch.float32)
     if n:
         _launch((G,), (index, values, part, *args), meta)
