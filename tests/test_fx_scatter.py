@@ -68,7 +68,9 @@ REGIMES = [  # (rows, row width, indices, dtype, index_put, choice)
     (8, 100, 40_000, torch.float32, True, "inductor_partitioned"),  # 5,000 a row, 4M values
     (1024, 100, 40_000, torch.float32, True, "commrt"),  # wide, 40 a row: hot rows on the GPU
     (65536, 100, 40_000, torch.float32, True, "commrt"),  # under one a row, 6.5M: one copy
-    (65536, 100, 40_000, torch.bfloat16, True, "inductor"),  # ... bf16: an fp32 copy
+    (65536, 100, 40_000, torch.bfloat16, True, "commrt"),  # ... bf16: added in bf16
+    (65536, 100, 600_000, torch.bfloat16, True, "inductor"),  # ... 9 a row
+    (1024, 1024, 4096, torch.bfloat16, True, "inductor"),  # 4 a row on 1M elements
     (4096, 1024, 8192, torch.float32, True, "commrt"),  # 2 a row on 4M elements: one copy
     (1024, 1024, 4096, torch.float32, True, "inductor"),  # 4 a row, 4,096 indices
     (8, 1024, 4096, torch.bfloat16, True, "inductor_partitioned"),  # 512 a row, 4M values
@@ -88,7 +90,9 @@ REGIMES = [  # (rows, row width, indices, dtype, index_put, choice)
     (8, 5, 1 << 20, torch.float32, True, "inductor_partitioned"),  # past few rows' width
     (1024, 1, 4_000_000, torch.bfloat16, True, "commrt"),  # bf16 1-D: fp32 sums
     (1 << 20, 1, 4_000_000, torch.float32, True, "commrt"),  # narrow rows: the GPU chooses
-    (1 << 20, 16, 262_144, torch.bfloat16, True, "inductor"),  # bf16, fewer than the rows
+    (1 << 20, 16, 262_144, torch.bfloat16, True, "commrt"),  # bf16, fewer than the rows
+    (1 << 16, 16, 1 << 15, torch.bfloat16, True, "inductor"),  # ... on 1M elements
+    (1 << 20, 1, 262_144, torch.bfloat16, True, "inductor"),  # ... 1-D
     (65536, 4, 262_144, torch.float32, True, "commrt"),
     (1024, 16, 262_144, torch.float32, True, "commrt"),  # fp32 rows of 16, 256 a row
     (1024, 16, 262_144, torch.bfloat16, True, "inductor_partitioned"),  # bf16: partitions
@@ -215,14 +219,20 @@ def test_dynamic_shapes_and_the_memory_cap_skip():
     assert rep.rewritten == 1 and rep.decisions[0].endswith("at most 1 copy)"), rep
 
 
-def test_half_adds_only_for_half_rows_of_four_to_sixteen_few_a_row_on_one_copy():
+def test_half_adds_only_for_half_rows_of_four_or_more_few_a_row_on_one_copy():
     assert half_adds(1 << 20, 4, 1 << 20, 1, torch.bfloat16)
     assert half_adds(65536, 16, 262_144, 1, torch.float16)
     assert not half_adds(65536, 4, 1 << 20, 1, torch.bfloat16)  # 16 a row: contended
     assert not half_adds(1 << 20, 1, 1 << 20, 1, torch.bfloat16)  # one bf16 add an element
-    assert not half_adds(1 << 20, 17, 1 << 20, 1, torch.bfloat16)
     assert not half_adds(1 << 20, 16, 1 << 20, 2, torch.bfloat16)
     assert not half_adds(1 << 20, 16, 1 << 20, 1, torch.float32)
+    # wider rows only on a large output (half_copy)
+    assert half_adds(1 << 20, 17, 1 << 20, 1, torch.bfloat16)
+    assert half_adds(65536, 100, 40_000, 1, torch.bfloat16)
+    assert half_adds(4096, 1024, 8192, 1, torch.float16)
+    assert not half_adds(1024, 1024, 4096, 1, torch.bfloat16)  # 1M elements
+    assert not half_adds(65536, 100, 600_000, 1, torch.bfloat16)  # 9 a row
+    assert not half_adds(4096, 2048, 8192, 1, torch.bfloat16)  # past ONE_COPY_ROW
 
 
 def test_partition_count_is_a_capped_power_of_two():

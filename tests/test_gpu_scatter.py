@@ -23,6 +23,8 @@ CASES = [  # (op, dtype, row width (0: 1-D), rows, indices, expected choice)
     ("index_put", torch.float32, 100, 4096, 80_000, "commrt"),  # wide, 19 a row
     ("index_put", torch.bfloat16, 100, 8, 40_000, "inductor_partitioned"),  # small, crowded
     ("index_add", torch.bfloat16, 100, 8192, 300_000, "commrt"),  # _sum loops over the plane
+    ("index_put", torch.bfloat16, 100, 1 << 16, 40_000, "commrt"),  # one copy, bf16 adds
+    ("index_add", torch.float16, 16, 1 << 18, 1 << 17, "commrt"),  # ... fewer than the rows
 ]
 OPS = {"index_add": lambda o, i, v: o.index_add(0, i, v),
        "index_put": lambda o, i, v: o.index_put((i,), v, accumulate=True)}
@@ -215,6 +217,44 @@ def test_shared_sums_kernels_against_float64(dtype, shape, rows):
                     n, dist, itype, err)
     idx[n // 2] = rows
     assert shared_sums_index_add(base, idx, vals).isnan().all()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("width,n", [(100, 40_009), (1024, 8191)])
+def test_one_copy_wide_rows_against_float64(dtype, width, n):
+    """Wide rows on one copy as the pass sends them (fp32: ``one_copy``; fp16/bf16 added in
+    their dtype: ``half_copy``), eager and in a CUDA graph, three calls each: every index
+    distribution and index dtype against float64, no worse than torch's own scatter; the
+    plan names a row that takes half the indices; an index out of range poisons."""
+    from commrt.fx.scatter_narrow import narrow_index_add
+    from commrt.fx.scatter_rule import ONE_COPY_HOT, ONE_COPY_HOT_MIN
+
+    g = torch.Generator(device="cuda").manual_seed(width + n)
+    rows = 4099
+    tol = {torch.float32: 1e-6, torch.bfloat16: 1e-2, torch.float16: 2e-3}[dtype]
+
+    def call(base, i, vals, state=None):
+        return narrow_index_add(base, i, vals, 1, hot=ONE_COPY_HOT, hot_min=ONE_COPY_HOT_MIN,
+                                state=state, pdl=i.dtype == torch.int64,
+                                half_adds=dtype != torch.float32)
+    for dist in ("uniform", "skewed", "hot"):
+        base, idx, vals, ref, scale = _case(dist, rows, n, (width,), dtype, g)
+        torch_err = float((base.index_add(0, idx % rows, vals).double() - ref).norm() / scale)
+        for itype in (torch.int64, torch.int32):
+            i = idx.to(itype)
+            state = torch.empty(4 + ONE_COPY_HOT, device="cuda", dtype=torch.int32)
+            for out in _eager_and_graph(call, (base, i, vals, state), 3):
+                err = float((out.double() - ref).norm() / scale)
+                assert out.dtype == dtype and err < max(tol, 1.5 * torch_err), (
+                    dist, itype, err, torch_err)
+            p, bad, nhot = state[:3].tolist()
+            assert p == 1 and bad == 0, state
+            if dist == "hot":
+                assert rows // 3 in state[3:3 + nhot].tolist(), state
+    idx[n // 2] = rows
+    assert call(base, idx, vals).isnan().all()
 
 
 @pytest.mark.gpu

@@ -5,7 +5,7 @@ Before::
     out = index_put(self, [idx], values, accumulate=True)     # index_add(self, 0, idx, v)
 
 After, where ``scatter_rule.decide`` answers ``commrt`` (narrow rows; wide or
-half-precision rows that contend; fp32 rows with few values a row on a large output)::
+half-precision rows that contend; rows with few values a row on a large output)::
 
     out = commrt.partitioned_index_put(self, idx, values, partitions)
 
@@ -19,7 +19,7 @@ no host sync: equal pairs in a strided sample of the indices estimate the atomic
 address takes; one copy (plain atomics) while that stays under ``PER_ADDRESS``, else the
 power of two (``MIN_COPIES`` to ``partitions``) that brings it under. On CUDA (floating
 values) the Triton kernels of ``scatter_kernels`` also sum the rows of a program that share
-an index before adding them, those of ``scatter_narrow`` (narrow rows, and fp32 rows
+an index before adding them, those of ``scatter_narrow`` (narrow rows, and wider rows
 with one copy) add a hot row's values once a block, and those of ``scatter_few`` (narrow
 rows into a few output rows) sum every output row a program, no copies, and those of
 ``scatter_shared`` (single values into up to ``SHARED_PLANE`` rows) sum every output
@@ -51,6 +51,7 @@ from .scatter_rule import (
     decide,
     few_rows,
     half_adds,
+    half_copy,
     inductor_partitions,
     one_copy,
     partitions_for,
@@ -87,8 +88,13 @@ def _partitioned_index_put(self: torch.Tensor, index: torch.Tensor, values: torc
                     own = half_adds(rows, width, index.numel(), partitions, values.dtype) \
                         and self.dtype == values.dtype
                     return narrow_index_add(*args, half_adds=own)
-                if partitions == 1 and one_copy(rows, width, index.numel(), values.dtype):
-                    return narrow_index_add(*args, hot=ONE_COPY_HOT, hot_min=ONE_COPY_HOT_MIN)
+                n = index.numel()
+                if partitions == 1 and (one_copy(rows, width, n, values.dtype) or
+                                        half_copy(rows, width, n, values.dtype)):
+                    own = half_adds(rows, width, n, 1, values.dtype) and \
+                        self.dtype == values.dtype
+                    return narrow_index_add(*args, hot=ONE_COPY_HOT, hot_min=ONE_COPY_HOT_MIN,
+                                            half_adds=own)
             return partitioned_index_add(*args)
     return _partitioned_index_put_torch(self, index, values, partitions)
 
@@ -224,7 +230,8 @@ def _rewrite(graph, node, self_, index, values, fraction, rule) -> tuple[str, st
     if choice != COMMRT:
         return choice, why
     acc_bytes = 4 if sv.dtype in HALF else sv.element_size()
-    narrow = width <= NARROW_ROW or one_copy(rows, width, n, sv.dtype)
+    narrow = width <= NARROW_ROW or one_copy(rows, width, n, sv.dtype) or \
+        half_copy(rows, width, n, sv.dtype)
     p = 1 if few_rows(rows, width) or shared_sums(rows, width, n, sv.dtype) else \
         partitions_for(rows, n, acc_bytes * width, memory, fraction, narrow)
     if p < 2 and not narrow and sv.dtype in HALF:  # fp32: the output is the one copy

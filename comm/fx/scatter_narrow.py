@@ -1,5 +1,5 @@
 """Triton kernels for accumulating scatters of narrow rows (1-D values, rows of up to
-``NARROW_ROW`` elements; fp32 rows of up to ``ONE_COPY_ROW`` with one copy) behind
+``NARROW_ROW`` elements; rows of up to ``ONE_COPY_ROW`` with one copy) behind
 ``commrt::partitioned_index_put`` on CUDA.
 
 Two or three launches, no host sync; the plan is made on the GPU from the indices:
@@ -49,7 +49,6 @@ from .scatter_rule import (
     MIN_COPIES,
     NARROW_PAIR_SAMPLE,
     NARROW_PER_ADDRESS,
-    NARROW_ROW,
     NARROW_SAMPLE,
     NARROW_SPREAD,
     ONE_COPY_ROW,
@@ -281,8 +280,8 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
     """``self.index_add(0, index, values)`` (a new tensor) with the scheme above.
 
     ``self`` and ``values`` contiguous, of one of ``DTYPES``, rows of at most
-    ``ONE_COPY_ROW`` elements (the pass sends rows over ``NARROW_ROW`` only in fp32, with
-    one copy), ``values`` shaped ``[len(index), *self.shape[1:]]``; ``partitions``: the
+    ``ONE_COPY_ROW`` elements (the pass sends rows over ``NARROW_ROW`` only with one copy),
+    ``values`` shaped ``[len(index), *self.shape[1:]]``; ``partitions``: the
     most copies (a power of two; 1: never more than the output); ``per_address``: the adds
     an address may take before copies pay; ``spread``: the adds an address may take on each
     of several copies; ``pair_sample``: the second sample's indices where copies are
@@ -292,9 +291,9 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
     the device to hold the plan (copies, error, hot rows, the hot rows; with ``half_adds``
     one more: the programs done), for a caller that reads it; ``pdl``: with one copy,
     launch ``_scatter`` as a programmatic dependent of ``_init`` where the GPU has it
-    (False: never); ``half_adds``: fp16/bf16 values and output, one copy, rows of at most
-    ``NARROW_ROW``: add in the output's dtype straight into it (no fp32 copy and no
-    ``_sum``; hot rows still summed in fp32).
+    (False: never); ``half_adds``: fp16/bf16 values and output, one copy: add in the
+    output's dtype straight into it (no fp32 copy and no ``_sum``; hot rows still summed in
+    fp32).
     """
     rows, n, D = scatter_shape(self, index, values, partitions, DTYPES, "narrow_index_add")
     if hot and NARROW_SAMPLE // hot_min > hot:
@@ -306,11 +305,11 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
     if D > ONE_COPY_ROW or rows >= 1 << 31:
         raise ValueError(f"narrow_index_add takes rows of at most {ONE_COPY_ROW} elements and "
                          f"fewer than 2**31 rows, got {rows} rows of {D}")
-    if half_adds and (partitions != 1 or D > NARROW_ROW or self.dtype == torch.float32 or
+    if half_adds and (partitions != 1 or self.dtype == torch.float32 or
                       values.dtype != self.dtype):
         raise ValueError(f"narrow_index_add: half_adds takes fp16/bf16 values into an output of "
-                         f"their dtype, one copy, rows of at most {NARROW_ROW}; got "
-                         f"{values.dtype} into {self.dtype}, {partitions} copies, rows of {D}")
+                         f"their dtype, one copy; got {values.dtype} into {self.dtype}, "
+                         f"{partitions} copies")
     H = max(1, hot)
     if state is not None and state.numel() < 3 + half_adds + H:
         raise ValueError(f"narrow_index_add: state holds {state.numel()} entries, needs "
