@@ -23,8 +23,9 @@ CASES = [  # (op, dtype, row width (0: 1-D), rows, indices, expected choice)
     ("index_put", torch.float32, 100, 4096, 80_000, "commrt"),  # wide, 19 a row
     ("index_put", torch.bfloat16, 100, 8, 40_000, "inductor_partitioned"),  # small, crowded
     ("index_add", torch.bfloat16, 100, 8192, 300_000, "commrt"),  # _sum loops over the plane
-    ("index_put", torch.bfloat16, 100, 1 << 16, 40_000, "commrt"),  # one copy, bf16 adds
-    ("index_add", torch.float16, 16, 1 << 18, 1 << 17, "commrt"),  # ... fewer than the rows
+    ("index_add", torch.bfloat16, 100, 1 << 16, 40_000, "commrt"),  # one copy, bf16 adds
+    ("index_add", torch.bfloat16, 16, 1 << 18, 1 << 17, "commrt"),  # ... fewer than the rows
+    ("index_put", torch.bfloat16, 100, 1 << 16, 40_000, "inductor"),  # ... index_put
 ]
 OPS = {"index_add": lambda o, i, v: o.index_add(0, i, v),
        "index_put": lambda o, i, v: o.index_put((i,), v, accumulate=True)}
