@@ -68,8 +68,8 @@ REGIMES = [  # (rows, row width, indices, dtype, index_put, choice)
     (8, 100, 40_000, torch.float32, True, "inductor_partitioned"),  # 5,000 a row, 4M values
     (1024, 100, 40_000, torch.float32, True, "commrt"),  # wide, 40 a row: hot rows on the GPU
     (65536, 100, 40_000, torch.float32, True, "commrt"),  # under one a row, 6.5M: one copy
-    (65536, 100, 40_000, torch.bfloat16, True, "inductor"),  # ... bf16 index_put
-    (65536, 100, 40_000, torch.bfloat16, False, "commrt"),  # ... index_add: added in bf16
+    (65536, 100, 40_000, torch.bfloat16, True, "commrt"),  # ... bf16: added in bf16
+    (65536, 100, 40_000, torch.bfloat16, False, "commrt"),  # ... index_add too
     (65536, 100, 600_000, torch.bfloat16, False, "inductor"),  # ... 9 a row
     (1024, 1024, 4096, torch.bfloat16, False, "inductor"),  # 4 a row on 1M elements
     (4096, 1024, 8192, torch.float32, True, "commrt"),  # 2 a row on 4M elements: one copy
@@ -91,8 +91,7 @@ REGIMES = [  # (rows, row width, indices, dtype, index_put, choice)
     (8, 5, 1 << 20, torch.float32, True, "inductor_partitioned"),  # past few rows' width
     (1024, 1, 4_000_000, torch.bfloat16, True, "commrt"),  # bf16 1-D: fp32 sums
     (1 << 20, 1, 4_000_000, torch.float32, True, "commrt"),  # narrow rows: the GPU chooses
-    (1 << 20, 16, 262_144, torch.bfloat16, True, "inductor"),  # bf16, fewer than the rows
-    (1 << 20, 16, 262_144, torch.bfloat16, False, "commrt"),  # ... index_add: in bf16
+    (1 << 20, 16, 262_144, torch.bfloat16, True, "commrt"),  # bf16, fewer than the rows
     (1 << 16, 16, 1 << 15, torch.bfloat16, False, "inductor"),  # ... on 1M elements
     (1 << 20, 1, 262_144, torch.bfloat16, False, "inductor"),  # ... 1-D
     (65536, 4, 262_144, torch.float32, True, "commrt"),

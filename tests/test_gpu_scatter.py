@@ -25,7 +25,7 @@ CASES = [  # (op, dtype, row width (0: 1-D), rows, indices, expected choice)
     ("index_add", torch.bfloat16, 100, 8192, 300_000, "commrt"),  # _sum loops over the plane
     ("index_add", torch.bfloat16, 100, 1 << 16, 40_000, "commrt"),  # one copy, bf16 adds
     ("index_add", torch.bfloat16, 16, 1 << 18, 1 << 17, "commrt"),  # ... fewer than the rows
-    ("index_put", torch.bfloat16, 100, 1 << 16, 40_000, "inductor"),  # ... index_put
+    ("index_put", torch.bfloat16, 1024, 4099, 8191, "commrt"),  # ... rows of 1024
 ]
 OPS = {"index_add": lambda o, i, v: o.index_add(0, i, v),
        "index_put": lambda o, i, v: o.index_put((i,), v, accumulate=True)}

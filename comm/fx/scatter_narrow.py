@@ -55,6 +55,11 @@ from .scatter_rule import (
 )
 
 BLOCK = 2048  # elements a step of an _init or _sum program
+# ... of an _init program that copies a 16-bit output (half_adds): in an A/B on one H200
+# (docs/decisions.md, 2026-11-25) bf16 rows of 16 into 1M rows took 23.4 µs so against 26.4,
+# rows of 100 and 1024 into 65,536 rows 8.9 and 73.6 against 10.2 and 81.2; fp32 rows of
+# 1024 on 65,536 rows were 2% slower with it.
+HALF_BLOCK = 8192
 INTERPRETER_SMS = 8  # _init programs where copies are allowed: one an SM (CPU: this many)
 INIT_REGS = 64  # registers an _init thread where one program makes the plan (93 uncapped)
 SUM_COPIES, SUM_TILE = 128, 8192  # _sum with copies: copies a step, and elements a step
@@ -336,10 +341,11 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
     pdl = pdl and partitions == 1 and has_pdl(self.device)
     if partitions == 1:  # program 0 makes the plan, each other one copies a block:
         # registers capped so that the copy keeps its occupancy (the plan spills a few bytes)
-        _init[(1 + cdiv(plane, BLOCK),)](self, acc, extra, index, state, n, rows, plane,
-                                         **plan, BLOCK=BLOCK, WIDE=wide, PDL=pdl,
-                                         HALF_ADDS=half_adds, HD=HD,
-                                         num_warps=8, maxnreg=INIT_REGS)
+        blk = HALF_BLOCK if half_adds else BLOCK
+        _init[(1 + cdiv(plane, blk),)](self, acc, extra, index, state, n, rows, plane,
+                                       **plan, BLOCK=blk, WIDE=wide, PDL=pdl,
+                                       HALF_ADDS=half_adds, HD=HD,
+                                       num_warps=8, maxnreg=INIT_REGS)
     else:
         sms = sm_count(self.device) or INTERPRETER_SMS
         _init[(min(cdiv(partitions * plane, BLOCK), sms),)](

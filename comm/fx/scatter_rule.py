@@ -23,9 +23,8 @@ where Inductor's partitions won, and half-precision outputs with fewer indices t
 left to Inductor.
 fp32 rows of up to ``ONE_COPY_ROW`` elements with few values a row on a large output
 (``one_copy``) go to the narrow kernels with one copy: there the plan hides behind the
-copy of the output, and a hot row is found on the GPU; so do fp16/bf16 ``index_add`` rows
-of 4 or more with a few values a row on a large output (``half_copy``), added in their own
-dtype.
+copy of the output, and a hot row is found on the GPU; so do fp16/bf16 rows of 4 or more
+with a few values a row on a large output (``half_copy``), added in their own dtype.
 Wide rows go to commrt's kernels where enough values land on each output row to contend
 (half-precision rows, which they sum in fp32, from fewer), except on scatters of under
 ``WIDE_MIN_VALUES`` value elements, where Inductor's partitions won; fp32 rows with tens
@@ -140,12 +139,13 @@ FEW_ROWS, FEW_WIDTH = 16, 4
 # (one bf16 add an element, contended).
 HALF_ADDS_ROW, HALF_ADDS_PER_ROW = 4, 8
 # ... and so, with hot rows as ``one_copy``'s, rows of up to ONE_COPY_ROW on outputs of
-# ONE_COPY_PLANE elements or more (half_copy), fewer indices than rows included, where the
-# node is an index_add (Inductor keeps bf16's as aten's kernel, which took 525 and 238 µs
-# with one row hot on bf16 rows of 16 into 1M rows and rows of 100 into 65,536 rows;
-# scatter_grid at 4a6025b). Not index_put: on one H200 (docs/decisions.md, 2026-11-25)
-# these took 0.15-0.95x Inductor's scatter with one row hot but 1.06-1.19x uniform (rows
-# of 16 into 1M rows 28.3 against 23.7 µs, rows of 1024 into 65,536 rows 82.6 against 73.0).
+# ONE_COPY_PLANE elements or more (half_copy), fewer indices than rows included: there is
+# no fp32 copy of the output, and the plan hides behind the copy of it. On one H200
+# (docs/decisions.md, 2026-11-25), against Inductor's index_put: bf16 rows of 16 into 1M
+# rows 23.4 against 24.3 µs uniform, 27.7 against 283 with one row hot; rows of 100 into
+# 65,536 rows 8.9 against 9.6 and 23.0 against 81.5; rows of 1024 into 65,536 rows 73.6
+# against 72.3 and 77.7 against 89.9. Inductor keeps bf16's index_add as aten's kernel,
+# which took 0.10-0.52 ms there (scatter_grid at 4a6025b).
 # 1-D values (and rows of 1) into more than FEW_ROWS and at most SHARED_PLANE rows
 # (shared_sums: scatter_shared, every output element summed in shared memory a program):
 # on one H200 into 1,024 rows, fp32, 28 µs uniform and 27 with a hot row, against
@@ -175,7 +175,7 @@ def decide(rows: int, width: int, n: int, dtype: torch.dtype,
             return COMMRT, f"rows of {width} into {rows} rows: each summed a program"
         if shared_sums(rows, width, n, dtype):
             return COMMRT, f"single values into {rows} rows: summed in shared memory"
-        if dtype in HALF and n < rows and (index_put or not half_copy(rows, width, n, dtype)):
+        if dtype in HALF and n < rows and not half_copy(rows, width, n, dtype):
             return INDUCTOR, (f"{dtype} rows of {width}, fewer indices than rows: an fp32 copy "
                               "of the output costs more than the scatter")
         crowded = NARROW_PARTITIONED_HALF if dtype in HALF else NARROW_PARTITIONED
@@ -188,8 +188,8 @@ def decide(rows: int, width: int, n: int, dtype: torch.dtype,
     if one_copy(rows, width, n, dtype):
         return COMMRT, (f"rows of {width}, {per_row:.2g} values a row on {rows * width} "
                         "output elements: one copy, hot rows found on the GPU")
-    if not index_put and half_copy(rows, width, n, dtype):
-        return COMMRT, (f"{dtype} index_add of rows of {width}, {per_row:.2g} values a row on "
+    if half_copy(rows, width, n, dtype):
+        return COMMRT, (f"{dtype} rows of {width}, {per_row:.2g} values a row on "
                         f"{rows * width} output elements: one copy, added in {dtype}, hot "
                         "rows found on the GPU")
     if dtype.is_floating_point and n >= MIN_INDICES:
