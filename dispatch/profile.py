@@ -77,29 +77,28 @@ class DeviceProfile:
 
 
 def sm_count(device: torch.device) -> int | None:
-    """Streaming multiprocessors of a CUDA ``device`` (cached: launch paths ask on every
-    call); None for any other device (the Triton interpreter's CPU tensors)."""
-    if device.type != "cuda":
-        return None
-    return _sm_count(_cuda_index(device))
-
-
-@functools.cache
-def _sm_count(index: int) -> int:
-    return torch.cuda.get_device_properties(index).multi_processor_count
+    """Streaming multiprocessors of a CUDA ``device``; None for any other device (the Triton
+    interpreter's CPU tensors)."""
+    props = _properties(device)
+    return None if props is None else props.multi_processor_count
 
 
 def shared_memory_per_sm(device: torch.device) -> int | None:
-    """Bytes of shared memory a streaming multiprocessor of a CUDA ``device`` has (cached);
-    None for any other device."""
-    if device.type != "cuda":
-        return None
-    return _shared_memory_per_sm(_cuda_index(device))
+    """Bytes of shared memory a streaming multiprocessor of a CUDA ``device`` has; None for
+    any other device."""
+    props = _properties(device)
+    return None if props is None else props.shared_memory_per_multiprocessor
+
+
+def _properties(device: torch.device):
+    """The properties of a CUDA ``device`` (cached: launch paths ask on every call); None
+    for any other device."""
+    return _cuda_properties(_cuda_index(device)) if device.type == "cuda" else None
 
 
 @functools.cache
-def _shared_memory_per_sm(index: int) -> int:
-    return torch.cuda.get_device_properties(index).shared_memory_per_multiprocessor
+def _cuda_properties(index: int):
+    return torch.cuda.get_device_properties(index)
 
 
 def has_pdl(device: torch.device) -> bool:

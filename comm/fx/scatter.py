@@ -76,23 +76,20 @@ def _partitioned_index_put(self: torch.Tensor, index: torch.Tensor, values: torc
 
         if values.dtype in PARTS:  # the value dtypes the kernels take
             args = (self.contiguous(), index.contiguous(), values.contiguous(), partitions)
-            rows = self.shape[0] if self.dim() else 0
+            rows, n, dtype = self.shape[0] if self.dim() else 0, index.numel(), values.dtype
             if 0 < rows < 1 << 31:
                 width = self.numel() // rows
                 if few_rows(rows, width):
                     return few_rows_index_add(*args[:3])
-                if shared_sums(rows, width, index.numel(), values.dtype):
+                if shared_sums(rows, width, n, dtype):
                     with contextlib.suppress(Unfenced):  # else the narrow kernels
                         return shared_sums_index_add(*args[:3])
+                # fp16/bf16 added in their own dtype (one copy)
+                own = half_adds(rows, width, n, partitions, dtype) and self.dtype == dtype
                 if width <= NARROW_ROW:
-                    own = half_adds(rows, width, index.numel(), partitions, values.dtype) \
-                        and self.dtype == values.dtype
                     return narrow_index_add(*args, half_adds=own)
-                n = index.numel()
-                if partitions == 1 and (one_copy(rows, width, n, values.dtype) or
-                                        half_copy(rows, width, n, values.dtype)):
-                    own = half_adds(rows, width, n, 1, values.dtype) and \
-                        self.dtype == values.dtype
+                if partitions == 1 and (one_copy(rows, width, n, dtype) or
+                                        half_copy(rows, width, n, dtype)):
                     return narrow_index_add(*args, hot=ONE_COPY_HOT, hot_min=ONE_COPY_HOT_MIN,
                                             half_adds=own)
             return partitioned_index_add(*args)
