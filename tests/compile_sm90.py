@@ -49,6 +49,7 @@ def specialisation(fn, args: tuple, kwargs: dict) -> tuple[dict, dict, dict]:
 
 
 def scatter_calls() -> None:
+    from commrt.fx.scatter_few import few_rows_index_add
     from commrt.fx.scatter_kernels import partitioned_index_add
     from commrt.fx.scatter_narrow import narrow_index_add
     from commrt.fx.scatter_rule import ONE_COPY_HOT, ONE_COPY_HOT_MIN
@@ -68,6 +69,9 @@ def scatter_calls() -> None:
                 if dtype != torch.float32 and shape == (16,):  # adds in the output's dtype
                     for hot in (0, 16):
                         narrow_index_add(self, idx, vals, 1, hot=hot, half_adds=True)
+            for rows, shape in ((8, ()), (16, (3,)), (8, (4,))):  # few output rows
+                few_rows_index_add(torch.zeros(rows, *shape, dtype=dtype), idx,
+                                   torch.zeros(1000, *shape, dtype=dtype))
             for d in (100, 1024):  # wider rows with one copy (one_copy, half_copy)
                 self, vals = torch.zeros(64, d, dtype=dtype), torch.zeros(1000, d, dtype=dtype)
                 narrow_index_add(self, idx, vals, 1, hot=ONE_COPY_HOT, hot_min=ONE_COPY_HOT_MIN,
