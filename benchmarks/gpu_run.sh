@@ -3,7 +3,8 @@
 #   bash benchmarks/gpu_run.sh [stage ...]   stages: env tests onegpu tune tunear tunefused bench cli decode fxoverlap fxoverlaptp copyengine scatter scattersweep scatternarrow scattergrid overhead
 # (onegpu: the one-GPU suite, pytest -m gpu; its summary is kept as
 #  benchmarks/results/gpu_tests_<device>.txt, a copy in $OUT)
-# (env: TESTS_K=expr selects GPU tests, DECODE_ARGS / BENCH_ARGS add bench_tp_decode.py /
+# (env: TESTS_K=expr selects GPU tests, ONEGPU_APART="tests/x.py ..." runs those test files
+#  in a second pytest beside the rest, DECODE_ARGS / BENCH_ARGS add bench_tp_decode.py /
 #  bench_allreduce.py options, FX_ARGS / TP_ARGS add bench_fx_overlap.py options (without /
 #  with --tp), CE_ARGS
 #  bench_copy_engine.py options, GRID_ARGS bench_scatter.py --grid options (e.g.
@@ -41,29 +42,47 @@ PY
 # The one-GPU suite with every test id and outcome (-rA), kept with device, versions,
 # date, commit and command as gpu_tests_<device>.txt in $OUT, results/ and the checkout.
 onegpu() {
-  local name dev file raw cmd rc
+  local name dev file raw cmd rc path ignore=() pids=() part
   name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
   name=${name:-unknown}
   dev=$(echo "$name" | tr '[:upper:]' '[:lower:]' | tr ' ' '-' | tr -cd 'a-z0-9._-')
   file=gpu_tests_$dev.txt
   raw=$OUT/onegpu_pytest.txt
-  cmd="$(command -v pytest >/dev/null && echo pytest || echo python3 -m pytest) -m gpu -rA -q tests"
-  timeout "${STAGE_TIMEOUT:-0}" $cmd ${TESTS_K:+-k "$TESTS_K"} >"$raw" 2>&1
-  rc=$?
+  cmd="$(command -v pytest >/dev/null && echo pytest || echo python3 -m pytest) -m gpu -rA -q"
+  # ONEGPU_APART="tests/a.py ...": those files in a second pytest beside the rest, on the
+  # same GPU (the suite in about half the time)
+  for path in ${ONEGPU_APART:-}; do ignore+=(--ignore="$path"); done
+  timeout "${STAGE_TIMEOUT:-0}" $cmd tests "${ignore[@]}" ${TESTS_K:+-k "$TESTS_K"} \
+    >"$raw.0" 2>&1 & pids+=($!)
+  if [ -n "${ONEGPU_APART:-}" ]; then
+    timeout "${STAGE_TIMEOUT:-0}" $cmd $ONEGPU_APART ${TESTS_K:+-k "$TESTS_K"} \
+      >"$raw.1" 2>&1 & pids+=($!)
+  fi
+  rc=0
+  for part in "${pids[@]}"; do wait "$part" || rc=$?; done
+  cat "$raw".* >"$raw"
   cat "$raw" >>"$LOG"
   {
     echo "device: $name"
     versions
     echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
     echo "commit: ${GIT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}"
-    echo "command: $cmd${TESTS_K:+ -k \"$TESTS_K\"}"
+    if [ -n "${ONEGPU_APART:-}" ]; then
+      echo "command: $cmd tests ${ignore[*]}${TESTS_K:+ -k \"$TESTS_K\"}, beside it:" \
+        "$cmd $ONEGPU_APART${TESTS_K:+ -k \"$TESTS_K\"}"
+    else
+      echo "command: $cmd tests${TESTS_K:+ -k \"$TESTS_K\"}"
+    fi
     echo "exit: $rc"
-    echo
-    sed -n '/short test summary info/,$p' "$raw"
+    for part in "$raw".*; do
+      echo
+      sed -n '/short test summary info/,$p' "$part"
+    done
   } >"$OUT/$file"
+  rm -f "$raw".*
   cp "$OUT/$file" "$RES/$file"
   cp "$OUT/$file" "benchmarks/results/$file" 2>/dev/null
-  tail -n 1 "$raw" | tee -a "$LOG"
+  grep -h -E "^[0-9]+ (passed|failed)|^=+ .*(passed|failed|error)" "$raw" | tee -a "$LOG"
   echo "exit $rc: $cmd (summary: $OUT/$file)" | tee -a "$LOG"
 }
 
