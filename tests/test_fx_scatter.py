@@ -12,7 +12,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 import commrt.fx
 from commrt import config
 from commrt.fx.scatter import partitioned_scatter, partitions_for
-from commrt.fx.scatter_rule import decide, half_adds
+from commrt.fx.scatter_rule import decide, half_adds, wide_on_one_copy
 
 ROWS, N, D = 50, 4000, 8
 
@@ -234,6 +234,14 @@ def test_half_adds_only_for_half_rows_of_four_or_more_few_a_row_on_one_copy():
     assert not half_adds(1024, 1024, 4096, 1, torch.bfloat16)  # 1M elements
     assert not half_adds(65536, 100, 600_000, 1, torch.bfloat16)  # 9 a row
     assert not half_adds(4096, 2048, 8192, 1, torch.bfloat16)  # past ONE_COPY_ROW
+
+
+def test_wide_rows_on_one_copy_in_fp32_and_half_precision_only_past_narrow_rows():
+    assert wide_on_one_copy(65536, 100, 40_000, torch.float32)  # one_copy
+    assert wide_on_one_copy(65536, 100, 40_000, torch.bfloat16)  # half_copy
+    assert not wide_on_one_copy(1 << 20, 16, 262_144, torch.float32)  # narrow rows
+    assert not wide_on_one_copy(1024, 1024, 4096, torch.bfloat16)  # 1M elements
+    assert not wide_on_one_copy(65536, 100, 40_000, torch.int64)
 
 
 def test_partition_count_is_a_capped_power_of_two():

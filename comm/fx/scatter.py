@@ -51,11 +51,10 @@ from .scatter_rule import (
     decide,
     few_rows,
     half_adds,
-    half_copy,
     inductor_partitions,
-    one_copy,
     partitions_for,
     shared_sums,
+    wide_on_one_copy,
 )
 
 aten = torch.ops.aten
@@ -88,8 +87,7 @@ def _partitioned_index_put(self: torch.Tensor, index: torch.Tensor, values: torc
                 own = half_adds(rows, width, n, partitions, dtype) and self.dtype == dtype
                 if width <= NARROW_ROW:
                     return narrow_index_add(*args, half_adds=own)
-                if partitions == 1 and (one_copy(rows, width, n, dtype) or
-                                        half_copy(rows, width, n, dtype)):
+                if partitions == 1 and wide_on_one_copy(rows, width, n, dtype):
                     return narrow_index_add(*args, hot=ONE_COPY_HOT, hot_min=ONE_COPY_HOT_MIN,
                                             half_adds=own)
             return partitioned_index_add(*args)
@@ -227,8 +225,7 @@ def _rewrite(graph, node, self_, index, values, fraction, rule) -> tuple[str, st
     if choice != COMMRT:
         return choice, why
     acc_bytes = 4 if sv.dtype in HALF else sv.element_size()
-    narrow = width <= NARROW_ROW or one_copy(rows, width, n, sv.dtype) or \
-        half_copy(rows, width, n, sv.dtype)
+    narrow = width <= NARROW_ROW or wide_on_one_copy(rows, width, n, sv.dtype)
     p = 1 if few_rows(rows, width) or shared_sums(rows, width, n, sv.dtype) else \
         partitions_for(rows, n, acc_bytes * width, memory, fraction, narrow)
     if p < 2 and not narrow and sv.dtype in HALF:  # fp32: the output is the one copy

@@ -238,6 +238,12 @@ def half_copy(rows: int, width: int, n: int, dtype: torch.dtype) -> bool:
             MIN_INDICES <= n <= HALF_ADDS_PER_ROW * rows and rows * width >= ONE_COPY_PLANE)
 
 
+def wide_on_one_copy(rows: int, width: int, n: int, dtype: torch.dtype) -> bool:
+    """Rows wider than ``NARROW_ROW`` that the narrow kernels take with one copy (fp32:
+    ``one_copy``; fp16/bf16, added in their dtype: ``half_copy``)."""
+    return one_copy(rows, width, n, dtype) or half_copy(rows, width, n, dtype)
+
+
 def one_copy(rows: int, width: int, n: int, dtype: torch.dtype) -> bool:
     """fp32 rows wider than ``NARROW_ROW`` that the narrow kernels take with one copy."""
     return (dtype == torch.float32 and NARROW_ROW < width <= ONE_COPY_ROW and
