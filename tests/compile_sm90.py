@@ -76,6 +76,8 @@ def scatter_calls() -> None:
                 self, vals = torch.zeros(64, d, dtype=dtype), torch.zeros(1000, d, dtype=dtype)
                 narrow_index_add(self, idx, vals, 1, hot=ONE_COPY_HOT, hot_min=ONE_COPY_HOT_MIN,
                                  half_adds=dtype != torch.float32)
+                for own in {False, dtype != torch.float32}:  # block-local sums, no plan
+                    narrow_index_add(self, idx, vals, 1, hot=0, local=2, half_adds=own)
 
 
 def shared_calls() -> None:

@@ -57,6 +57,40 @@ def half_adds(g) -> None:
             assert word in str(e), e
 
 
+def local_sums(g) -> None:
+    """Rows of a block that share an index summed and added once (no plan, one copy):
+    against float64 for rows of blocks of 32 and of 16 rows, fp32 and fp16 (in fp32 or in
+    its own dtype), negative indices, an infinity and a NaN in their own rows, an index out
+    of range; refused on rows whose blocks hold too many rows to compare."""
+    for rows, width, n, dist in ((1000, 65, 700, "hot"), (37, 300, 400, "few"),
+                                 (500, 100, 300, "uniform"), (5, 1024, 90, "hot")):
+        for dtype, own in ((torch.float32, False), (torch.float16, False),
+                           (torch.float16, True)):
+            base = torch.randn(rows, width, generator=g).to(dtype)
+            idx = indices(dist, rows, n, g)
+            idx[::5] -= rows
+            vals = torch.randn(n, width, generator=g).to(dtype)
+            vals[3, 7], vals[11, 2] = float("inf"), float("nan")
+            ref = base.double().index_add(0, idx % rows, vals.double())
+            torch_err = finite_error(base.index_add(0, idx % rows, vals), ref, dtype)
+            for local, itype in ((2, torch.int64), (3, torch.int32), (4, torch.int64)):
+                got = narrow_index_add(base, idx.to(itype), vals, 1, hot=0, local=local,
+                                       half_adds=own)
+                err = finite_error(got, ref, (rows, width, dist, dtype, own, local))
+                assert got.dtype == dtype and err < max(TOL[dtype], 2 * torch_err), \
+                    (rows, width, dist, dtype, own, local, err, torch_err)
+    out = narrow_index_add(torch.zeros(4, 80), torch.tensor([0, 0, 0, 9]), torch.ones(4, 80),
+                           1, hot=0, local=2)
+    assert out.isnan().all(), "an index out of range must poison the result"
+    for width, local in ((16, 2), (100, 1)):
+        try:
+            narrow_index_add(torch.zeros(4, width), torch.tensor([0, 1]),
+                             torch.ones(2, width), 1, hot=0, local=local)
+            raise AssertionError(f"local={local} on rows of {width} must be refused")
+        except ValueError as e:
+            assert f"local={local}" in str(e), e
+
+
 def main() -> None:
     g = torch.Generator().manual_seed(0)
     cases = 0
@@ -150,6 +184,7 @@ def main() -> None:
             err = finite_error(got, ref, (dtype, rule))
             assert err < TOL[dtype], (dtype, rule, err)
     half_adds(g)
+    local_sums(g)
     out = narrow_index_add(torch.zeros(4, 2), torch.tensor([0, 1, 99]), torch.ones(3, 2), 2)
     assert out.isnan().all(), "an index out of range must poison the result"
     out = narrow_index_add(torch.zeros(4), torch.tensor([0, -9]), torch.ones(2), 1)

@@ -12,7 +12,14 @@ from torch.fx.experimental.proxy_tensor import make_fx
 import commrt.fx
 from commrt import config
 from commrt.fx.scatter import partitioned_scatter, partitions_for
-from commrt.fx.scatter_rule import decide, half_adds, wide_on_one_copy
+from commrt.fx.scatter_rule import (
+    LOCAL_MIN,
+    LOCAL_MIN_WIDE,
+    decide,
+    half_adds,
+    local_sums,
+    wide_on_one_copy,
+)
 
 ROWS, N, D = 50, 4000, 8
 
@@ -73,7 +80,8 @@ REGIMES = [  # (rows, row width, indices, dtype, index_put, choice)
     (65536, 100, 600_000, torch.bfloat16, False, "inductor"),  # ... 9 a row
     (1024, 1024, 4096, torch.bfloat16, False, "inductor"),  # 4 a row on 1M elements
     (4096, 1024, 8192, torch.float32, True, "commrt"),  # 2 a row on 4M elements: one copy
-    (1024, 1024, 4096, torch.float32, True, "inductor"),  # 4 a row, 4,096 indices
+    (1024, 1024, 4096, torch.float32, True, "commrt"),  # 4 a row: block-local sums
+    (1024, 1024, 1024, torch.float32, True, "inductor"),  # ... too few indices
     (8, 1024, 4096, torch.bfloat16, True, "inductor_partitioned"),  # 512 a row, 4M values
     (8, 1024, 40_000, torch.bfloat16, True, "commrt"),  # 5,000 a row, 40M values
     (1024, 100, 200_000, torch.float32, True, "inductor_partitioned"),  # wide, 195 a row
@@ -102,6 +110,7 @@ REGIMES = [  # (rows, row width, indices, dtype, index_put, choice)
     (1000, 1, 4000, torch.float32, True, "inductor"),  # too few indices
     (8, 100, 40_000, torch.int64, True, "inductor_partitioned"),  # integers: Inductor's
     (8, 1, 40_000, torch.int64, False, "inductor"),
+    (1024, 1024, 4096, torch.bfloat16, True, "inductor"),  # block-local sums: fp32 only
 ]
 
 
@@ -128,7 +137,8 @@ def test_shared_sums_takes_single_values_into_few_thousand_rows():
     (8, 100, 40_000, torch.float32, "inductor_partitioned"),
     (1024, 100, 200_000, torch.float32, "inductor_partitioned"),
     (1024, 100, 40_000, torch.float32, "commrt"),
-    (1024, 1024, 4096, torch.float32, "inductor"),
+    (1024, 1024, 4096, torch.float32, "commrt"),  # block-local sums
+    (1024, 1024, 1024, torch.float32, "inductor"),
     (1 << 20, 0, 4_000_000, torch.float32, "commrt"),
     (8, 16, 262_144, torch.bfloat16, "inductor_partitioned"),
     (8, 0, 262_144, torch.bfloat16, "commrt"),
@@ -242,6 +252,25 @@ def test_wide_rows_on_one_copy_in_fp32_and_half_precision_only_past_narrow_rows(
     assert not wide_on_one_copy(1 << 20, 16, 262_144, torch.float32)  # narrow rows
     assert not wide_on_one_copy(1024, 1024, 4096, torch.bfloat16)  # 1M elements
     assert not wide_on_one_copy(65536, 100, 40_000, torch.int64)
+
+
+def test_block_local_sums_for_fp32_rows_few_a_row_on_smaller_outputs():
+    assert local_sums(1024, 1024, 4096, torch.float32) == LOCAL_MIN_WIDE  # blocks of 16
+    assert local_sums(1024, 256, 16_384, torch.float32) == LOCAL_MIN_WIDE  # 16 a row
+    assert local_sums(4096, 100, 40_000, torch.float32) == LOCAL_MIN  # blocks of 32
+    assert not local_sums(1024, 100, 41_943, torch.float32)  # 41 a row: the wide kernels
+    assert not local_sums(65536, 100, 40_000, torch.float32)  # a large output: one_copy
+    assert not local_sums(1024, 64, 40_000, torch.float32)  # blocks of 64 rows
+    assert not local_sums(1024, 1024, 4096, torch.bfloat16)  # fp32 only
+    assert not local_sums(1024, 1024, 1024, torch.float32)  # too few indices
+    with torch._subclasses.FakeTensorMode():  # the pass gives them one copy
+        args = (torch.empty(1024, 256), torch.empty(16_384, dtype=torch.int64),
+                torch.empty(16_384, 256))
+        gm = make_fx(index_put, tracing_mode="fake")(*args)
+    rep = partitioned_scatter(gm)
+    node, = [n for n in gm.graph.nodes
+             if n.target is torch.ops.commrt.partitioned_index_put.default]
+    assert node.args[3] == 1 and "share an index" in rep.decisions[0], rep
 
 
 def test_partition_count_is_a_capped_power_of_two():

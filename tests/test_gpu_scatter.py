@@ -26,6 +26,8 @@ CASES = [  # (op, dtype, row width (0: 1-D), rows, indices, expected choice)
     ("index_add", torch.bfloat16, 100, 1 << 16, 40_000, "commrt"),  # one copy, bf16 adds
     ("index_add", torch.bfloat16, 16, 1 << 18, 1 << 17, "commrt"),  # ... fewer than the rows
     ("index_put", torch.bfloat16, 1024, 4099, 8191, "commrt"),  # ... rows of 1024
+    ("index_put", torch.float32, 1024, 1024, 4099, "commrt"),  # block-local sums, 16 rows
+    ("index_add", torch.float32, 100, 4096, 40_001, "commrt"),  # ... blocks of 32 rows
 ]
 OPS = {"index_add": lambda o, i, v: o.index_add(0, i, v),
        "index_put": lambda o, i, v: o.index_put((i,), v, accumulate=True)}
@@ -254,6 +256,36 @@ def test_one_copy_wide_rows_against_float64(dtype, width, n):
             assert p == 1 and bad == 0, state
             if dist == "hot":
                 assert rows // 3 in state[3:3 + nhot].tolist(), state
+    idx[n // 2] = rows
+    assert call(base, idx, vals).isnan().all()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("width,rows,n,local", [(100, 4096, 40_009, 4), (1024, 1024, 4099, 3),
+                                                (300, 1031, 16_001, 2)])
+def test_block_local_sums_against_float64(dtype, width, rows, n, local):
+    """Rows of a block that share an index summed and added once, with no plan (fp32 as
+    the pass sends them; fp16/bf16 through an fp32 copy), eager and in a CUDA graph, three
+    calls each: every index distribution and index dtype against float64, no worse than
+    torch's own scatter; an index out of range poisons."""
+    from commrt.fx.scatter_narrow import narrow_index_add
+
+    g = torch.Generator(device="cuda").manual_seed(width + n)
+    tol = {torch.float32: 1e-6, torch.bfloat16: 1e-2, torch.float16: 2e-3}[dtype]
+
+    def call(base, i, vals):
+        return narrow_index_add(base, i, vals, 1, hot=0, local=local,
+                                pdl=i.dtype == torch.int64)
+    for dist in ("uniform", "skewed", "hot"):
+        base, idx, vals, ref, scale = _case(dist, rows, n, (width,), dtype, g)
+        torch_err = float((base.index_add(0, idx % rows, vals).double() - ref).norm() / scale)
+        for itype in (torch.int64, torch.int32):
+            for out in _eager_and_graph(call, (base, idx.to(itype), vals), 3):
+                err = float((out.double() - ref).norm() / scale)
+                assert out.dtype == dtype and err < max(tol, 1.5 * torch_err), (
+                    dist, itype, err, torch_err)
     idx[n // 2] = rows
     assert call(base, idx, vals).isnan().all()
 

@@ -5,7 +5,7 @@ Before::
     out = index_put(self, [idx], values, accumulate=True)     # index_add(self, 0, idx, v)
 
 After, where ``scatter_rule.decide`` answers ``commrt`` (narrow rows; wide or
-half-precision rows that contend; rows with few values a row on a large output)::
+half-precision rows that contend; rows with few values a row)::
 
     out = commrt.partitioned_index_put(self, idx, values, partitions)
 
@@ -20,7 +20,8 @@ address takes; one copy (plain atomics) while that stays under ``PER_ADDRESS``, 
 power of two (``MIN_COPIES`` to ``partitions``) that brings it under. On CUDA (floating
 values) the Triton kernels of ``scatter_kernels`` also sum the rows of a program that share
 an index before adding them, those of ``scatter_narrow`` (narrow rows, and wider rows
-with one copy) add a hot row's values once a block, and those of ``scatter_few`` (narrow
+with one copy) add a hot row's values once a block (fp32 rows on a smaller output: the
+rows of a block that share an index, with no plan), and those of ``scatter_few`` (narrow
 rows into a few output rows) sum every output row a program, no copies, and those of
 ``scatter_shared`` (single values into up to ``SHARED_PLANE`` rows) sum every output
 element a program in shared memory; elsewhere, and for integer values, the copies are
@@ -52,6 +53,7 @@ from .scatter_rule import (
     few_rows,
     half_adds,
     inductor_partitions,
+    local_sums,
     partitions_for,
     shared_sums,
     wide_on_one_copy,
@@ -90,6 +92,9 @@ def _partitioned_index_put(self: torch.Tensor, index: torch.Tensor, values: torc
                 if partitions == 1 and wide_on_one_copy(rows, width, n, dtype):
                     return narrow_index_add(*args, hot=ONE_COPY_HOT, hot_min=ONE_COPY_HOT_MIN,
                                             half_adds=own)
+                local = local_sums(rows, width, n, dtype)
+                if partitions == 1 and local:
+                    return narrow_index_add(*args, hot=0, local=local)
             return partitioned_index_add(*args)
     return _partitioned_index_put_torch(self, index, values, partitions)
 
@@ -226,7 +231,8 @@ def _rewrite(graph, node, self_, index, values, fraction, rule) -> tuple[str, st
         return choice, why
     acc_bytes = 4 if sv.dtype in HALF else sv.element_size()
     narrow = width <= NARROW_ROW or wide_on_one_copy(rows, width, n, sv.dtype)
-    p = 1 if few_rows(rows, width) or shared_sums(rows, width, n, sv.dtype) else \
+    p = 1 if few_rows(rows, width) or shared_sums(rows, width, n, sv.dtype) or \
+        local_sums(rows, width, n, sv.dtype) else \
         partitions_for(rows, n, acc_bytes * width, memory, fraction, narrow)
     if p < 2 and not narrow and sv.dtype in HALF:  # fp32: the output is the one copy
         return INDUCTOR, f"{why}; too few values a row, or copies over the memory cap"

@@ -158,10 +158,13 @@ def _init(self_ptr, acc, extra, idx, state, n, rows, plane, P: tl.constexpr,
     pid = tl.program_id(0)
     if P == 1:
         if pid == 0:
-            a, valid = _sample(idx, n, rows, S)
-            p, hot, nhot = _plan(a, valid, a, n, rows, P, S, H, HOT_MIN, HOT_ADDS,
-                                 HOT_SHARE, PER_ADDRESS, MIN_COPIES, SPREAD, False)
-            _plan_store(state, p, hot, nhot, H)
+            if HOT_MIN > S:  # one copy and no hot rows: nothing to plan
+                _plan_store(state, 1, tl.full([H], -1, tl.int32), 0, H)
+            else:
+                a, valid = _sample(idx, n, rows, S)
+                p, hot, nhot = _plan(a, valid, a, n, rows, P, S, H, HOT_MIN, HOT_ADDS,
+                                     HOT_SHARE, PER_ADDRESS, MIN_COPIES, SPREAD, False)
+                _plan_store(state, p, hot, nhot, H)
             if HALF_ADDS:  # the hot rows' fp32 sums, and the programs done
                 tl.store(extra + tl.arange(0, HD), tl.zeros([HD], tl.float32))
                 tl.store(state + 3 + H, 0)
@@ -197,10 +200,11 @@ def _init(self_ptr, acc, extra, idx, state, n, rows, plane, P: tl.constexpr,
 def _scatter(acc, extra, idx, vals, state, n, rows, plane, D: tl.constexpr,
              DP: tl.constexpr, SUB: tl.constexpr, ITERS: tl.constexpr, P: tl.constexpr,
              WIDE: tl.constexpr, PDL: tl.constexpr, HALF_ADDS: tl.constexpr = False,
-             H: tl.constexpr = 1):
+             H: tl.constexpr = 1, LOCAL: tl.constexpr = 0):
     # D == 1 (1-D values) runs on 1-D blocks; wider rows on [SUB, DP] blocks. PDL: launched
     # while _init runs; the first block's values and indices (written before _init) load
-    # before waiting for it, the plan and the copies after.
+    # before waiting for it, the plan and the copies after. LOCAL > 0: rows of a block
+    # whose index LOCAL of its rows share are summed (in fp32) and added once.
     pid = tl.program_id(0)
     c = tl.arange(0, DP)
     cm = c < D
@@ -243,6 +247,8 @@ def _scatter(acc, extra, idx, vals, state, n, rows, plane, D: tl.constexpr,
             else:
                 s = tl.sum(tl.where(hit[:, None], v, 0.0), axis=0)
                 tl.atomic_add(hp + c, s, mask=cm, sem="relaxed")
+        if LOCAL > 0:
+            plain = _local_sums(acc, i, plain, v, c, cm, D, SUB, LOCAL)
         off = i * D
         if P > 1:
             part = (r + pid) & (p - 1)  # p is a power of two
@@ -272,7 +278,29 @@ def _scatter(acc, extra, idx, vals, state, n, rows, plane, D: tl.constexpr,
                     tl.store(o, x.to(acc.dtype.element_ty), mask=cm)
 
 
+@triton.jit
+def _local_sums(acc, i, plain, v, c, cm, D: tl.constexpr, SUB: tl.constexpr,
+                LOCAL: tl.constexpr):
+    """Add, once each, the sums of the rows ``plain`` of the block ``v`` whose output row
+    ``i`` at least ``LOCAL`` of them share; returns the rows still to add one by one."""
+    eq = (i[:, None] == i[None, :]) & plain[:, None] & plain[None, :]
+    member = plain & (tl.sum(eq.to(tl.int32), axis=1) >= LOCAL)
+    if tl.max(member.to(tl.int32)) > 0:
+        pos = tl.arange(0, SUB)
+        earlier = tl.max((eq & (pos[None, :] < pos[:, None])).to(tl.int32), axis=1)
+        lead = member & (earlier == 0)  # the first row of each shared index
+        rank = tl.cumsum(lead.to(tl.int32), axis=0) - 1
+        for k in range(tl.sum(lead.to(tl.int32))):
+            h = tl.sum(tl.where(lead & (rank == k), i, 0))
+            s = tl.sum(tl.where((member & (i == h))[:, None], v, 0.0), axis=0)
+            tl.atomic_add(acc + h * D + c, s.to(acc.dtype.element_ty), mask=cm,
+                          sem="relaxed")
+        plain = plain & (member == 0)
+    return plain
+
+
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+LOCAL_SUB = 64  # the most rows a block for which _scatter sums rows that share an index
 
 
 def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tensor,
@@ -281,7 +309,7 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
                      hot_min: int = HOT_MIN, hot_adds: int = HOT_ADDS,
                      state: torch.Tensor | None = None, pdl: bool = True,
                      spread: int = NARROW_SPREAD, pair_sample: int = NARROW_PAIR_SAMPLE,
-                     half_adds: bool = False) -> torch.Tensor:
+                     half_adds: bool = False, local: int = 0) -> torch.Tensor:
     """``self.index_add(0, index, values)`` (a new tensor) with the scheme above.
 
     ``self`` and ``values`` contiguous, of one of ``DTYPES``, rows of at most
@@ -298,7 +326,9 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
     launch ``_scatter`` as a programmatic dependent of ``_init`` where the GPU has it
     (False: never); ``half_adds``: fp16/bf16 values and output, one copy: add in the
     output's dtype straight into it (no fp32 copy and no ``_sum``; hot rows still summed in
-    fp32).
+    fp32); ``local``: sum the rows of a block that share an index with ``local - 1`` others
+    or more and add each sum once (0: never; rows of at least ``4096 // LOCAL_SUB``
+    elements).
     """
     rows, n, D = scatter_shape(self, index, values, partitions, DTYPES, "narrow_index_add")
     if hot and NARROW_SAMPLE // hot_min > hot:
@@ -316,6 +346,12 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
                          f"their dtype, one copy; got {values.dtype} into {self.dtype}, "
                          f"{partitions} copies")
     H = max(1, hot)
+    DP = next_pow2(D)
+    step, iters, warps = ROW_BLOCKS if D >= ROW_BLOCKS_FROM else VALUE_BLOCKS
+    sub = max(16, step // DP)
+    if local and (local < 2 or sub > LOCAL_SUB):
+        raise ValueError(f"narrow_index_add: local={local} must be 0, or at least 2 on rows of "
+                         f"at least {ROW_BLOCKS[0] // LOCAL_SUB} elements (got rows of {D})")
     if state is not None and state.numel() < 3 + half_adds + H:
         raise ValueError(f"narrow_index_add: state holds {state.numel()} entries, needs "
                          f"{3 + half_adds + H} (hot={hot}, half_adds={half_adds})")
@@ -352,12 +388,10 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
             self, acc, extra, index, state, n, rows, plane, **plan, BLOCK=BLOCK, WIDE=wide,
             PDL=False, num_warps=8)
     if n:
-        DP = next_pow2(D)
-        step, iters, warps = ROW_BLOCKS if D >= ROW_BLOCKS_FROM else VALUE_BLOCKS
-        sub = max(16, step // DP)
         _scatter[(cdiv(n, sub * iters),)](acc, extra, index, values, state, n, rows, plane,
                                           D=D, DP=DP, SUB=sub, ITERS=iters, P=partitions,
                                           WIDE=wide, PDL=pdl, HALF_ADDS=half_adds, H=H,
+                                          LOCAL=local,
                                           num_warps=warps,
                                           **({"launch_pdl": True} if pdl else {}))
     if partitions > 1 or not (same or half_adds):
