@@ -80,8 +80,9 @@ REGIMES = [  # (rows, row width, indices, dtype, index_put, choice)
     (65536, 100, 600_000, torch.bfloat16, False, "inductor"),  # ... 9 a row
     (1024, 1024, 4096, torch.bfloat16, False, "inductor"),  # 4 a row on 1M elements
     (4096, 1024, 8192, torch.float32, True, "commrt"),  # 2 a row on 4M elements: one copy
-    (1024, 1024, 4096, torch.float32, True, "commrt"),  # 4 a row: block-local sums
-    (1024, 1024, 1024, torch.float32, True, "inductor"),  # ... too few indices
+    (1024, 1024, 4096, torch.float32, True, "inductor"),  # 4 a row, 4,096 indices
+    (1024, 256, 16_384, torch.float32, True, "commrt"),  # 16 a row: block-local sums
+    (1024, 256, 2048, torch.float32, True, "inductor"),  # ... too few indices
     (8, 1024, 4096, torch.bfloat16, True, "inductor_partitioned"),  # 512 a row, 4M values
     (8, 1024, 40_000, torch.bfloat16, True, "commrt"),  # 5,000 a row, 40M values
     (1024, 100, 200_000, torch.float32, True, "inductor_partitioned"),  # wide, 195 a row
@@ -110,7 +111,7 @@ REGIMES = [  # (rows, row width, indices, dtype, index_put, choice)
     (1000, 1, 4000, torch.float32, True, "inductor"),  # too few indices
     (8, 100, 40_000, torch.int64, True, "inductor_partitioned"),  # integers: Inductor's
     (8, 1, 40_000, torch.int64, False, "inductor"),
-    (1024, 1024, 4096, torch.bfloat16, True, "inductor"),  # block-local sums: fp32 only
+    (1024, 256, 16_384, torch.bfloat16, True, "inductor"),  # ... fp32 only
 ]
 
 
@@ -137,8 +138,8 @@ def test_shared_sums_takes_single_values_into_few_thousand_rows():
     (8, 100, 40_000, torch.float32, "inductor_partitioned"),
     (1024, 100, 200_000, torch.float32, "inductor_partitioned"),
     (1024, 100, 40_000, torch.float32, "commrt"),
-    (1024, 1024, 4096, torch.float32, "commrt"),  # block-local sums
-    (1024, 1024, 1024, torch.float32, "inductor"),
+    (1024, 1024, 4096, torch.float32, "inductor"),
+    (4096, 100, 40_000, torch.float32, "commrt"),  # block-local sums
     (1 << 20, 0, 4_000_000, torch.float32, "commrt"),
     (8, 16, 262_144, torch.bfloat16, "inductor_partitioned"),
     (8, 0, 262_144, torch.bfloat16, "commrt"),
@@ -255,14 +256,16 @@ def test_wide_rows_on_one_copy_in_fp32_and_half_precision_only_past_narrow_rows(
 
 
 def test_block_local_sums_for_fp32_rows_few_a_row_on_smaller_outputs():
-    assert local_sums(1024, 1024, 4096, torch.float32) == LOCAL_MIN_WIDE  # blocks of 16
-    assert local_sums(1024, 256, 16_384, torch.float32) == LOCAL_MIN_WIDE  # 16 a row
+    assert local_sums(1024, 256, 16_384, torch.float32) == LOCAL_MIN_WIDE  # blocks of 16
+    assert local_sums(1024, 200, 4096, torch.float32) == LOCAL_MIN_WIDE
     assert local_sums(4096, 100, 40_000, torch.float32) == LOCAL_MIN  # blocks of 32
     assert not local_sums(1024, 100, 41_943, torch.float32)  # 41 a row: the wide kernels
     assert not local_sums(65536, 100, 40_000, torch.float32)  # a large output: one_copy
     assert not local_sums(1024, 64, 40_000, torch.float32)  # blocks of 64 rows
-    assert not local_sums(1024, 1024, 4096, torch.bfloat16)  # fp32 only
-    assert not local_sums(1024, 1024, 1024, torch.float32)  # too few indices
+    assert not local_sums(1024, 256, 16_384, torch.bfloat16)  # fp32 only
+    assert not local_sums(1024, 256, 2048, torch.float32)  # too few indices
+    assert not local_sums(1024, 1024, 4096, torch.float32)  # rows of 1024 (measured)
+    assert not local_sums(1024, 256, 17_408, torch.float32)  # 17 a row
     with torch._subclasses.FakeTensorMode():  # the pass gives them one copy
         args = (torch.empty(1024, 256), torch.empty(16_384, dtype=torch.int64),
                 torch.empty(16_384, 256))

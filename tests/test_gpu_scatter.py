@@ -26,7 +26,7 @@ CASES = [  # (op, dtype, row width (0: 1-D), rows, indices, expected choice)
     ("index_add", torch.bfloat16, 100, 1 << 16, 40_000, "commrt"),  # one copy, bf16 adds
     ("index_add", torch.bfloat16, 16, 1 << 18, 1 << 17, "commrt"),  # ... fewer than the rows
     ("index_put", torch.bfloat16, 1024, 4099, 8191, "commrt"),  # ... rows of 1024
-    ("index_put", torch.float32, 1024, 1024, 4099, "commrt"),  # block-local sums, 16 rows
+    ("index_put", torch.float32, 256, 1024, 16_001, "commrt"),  # block-local sums, 16 rows
     ("index_add", torch.float32, 100, 4096, 40_001, "commrt"),  # ... blocks of 32 rows
 ]
 OPS = {"index_add": lambda o, i, v: o.index_add(0, i, v),

@@ -25,7 +25,7 @@ fp32 rows of up to ``ONE_COPY_ROW`` elements with few values a row on a large ou
 (``one_copy``) go to the narrow kernels with one copy: there the plan hides behind the
 copy of the output, and a hot row is found on the GPU; so do fp16/bf16 rows of 4 or more
 with a few values a row on a large output (``half_copy``), added in their own dtype.
-fp32 rows of ``LOCAL_ROW`` to ``ONE_COPY_ROW`` elements with a few values a row on a
+fp32 rows of ``LOCAL_ROW`` to ``LOCAL_MAX_ROW`` elements with a few values a row on a
 smaller output (``local_sums``) go to the narrow kernels with one copy and no plan, each
 block summing its rows that share an index.
 Wide rows go to commrt's kernels where enough values land on each output row to contend
@@ -126,19 +126,20 @@ ONE_COPY_ROW, ONE_COPY_PLANE = 1024, 1 << 22
 # quarter): with ten rows of 9% each, rows of 100 on 65,536 rows took 138 µs as ten hot
 # rows, 49 µs with none, Inductor's scatter 46 µs (docs/decisions.md, 2026-11-25).
 ONE_COPY_HOT, ONE_COPY_HOT_MIN = 4, 16
-# fp32 rows of LOCAL_ROW to ONE_COPY_ROW elements with at most LOCAL_PER_ROW values a row on
+# fp32 rows of LOCAL_ROW to LOCAL_MAX_ROW elements with at most LOCAL_PER_ROW values a row on
 # outputs under ONE_COPY_PLANE (local_sums): the narrow kernels with one copy and no plan
 # (it no longer hides behind the copy of a small output), each block summing the rows that
 # share an index, where LOCAL_MIN of them do (LOCAL_MIN_WIDE on rows over LOCAL_WIDE: blocks
 # of 16 rows, not 32), and adding each sum once. On one H200 (docs/decisions.md,
 # 2026-11-25), index_put, µs with uniform / skewed / one hot row, against Inductor's plain
-# scatter in the same run: rows of 1024 into 1,024 rows 9.3 / 11.6 / 9.5 against 9.0 /
-# 14.0 / 27.4; rows of 256 into 1,024 rows 8.5 / 19.8 / 16.1 against 8.1 / 21.4 / 82.2
-# (commrt's wide kernels 12.5 / 23.1 / 23.3); rows of 100 into 4,096 rows 8.6 / 17.8 / 19.6
-# against 9.1 / 18.3 / 117.6, into 16,384 rows 9.8 / 11.9 / 21.0 against 9.9 / 11.9 / 112.3.
-# With 41 a row (rows of 100 into 1,024 rows), skewed, they took 54 against 47 (the wide
-# kernels 20), and fewer sharing rows (2, 3) cost more: those stay where they were.
-LOCAL_ROW, LOCAL_PER_ROW = 65, 16
+# scatter in the same run: rows of 256 into 1,024 rows 8.5 / 19.8 / 16.1 against 8.1 /
+# 21.4 / 82.2 (commrt's wide kernels 12.5 / 23.1 / 23.3); rows of 100 into 4,096 rows 8.6 /
+# 17.8 / 19.6 against 9.1 / 18.3 / 117.6, into 16,384 rows 9.8 / 11.9 / 21.0 against 9.9 /
+# 11.9 / 112.3. Left where they were: rows of 100 into 1,024 rows (41 a row, skewed: 54
+# against 47, the wide kernels 20), and rows of 1024 into 1,024 rows (9.5-9.7 µs uniform
+# against 8.7-8.8 for Inductor's scatter, 9.7-9.8 against 23.5 with a hot row). Fewer
+# sharing rows (2, 3 on blocks of 32) cost more.
+LOCAL_ROW, LOCAL_MAX_ROW, LOCAL_PER_ROW = 65, 256, 16
 LOCAL_MIN, LOCAL_WIDE, LOCAL_MIN_WIDE = 4, 128, 3
 # Narrow rows into few output rows (few_rows: scatter_few, every row summed a program, no
 # atomics): measured on one H200 (docs/decisions.md, 2026-11-25) against Inductor's
@@ -268,7 +269,7 @@ def wide_on_one_copy(rows: int, width: int, n: int, dtype: torch.dtype) -> bool:
 def local_sums(rows: int, width: int, n: int, dtype: torch.dtype) -> int:
     """fp32 rows that the narrow kernels take with one copy and no plan, each block summing
     its rows that share an index: how many rows must share it (0: not these rows)."""
-    if (dtype == torch.float32 and LOCAL_ROW <= width <= ONE_COPY_ROW and
+    if (dtype == torch.float32 and LOCAL_ROW <= width <= LOCAL_MAX_ROW and
             MIN_INDICES <= n <= LOCAL_PER_ROW * rows and rows * width < ONE_COPY_PLANE):
         return LOCAL_MIN_WIDE if width > LOCAL_WIDE else LOCAL_MIN
     return 0
