@@ -20,7 +20,9 @@ Two or three launches, no host sync; the plan is made on the GPU from the indice
 2. ``_scatter``: a program takes ``ITERS`` blocks of ``SUB`` rows (one block of 4,096
    values for rows of ``ROW_BLOCKS_FROM`` elements or more). For each hot row it
    sums the block's rows that hit it and adds the sum once; every other row is added with
-   an atomic to copy ``(row + program) % p``. An index out of range poisons the output
+   an atomic to copy ``(row + program) % p``. With ``local`` (as the pass gives it: one
+   copy, no hot rows, so no plan in ``_init``) the rows of a block whose index ``local``
+   of them share are summed and added once instead. An index out of range poisons the output
    with NaN (the plain op raises a device-side assert). With one copy (``P == 1``) on
    sm90+ it is launched as a programmatic dependent of ``_init``: its first block's
    values and indices load while program 0 still plans.
@@ -327,8 +329,8 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
     (False: never); ``half_adds``: fp16/bf16 values and output, one copy: add in the
     output's dtype straight into it (no fp32 copy and no ``_sum``; hot rows still summed in
     fp32); ``local``: sum the rows of a block that share an index with ``local - 1`` others
-    or more and add each sum once (0: never; rows of at least ``4096 // LOCAL_SUB``
-    elements).
+    or more and add each sum once (0: never; rows of over 32 elements, whose blocks hold at
+    most ``LOCAL_SUB`` rows).
     """
     rows, n, D = scatter_shape(self, index, values, partitions, DTYPES, "narrow_index_add")
     if hot and NARROW_SAMPLE // hot_min > hot:
@@ -351,7 +353,8 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
     sub = max(16, step // DP)
     if local and (local < 2 or sub > LOCAL_SUB):
         raise ValueError(f"narrow_index_add: local={local} must be 0, or at least 2 on rows of "
-                         f"at least {ROW_BLOCKS[0] // LOCAL_SUB} elements (got rows of {D})")
+                         f"over {ROW_BLOCKS[0] // (2 * LOCAL_SUB)} elements (blocks of at most "
+                         f"{LOCAL_SUB} rows; got rows of {D})")
     if state is not None and state.numel() < 3 + half_adds + H:
         raise ValueError(f"narrow_index_add: state holds {state.numel()} entries, needs "
                          f"{3 + half_adds + H} (hot={hot}, half_adds={half_adds})")
