@@ -72,6 +72,7 @@ SUM_COPIES, SUM_TILE = 128, 8192  # _sum with copies: copies a step, and element
 # slower; 1-D values ran up to 4% slower so, and keep four blocks of 1,024 on 4 warps.
 VALUE_BLOCKS = (1024, 4, 4)
 ROW_BLOCKS, ROW_BLOCKS_FROM = (4096, 1, 8), 4
+LOCAL_SUB = 64  # the most rows a block for which _scatter sums rows that share an index
 
 
 @triton.jit
@@ -302,7 +303,6 @@ def _local_sums(acc, i, plain, v, c, cm, D: tl.constexpr, SUB: tl.constexpr,
 
 
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
-LOCAL_SUB = 64  # the most rows a block for which _scatter sums rows that share an index
 
 
 def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tensor,
