@@ -7,6 +7,8 @@ from kernel_cases import finite_error
 
 import commrt.fx
 
+# relative error against float64 of the kernels' fp32 sums, rounded to the output's dtype
+TOL = {torch.float32: 1e-6, torch.bfloat16: 1e-2, torch.float16: 2e-3}
 CASES = [  # (op, dtype, row width (0: 1-D), rows, indices, expected choice)
     ("index_add", torch.float32, 100, 501, 600_011, "commrt"),  # wide rows that contend
     ("index_add", torch.bfloat16, 16, 8, 100_000, "commrt"),  # bf16 rows, fp32 sums
@@ -183,7 +185,7 @@ def test_few_rows_kernels_against_float64(dtype, shape, rows):
     from commrt.fx.scatter_few import few_rows_index_add
 
     g = torch.Generator(device="cuda").manual_seed(rows + len(shape))
-    tol = {torch.float32: 1e-6, torch.bfloat16: 1e-2, torch.float16: 2e-3}[dtype]
+    tol = TOL[dtype]
     for n, dist in ((1_000_003, "uniform"), (300_007, "skewed"), (77, "hot")):
         base, idx, vals, ref, scale = _case(dist, rows, n, shape, dtype, g)
         for itype in (torch.int64, torch.int32):
@@ -208,7 +210,7 @@ def test_shared_sums_kernels_against_float64(dtype, shape, rows):
     from commrt.fx.scatter_shared import shared_sums_index_add
 
     g = torch.Generator(device="cuda").manual_seed(rows + 7 * len(shape))
-    tol = {torch.float32: 1e-6, torch.bfloat16: 1e-2, torch.float16: 2e-3}[dtype]
+    tol = TOL[dtype]
     for n, dist in ((1_000_003, "uniform"), (300_007, "skewed"), (4_111_111, "hot"),
                     (4097, "uniform")):
         base, idx, vals, ref, scale = _case(dist, rows, n, shape, dtype, g)
@@ -236,7 +238,7 @@ def test_one_copy_wide_rows_against_float64(dtype, width, n):
 
     g = torch.Generator(device="cuda").manual_seed(width + n)
     rows = 4099
-    tol = {torch.float32: 1e-6, torch.bfloat16: 1e-2, torch.float16: 2e-3}[dtype]
+    tol = TOL[dtype]
 
     def call(base, i, vals, state=None):
         return narrow_index_add(base, i, vals, 1, hot=ONE_COPY_HOT, hot_min=ONE_COPY_HOT_MIN,
@@ -273,7 +275,7 @@ def test_block_local_sums_against_float64(dtype, width, rows, n, local):
     from commrt.fx.scatter_narrow import narrow_index_add
 
     g = torch.Generator(device="cuda").manual_seed(width + n)
-    tol = {torch.float32: 1e-6, torch.bfloat16: 1e-2, torch.float16: 2e-3}[dtype]
+    tol = TOL[dtype]
 
     def call(base, i, vals):
         return narrow_index_add(base, i, vals, 1, hot=0, local=local,
