@@ -4,6 +4,7 @@
 import torch
 from kernel_cases import finite_error
 
+from commrt.fx import scatter_scratch
 from commrt.fx.scatter_kernels import partitioned_index_add
 
 TOL = {torch.float32: 1e-6, torch.bfloat16: 1e-2, torch.float16: 2e-3}
@@ -49,9 +50,11 @@ def main() -> None:
             got = partitioned_index_add(base.to(dtype), idx, vals, *rule)
             err = finite_error(got, ref, (dtype, rule))
             assert err < TOL[dtype], (dtype, rule, err)
-    out = partitioned_index_add(torch.zeros(4, 2), torch.tensor([0, 1, 99]), torch.ones(3, 2),
-                                2)
+    out = partitioned_index_add(torch.zeros(4, 2), torch.tensor([0, 1, 99] * 40),
+                                torch.ones(120, 2), 8, per_address=1, min_copies=8)
     assert out.isnan().all(), "an index out of range must poison the result"
+    # the extra copies came zero from the scratch and went back zero, poisoned call included
+    assert not any(b.any() for b in scatter_scratch._buffers.values())
     print(f"ok {cases}")
 
 

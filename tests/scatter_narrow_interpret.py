@@ -6,6 +6,7 @@ import torch
 from kernel_cases import finite_error
 
 from commrt.fx.scatter_narrow import ROW_BLOCKS, narrow_index_add
+from commrt.fx.scatter_scratch import zeroed
 from commrt.symm_mem.launch import next_pow2
 
 TOL = {torch.float32: 1e-6, torch.bfloat16: 1e-2, torch.float16: 2e-3}
@@ -89,6 +90,28 @@ def local_sums(g) -> None:
             raise AssertionError(f"local={local} on rows of {width} must be refused")
         except ValueError as e:
             assert f"local={local}" in str(e), e
+
+
+def scratch_left_zero(g) -> None:
+    """The extra copies come zero from ``scatter_scratch`` and go back zero: after calls
+    with many copies, with an index out of range, and with copies but nothing to add; the
+    call after each is right."""
+    rows, n = 50, 4000
+    base = torch.randn(rows, 3, generator=g)
+    for idx in (indices("few", rows, n, g), torch.tensor([0, 1, 99] * 50),
+                torch.zeros(0, dtype=torch.int64), indices("uniform", rows, n, g)):
+        vals = torch.randn(idx.numel(), 3, generator=g)
+        state = torch.zeros(3 + 16, dtype=torch.int32)
+        got = narrow_index_add(base, idx, vals, 16, per_address=1, min_copies=2, hot=0,
+                               state=state)
+        if int(state[1]):
+            assert got.isnan().all(), "an index out of range must poison the result"
+        else:
+            ref = base.double().index_add(0, idx, vals.double())
+            assert float((got.double() - ref).norm() / ref.norm()) < TOL[torch.float32]
+            assert idx.numel() == 0 or state[0] > 1, state  # contended: copies
+        left = zeroed(torch.device("cpu"), 15 * rows * 3)
+        assert not left.any(), f"{int(left.count_nonzero())} scratch elements left nonzero"
 
 
 def main() -> None:
@@ -185,6 +208,7 @@ def main() -> None:
             assert err < TOL[dtype], (dtype, rule, err)
     half_adds(g)
     local_sums(g)
+    scratch_left_zero(g)
     out = narrow_index_add(torch.zeros(4, 2), torch.tensor([0, 1, 99]), torch.ones(3, 2), 2)
     assert out.isnan().all(), "an index out of range must poison the result"
     out = narrow_index_add(torch.zeros(4), torch.tensor([0, -9]), torch.ones(2), 1)

@@ -144,6 +144,10 @@ def test_narrow_kernels_against_float64(dtype, shape, rows):
                     assert rows // 3 in state[3:3 + nhot].tolist(), state
                 if rule[1] == 1 and dist == "uniform" and rows < 2000:
                     assert p == 16, state  # one add an address: as many copies as allowed
+    from commrt.fx import scatter_scratch
+
+    torch.cuda.synchronize()  # the copies' scratch, eager and captured, is left zero
+    assert not any(b.any() for b in scatter_scratch._buffers.values())
 
 
 def _case(dist: str, rows: int, n: int, shape: tuple, dtype, g) -> tuple:

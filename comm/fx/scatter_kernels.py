@@ -2,84 +2,87 @@
 
 Three launches, no host sync:
 
-1. ``_prepare``: estimates contention from a strided sample of the indices (the share of
-   equal pairs between ``SAMPLE`` indices and ``SHIFTS`` shifts of them) and picks ``p``:
-   1 (plain atomics) where the expected atomic adds per address (after combining, below)
-   stay under ``PER_ADDRESS``, else the power of two (``MIN_COPIES`` to ``P``) that brings
-   them under; stores it on the device and fills the copies used: copy 0 := ``self`` in
-   fp32 (the output itself when that is fp32), the ``p - 1`` extra copies := 0.
+1. ``_prepare``: program 0 estimates contention from a strided sample of the indices
+   (the share of equal pairs between ``SAMPLE`` indices and ``SHIFTS`` shifts of them) and
+   picks ``p``: 1 (plain atomics) where the expected atomic adds per address (after
+   combining, below) stay under ``PER_ADDRESS``, else the power of two (``MIN_COPIES`` to
+   ``P``) that brings them under, and stores it on the device; every other program copies
+   a block of ``self`` into copy 0 (in fp32: the output itself when that is fp32). The
+   ``p - 1`` extra copies are ``scatter_scratch``'s, zero on entry.
 2. ``_scatter``: a program takes ``R`` value rows. When the sample says that one copy
    would take over ``PER_ADDRESS`` adds an address, and at most ``LEADERS`` distinct
    indices occur among the rows, it first sums the rows that share an index (a 0/1 matrix
    times the rows, on tensor cores, exact: fp32 values are split into three tf32 parts)
    and adds one row per distinct index (an infinity or NaN is left out of the product,
    where 0 * inf would reach every row, and added by its own row); otherwise it adds
-   every row. Row ``j`` of program ``b`` goes to copy ``(b + j) % p``.
+   every row. Row ``j`` of program ``b`` goes to copy ``(b + j) % p``. On sm90+ it is
+   launched as a programmatic dependent of ``_prepare``: its indices load while program 0
+   still plans.
 3. ``_sum`` (a no-op where copy 0 is the output and ``p == 1``): the output := sum of the
-   ``p`` copies, in the output's dtype; an index out of range poisons it with NaN (the
-   plain op would raise a device-side assert).
+   ``p`` copies, in the output's dtype, leaving the extra copies zero; an index out of
+   range poisons it with NaN (the plain op would raise a device-side assert).
 """
 
 import torch
 import triton
 import triton.language as tl
 
+from commrt.dispatch.profile import has_pdl
 from commrt.symm_mem.launch import cdiv, next_pow2
 
 from .scatter_rule import BLOCK_ROWS, LEADERS, MIN_COPIES, PER_ADDRESS, SAMPLE, SHIFTS
+from .scatter_scratch import zeroed
 
 
 @triton.jit
-def _prepare(self_ptr, acc, extra, idx, state, n, rows, plane, P: tl.constexpr,
+def _prepare(self_ptr, acc, idx, state, n, rows, plane, P: tl.constexpr,
              SAMPLE: tl.constexpr, SHIFTS: tl.constexpr, PER_ADDRESS: tl.constexpr,
              MIN_COPIES: tl.constexpr, R: tl.constexpr, LEADERS: tl.constexpr,
-             BLOCK: tl.constexpr):
-    # Every program copies its share of self into acc (fp32) while its sample loads, then
-    # estimates p (the same way, so alike) and zeroes its share of the p - 1 extra copies.
+             BLOCK: tl.constexpr, PDL: tl.constexpr):
+    # Program 0 estimates p, every other program copies a block of self into acc (fp32).
+    if PDL:  # _scatter's programs may start (they load their indices, then wait)
+        tl.extra.cuda.gdc_launch_dependents()
     pid = tl.program_id(0)
-    nprog = tl.num_programs(0)
-    # The chance that two indices share a row: equal pairs among SAMPLE strided indices
-    # and the same sample shifted by SHIFTS spread offsets (spread, so that sorted indices
-    # count as what they are). No matrix: loads of one sample, elementwise compares.
-    step = tl.maximum(n // SAMPLE, 1)
-    pos = tl.arange(0, SAMPLE)
-    valid = pos * step < n
-    a = tl.load(idx + pos * step, mask=valid, other=0)
-    for start in range(pid * BLOCK, plane, nprog * BLOCK):
-        offs = start + tl.arange(0, BLOCK)
+    if pid > 0:
+        offs = (pid - 1).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
         v = tl.load(self_ptr + offs, mask=offs < plane).to(tl.float32)
         tl.store(acc + offs, v, mask=offs < plane)
-    a = tl.where(a < 0, a + rows, a)
-    equal = tl.zeros([SAMPLE], tl.int32)
-    pairs = tl.zeros([SAMPLE], tl.int32)
-    for s in tl.static_range(SHIFTS):
-        q = (pos + 1 + s * (SAMPLE // (2 * SHIFTS))) % SAMPLE
-        both = valid & (q * step < n)
-        b = tl.load(idx + q * step, mask=both, other=0)  # the sample's lines: cached
-        b = tl.where(b < 0, b + rows, b)
-        equal += (both & (a == b)).to(tl.int32)
-        pairs += both.to(tl.int32)
-    share = tl.sum(equal).to(tl.float32) / tl.maximum(tl.sum(pairs), 1).to(tl.float32)
-    # Atomic adds an address expects, seen from an add: n * share adding every row (n / d
-    # for d rows drawn uniformly); combining, one per program of R rows that holds the
-    # index, (n / R) * (1 - (1 - 1/d)**R), where a program expects at most LEADERS
-    # distinct indices.
-    adds = n * share
-    contended = adds > PER_ADDRESS  # programs combine rows only then
-    if LEADERS >= 0:
-        d = 1.0 / tl.maximum(share, 1e-6)
-        hit = 1.0 - tl.exp(R * tl.log(tl.maximum(1.0 - 1.0 / d, 1e-30)))
-        if d * hit <= LEADERS:
-            adds = (n / R) * hit
-    p = MIN_COPIES
-    while (p * PER_ADDRESS < adds) & (p < P):
-        p *= 2
-    if adds <= PER_ADDRESS:  # one copy takes it: plain atomics
-        p = 1
-    for start in range(pid * BLOCK, (p - 1) * plane, nprog * BLOCK):
-        offs = start + tl.arange(0, BLOCK)
-        tl.store(extra + offs, tl.zeros([BLOCK], tl.float32), mask=offs < (p - 1) * plane)
-    if pid == 0:
+    else:
+        # The chance that two indices share a row: equal pairs among SAMPLE strided indices
+        # and the same sample shifted by SHIFTS spread offsets (spread, so that sorted
+        # indices count as what they are). No matrix: loads of one sample, elementwise
+        # compares.
+        step = tl.maximum(n // SAMPLE, 1)
+        pos = tl.arange(0, SAMPLE)
+        valid = pos * step < n
+        a = tl.load(idx + pos * step, mask=valid, other=0)
+        a = tl.where(a < 0, a + rows, a)
+        equal = tl.zeros([SAMPLE], tl.int32)
+        pairs = tl.zeros([SAMPLE], tl.int32)
+        for s in tl.static_range(SHIFTS):
+            q = (pos + 1 + s * (SAMPLE // (2 * SHIFTS))) % SAMPLE
+            both = valid & (q * step < n)
+            b = tl.load(idx + q * step, mask=both, other=0)  # the sample's lines: cached
+            b = tl.where(b < 0, b + rows, b)
+            equal += (both & (a == b)).to(tl.int32)
+            pairs += both.to(tl.int32)
+        share = tl.sum(equal).to(tl.float32) / tl.maximum(tl.sum(pairs), 1).to(tl.float32)
+        # Atomic adds an address expects, seen from an add: n * share adding every row (n
+        # / d for d rows drawn uniformly); combining, one per program of R rows that holds
+        # the index, (n / R) * (1 - (1 - 1/d)**R), where a program expects at most LEADERS
+        # distinct indices.
+        adds = n * share
+        contended = adds > PER_ADDRESS  # programs combine rows only then
+        if LEADERS >= 0:
+            d = 1.0 / tl.maximum(share, 1e-6)
+            hit = 1.0 - tl.exp(R * tl.log(tl.maximum(1.0 - 1.0 / d, 1e-30)))
+            if d * hit <= LEADERS:
+                adds = (n / R) * hit
+        p = MIN_COPIES
+        while (p * PER_ADDRESS < adds) & (p < P):
+            p *= 2
+        if adds <= PER_ADDRESS:  # one copy takes it: plain atomics
+            p = 1
         tl.store(state, p)
         tl.store(state + 1, 0)
         tl.store(state + 2, contended.to(tl.int32))
@@ -122,21 +125,24 @@ def _rows_of(idx, r, n, rows, WIDE: tl.constexpr):
 @triton.jit
 def _scatter(acc, extra, idx, vals, state, n, rows, D: tl.constexpr, R: tl.constexpr,
              BD: tl.constexpr, LEADERS: tl.constexpr, PARTS: tl.constexpr,
-             WIDE: tl.constexpr):
+             WIDE: tl.constexpr, PDL: tl.constexpr):
     # D is a compile-time constant; offsets are int32 unless an operand holds 2**31
-    # elements or more (WIDE). LEADERS < 0: never combine.
+    # elements or more (WIDE). LEADERS < 0: never combine. PDL: launched while _prepare
+    # runs; the indices load (written before it) before waiting for it.
     pid = tl.program_id(0)
     j = tl.arange(0, R)
     r = pid * R + j
     if WIDE:
         r = r.to(tl.int64)
     i, ok, bad = _rows_of(idx, r, n, rows, WIDE)
-    tl.store(state + 1 + 0 * r, 1, mask=bad)
-    part = (pid + j) & (tl.load(state) - 1)  # p is a power of two
-    dst = tl.where(part == 0, acc + i * D, extra + ((part - 1) * rows + i) * D)
     # same[a, b]: rows a and b add to one output row; first: the first row of each
     same = (i[:, None] == i[None, :]) & ok[:, None] & ok[None, :]
     first = ok & (tl.max((same & (j[None, :] < j[:, None])).to(tl.int32), axis=1) == 0)
+    if PDL:
+        tl.extra.cuda.gdc_wait()
+    tl.store(state + 1 + 0 * r, 1, mask=bad)
+    part = (pid + j) & (tl.load(state) - 1)  # p is a power of two
+    dst = tl.where(part == 0, acc + i * D, extra + ((part - 1) * rows + i) * D)
     combine = False  # unused code is dropped when LEADERS < 0
     if LEADERS >= 0:
         combine = (tl.load(state + 2) != 0) & (tl.sum(first.to(tl.int32)) <= LEADERS)
@@ -162,11 +168,12 @@ def _scatter(acc, extra, idx, vals, state, n, rows, D: tl.constexpr, R: tl.const
 
 @triton.jit
 def _sum(acc, extra, out, state, plane, SAME: tl.constexpr, BLOCK: tl.constexpr,
-         CP: tl.constexpr):
+         CP: tl.constexpr, ZERO: tl.constexpr = False):
     # out := acc + the p - 1 extra copies (NaN where state[1] flags an index out of range);
     # nothing to do where acc is out and p == 1 (a capped grid, so that doing nothing costs
     # little). CP copies a step, so that up to 127 copies are read with enough loads in
-    # flight. Also the narrow kernels' last step (their state starts with p and the flag).
+    # flight. ZERO: the extra copies read are left zero (scatter_scratch). Also the narrow
+    # kernels' last step (their state starts with p and the flag).
     p = tl.load(state)
     bad = tl.load(state + 1) != 0
     if (p > 1) | bad | (not SAME):
@@ -177,14 +184,17 @@ def _sum(acc, extra, out, state, plane, SAME: tl.constexpr, BLOCK: tl.constexpr,
             x = tl.load(acc + offs, mask=m, other=0)
             for c0 in range(0, p - 1, CP):
                 c = (c0 + tl.arange(0, CP)).to(tl.int64)
-                t = tl.load(extra + c[:, None] * plane + offs[None, :],
-                            mask=(c[:, None] < p - 1) & m[None, :], other=0)
-                x += tl.sum(t, axis=0)
+                at = extra + c[:, None] * plane + offs[None, :]
+                cm = (c[:, None] < p - 1) & m[None, :]
+                x += tl.sum(tl.load(at, mask=cm, other=0), axis=0)
+                if ZERO:
+                    tl.store(at, tl.zeros([CP, BLOCK], tl.float32), mask=cm)
             x = tl.where(bad, float("nan"), x)
             tl.store(out + offs, x.to(out.dtype.element_ty), mask=m)
 
 
 SUM_PROGRAMS = 2048  # the most _sum programs (each loops over the plane)
+PREPARE_BLOCK = 4096  # elements of self a _prepare program copies
 PARTS = {torch.float32: 3, torch.float16: 1, torch.bfloat16: 1}  # tf32 pieces of a value
 
 
@@ -224,19 +234,21 @@ def partitioned_index_add(self: torch.Tensor, index: torch.Tensor, values: torch
     plane = rows * D
     same = out.dtype == torch.float32
     acc = out if same else torch.empty(plane, device=self.device, dtype=torch.float32)
-    extra = torch.empty(max(1, (partitions - 1) * plane), device=self.device,
-                        dtype=torch.float32)
+    # the extra copies: zero on entry, and _sum leaves them zero
+    extra = zeroed(self.device, (partitions - 1) * plane)
     if state is None:
         state = torch.empty(3, device=self.device, dtype=torch.int32)
     cfg = dict(scatter_config(D, values.dtype), LEADERS=leaders)
-    _prepare[(max(1, min(264, cdiv(partitions * plane, 4096))),)](
-        self, acc, extra, index, state, n, rows, plane, P=partitions, SAMPLE=SAMPLE,
+    pdl = has_pdl(self.device)
+    _prepare[(1 + cdiv(plane, PREPARE_BLOCK),)](
+        self, acc, index, state, n, rows, plane, P=partitions, SAMPLE=SAMPLE,
         SHIFTS=SHIFTS, PER_ADDRESS=per_address, MIN_COPIES=min(min_copies, partitions),
-        R=cfg["R"], LEADERS=leaders, BLOCK=4096)
+        R=cfg["R"], LEADERS=leaders, BLOCK=PREPARE_BLOCK, PDL=pdl)
     if n * D:
         wide = max(n * D, partitions * plane) >= 1 << 31
         _scatter[(cdiv(n, cfg["R"]),)](acc, extra, index, values, state, n, rows,
-                                       WIDE=wide, num_warps=4, **cfg)
+                                       WIDE=wide, PDL=pdl, num_warps=4, **cfg,
+                                       **({"launch_pdl": True} if pdl else {}))
     _sum[(min(cdiv(plane, 256), SUM_PROGRAMS),)](acc, extra, out, state, plane, SAME=same,
-                                                 BLOCK=256, CP=16)
+                                                 BLOCK=256, CP=16, ZERO=True)
     return out

@@ -4,10 +4,9 @@
 
 Two or three launches, no host sync; the plan is made on the GPU from the indices:
 
-1. ``_init``: ``acc`` := ``self`` in fp32 (``acc`` is the output itself when that is
-   fp32) while a strided sample of ``NARROW_SAMPLE`` indices loads; then the plan
-   (``_plan``; every program makes it where copies are allowed, program 0 stores it;
-   with one copy, program 0 only plans, next to the programs that copy).
+1. ``_init``: program 0 makes the plan (``_plan``) from a strided sample of
+   ``NARROW_SAMPLE`` indices while every other program copies a block of ``self`` into
+   ``acc`` (fp32; the output itself when that is fp32).
    Its *hot rows* are up to ``HOT`` rows that occur at least ``HOT_MIN`` times in the
    sample and would put over ``HOT_ADDS`` adds on one copy, and on each of ``P`` copies
    unless they take ``1 / HOT_SHARE`` of the sample. From the rest of the sample (and,
@@ -16,18 +15,19 @@ Two or three launches, no host sync; the plan is made on the GPU from the indice
    share a row, and no fewer than an even spread over the rows gives); under
    ``PER_ADDRESS`` one copy takes them (plain atomics), else the power of two
    (``MIN_COPIES`` to ``P``) that brings them under ``NARROW_SPREAD``. The ``p - 1`` extra
-   copies := 0.
+   copies are ``scatter_scratch``'s, zero on entry: no launch zeroes them.
 2. ``_scatter``: a program takes ``ITERS`` blocks of ``SUB`` rows (one block of 4,096
    values for rows of ``ROW_BLOCKS_FROM`` elements or more). For each hot row it
    sums the block's rows that hit it and adds the sum once; every other row is added with
    an atomic to copy ``(row + program) % p``. With ``local`` (as the pass gives it: one
    copy, no hot rows, so no plan in ``_init``) the rows of a block whose index ``local``
    of them share are summed and added once instead. An index out of range poisons the output
-   with NaN (the plain op raises a device-side assert). With one copy (``P == 1``) on
-   sm90+ it is launched as a programmatic dependent of ``_init``: its first block's
-   values and indices load while program 0 still plans.
+   with NaN (the plain op raises a device-side assert). On sm90+ it is launched as a
+   programmatic dependent of ``_init``: its first block's values and indices load while
+   program 0 still plans.
 3. ``scatter_kernels._sum`` (only where ``P > 1`` or the output is not fp32): output :=
-   ``acc`` plus the ``p - 1`` extra copies, in the output's dtype.
+   ``acc`` plus the ``p - 1`` extra copies, in the output's dtype; it leaves the copies
+   it read zero.
 
 With ``HALF_ADDS`` (fp16/bf16, one copy) ``acc`` is the output in its own dtype: ``_init``
 copies ``self`` into it, ``_scatter`` adds the values with atomics of that dtype (as
@@ -39,7 +39,7 @@ import torch
 import triton
 import triton.language as tl
 
-from commrt.dispatch.profile import has_pdl, sm_count
+from commrt.dispatch.profile import has_pdl
 from commrt.symm_mem.launch import cdiv, next_pow2
 
 from .scatter_kernels import SUM_PROGRAMS, _rows_of, _sum, scatter_shape
@@ -55,6 +55,7 @@ from .scatter_rule import (
     NARROW_SPREAD,
     ONE_COPY_ROW,
 )
+from .scatter_scratch import zeroed
 
 BLOCK = 2048  # elements a step of an _init or _sum program
 # ... of an _init program that copies a 16-bit output (half_adds): in an A/B on one H200
@@ -62,8 +63,7 @@ BLOCK = 2048  # elements a step of an _init or _sum program
 # rows of 100 and 1024 into 65,536 rows 8.9 and 73.6 against 10.2 and 81.2; fp32 rows of
 # 1024 on 65,536 rows were 2% slower with it.
 HALF_BLOCK = 8192
-INTERPRETER_SMS = 8  # _init programs where copies are allowed: one an SM (CPU: this many)
-INIT_REGS = 64  # registers an _init thread where one program makes the plan (93 uncapped)
+INIT_REGS = 64  # registers an _init thread (93 uncapped: the plan spills a few bytes)
 SUM_COPIES, SUM_TILE = 128, 8192  # _sum with copies: copies a step, and elements a step
 # _scatter's blocks (SUB rows of DP columns): (value elements a block, blocks a program,
 # warps). Rows of ROW_BLOCKS_FROM elements or more take one block of 4,096 on 8 warps (a
@@ -153,50 +153,32 @@ def _init(self_ptr, acc, extra, idx, state, n, rows, plane, P: tl.constexpr,
           MIN_COPIES: tl.constexpr, SPREAD: tl.constexpr, BLOCK: tl.constexpr,
           WIDE: tl.constexpr, PDL: tl.constexpr, HALF_ADDS: tl.constexpr = False,
           HD: tl.constexpr = 1):
-    # P == 1: program 0 makes the plan, every other program copies one block. P > 1: every
-    # program makes it (alike: one sample), its sample loading while it copies, then
-    # zeroes its share of the p - 1 extra copies (one program an SM, grid-stride, int64).
+    # Program 0 makes the plan, every other program copies one block of self into acc.
     if PDL:  # _scatter's programs may start (they load values and indices, then wait)
         tl.extra.cuda.gdc_launch_dependents()
     pid = tl.program_id(0)
-    if P == 1:
-        if pid == 0:
-            if HOT_MIN > S:  # one copy and no hot rows: nothing to plan
-                _plan_store(state, 1, tl.full([H], -1, tl.int32), 0, H)
-            else:
-                a, valid = _sample(idx, n, rows, S)
-                p, hot, nhot = _plan(a, valid, a, n, rows, P, S, H, HOT_MIN, HOT_ADDS,
-                                     HOT_SHARE, PER_ADDRESS, MIN_COPIES, SPREAD, False)
-                _plan_store(state, p, hot, nhot, H)
-            if HALF_ADDS:  # the hot rows' fp32 sums, and the programs done
-                tl.store(extra + tl.arange(0, HD), tl.zeros([HD], tl.float32))
-                tl.store(state + 3 + H, 0)
+    if pid == 0:
+        if (P == 1) & (HOT_MIN > S):  # one copy and no hot rows: nothing to plan
+            _plan_store(state, 1, tl.full([H], -1, tl.int32), 0, H)
         else:
-            if WIDE:
-                pid = pid.to(tl.int64)
-            offs = (pid - 1) * BLOCK + tl.arange(0, BLOCK)
-            m = offs < plane
-            tl.store(acc + offs, tl.load(self_ptr + offs, mask=m).to(acc.dtype.element_ty),
-                     mask=m)
-    else:
-        step = tl.num_programs(0).to(tl.int64) * BLOCK
-        first = pid.to(tl.int64) * BLOCK
-        a, valid = _sample(idx, n, rows, S)
-        b = a
-        if T > 0:
-            b, _ = _sample(idx, n, rows, T, True)
-        for start in range(first, plane, step):
-            offs = start + tl.arange(0, BLOCK)
-            m = offs < plane
-            tl.store(acc + offs, tl.load(self_ptr + offs, mask=m).to(acc.dtype.element_ty),
-                     mask=m)
-        p, hot, nhot = _plan(a, valid, b, n, rows, P, S, H, HOT_MIN, HOT_ADDS, HOT_SHARE,
-                             PER_ADDRESS, MIN_COPIES, SPREAD, T > 0)
-        if pid == 0:
+            a, valid = _sample(idx, n, rows, S)
+            b = a
+            if (P > 1) & (T > 0):
+                b, _ = _sample(idx, n, rows, T, True)
+            p, hot, nhot = _plan(a, valid, b, n, rows, P, S, H, HOT_MIN, HOT_ADDS,
+                                 HOT_SHARE, PER_ADDRESS, MIN_COPIES, SPREAD,
+                                 (P > 1) & (T > 0))
             _plan_store(state, p, hot, nhot, H)
-        for start in range(first, (p - 1) * plane, step):
-            offs = start + tl.arange(0, BLOCK)
-            tl.store(extra + offs, tl.zeros([BLOCK], tl.float32), mask=offs < (p - 1) * plane)
+        if HALF_ADDS:  # the hot rows' fp32 sums, and the programs done
+            tl.store(extra + tl.arange(0, HD), tl.zeros([HD], tl.float32))
+            tl.store(state + 3 + H, 0)
+    else:
+        if WIDE:
+            pid = pid.to(tl.int64)
+        offs = (pid - 1) * BLOCK + tl.arange(0, BLOCK)
+        m = offs < plane
+        tl.store(acc + offs, tl.load(self_ptr + offs, mask=m).to(acc.dtype.element_ty),
+                 mask=m)
 
 
 @triton.jit
@@ -366,8 +348,9 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
     acc = out if same or half_adds else torch.empty(plane, device=self.device,
                                                   dtype=torch.float32)
     HD = next_pow2(H * D) if half_adds else 1  # the hot rows' fp32 sums
-    extra = torch.empty(max(HD, (partitions - 1) * plane), device=self.device,
-                        dtype=torch.float32)
+    # the extra copies: zero on entry, and _sum leaves them zero
+    extra = zeroed(self.device, (partitions - 1) * plane) if partitions > 1 else \
+        torch.empty(HD, device=self.device, dtype=torch.float32)
     if state is None:
         state = torch.empty(3 + half_adds + H, device=self.device, dtype=torch.int32)
     plan = dict(P=partitions, S=NARROW_SAMPLE, T=pair_sample, H=H,
@@ -375,21 +358,12 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
                 PER_ADDRESS=per_address, SPREAD=spread,
                 MIN_COPIES=min(min_copies, partitions))
     wide = max(n * D, partitions * plane) >= 1 << 31
-    # PDL only where program 0 alone plans: where every _init program plans, _scatter's
-    # programs starting early slowed it (docs/decisions.md, 2026-11-24, 812d31d)
-    pdl = pdl and partitions == 1 and has_pdl(self.device)
-    if partitions == 1:  # program 0 makes the plan, each other one copies a block:
-        # registers capped so that the copy keeps its occupancy (the plan spills a few bytes)
-        blk = HALF_BLOCK if half_adds else BLOCK
-        _init[(1 + cdiv(plane, blk),)](self, acc, extra, index, state, n, rows, plane,
-                                       **plan, BLOCK=blk, WIDE=wide, PDL=pdl,
-                                       HALF_ADDS=half_adds, HD=HD,
-                                       num_warps=8, maxnreg=INIT_REGS)
-    else:
-        sms = sm_count(self.device) or INTERPRETER_SMS
-        _init[(min(cdiv(partitions * plane, BLOCK), sms),)](
-            self, acc, extra, index, state, n, rows, plane, **plan, BLOCK=BLOCK, WIDE=wide,
-            PDL=False, num_warps=8)
+    pdl = pdl and has_pdl(self.device)
+    # registers capped so that the copy keeps its occupancy (the plan spills a few bytes)
+    blk = HALF_BLOCK if half_adds else BLOCK
+    _init[(1 + cdiv(plane, blk),)](self, acc, extra, index, state, n, rows, plane, **plan,
+                                   BLOCK=blk, WIDE=wide, PDL=pdl, HALF_ADDS=half_adds, HD=HD,
+                                   num_warps=8, maxnreg=INIT_REGS)
     if n:
         _scatter[(cdiv(n, sub * iters),)](acc, extra, index, values, state, n, rows, plane,
                                           D=D, DP=DP, SUB=sub, ITERS=iters, P=partitions,
@@ -403,5 +377,6 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
         cp = min(partitions, SUM_COPIES)
         blk = BLOCK if partitions == 1 else max(64, SUM_TILE // cp)
         _sum[(min(cdiv(plane, blk), SUM_PROGRAMS),)](acc, extra, out, state, plane, SAME=same,
-                                                     BLOCK=blk, CP=cp, num_warps=4)
+                                                     BLOCK=blk, CP=cp, ZERO=partitions > 1,
+                                                     num_warps=4)
     return out
