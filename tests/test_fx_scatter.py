@@ -371,3 +371,18 @@ def test_shared_sums_refused_where_triton_touches_their_memory():
                     "cp.async.ca.shared.global [%r1], [%rd2], 16;"):
         assert not fenced("\n".join(before + ours[:2] + [foreign] + ours[2:] + after))
     assert not fenced("\n".join(before + after))
+
+
+def test_scratch_is_one_zeroed_buffer_a_stream_that_grows_and_is_released():
+    from commrt.fx import scatter_scratch as ss
+
+    ss.release()
+    cpu = torch.device("cpu")
+    a = ss.zeroed(cpu, 10)
+    assert a.shape == (10,) and a.dtype == torch.float32 and not a.any()
+    assert ss.zeroed(cpu, 4).data_ptr() == a.data_ptr()  # reused, not reallocated
+    assert ss.zeroed(cpu, 0).numel() == 1
+    b = ss.zeroed(cpu, 100)  # outgrown: a new buffer, the old one kept for graphs
+    assert b.numel() == 100 and b.data_ptr() != a.data_ptr() and ss._kept
+    ss.release()
+    assert not ss._buffers and not ss._kept
