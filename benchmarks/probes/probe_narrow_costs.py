@@ -46,18 +46,18 @@ def graph_us(fn) -> float:
     return time_graph(fn, DEV, ops=20, replays=15)
 
 
-def kernel_us(fn, calls: int = 20) -> dict:
-    """Median µs of each of the narrow kernels over ``calls`` eager calls."""
+def kernel_us(fn, calls: int = 20, names: tuple = KERNELS) -> dict:
+    """Median µs of each of the kernels ``names`` over ``calls`` eager calls (0: none)."""
     fn()
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(calls):
             fn()
         torch.cuda.synchronize()
-    times = {k: [] for k in KERNELS}
+    times = {k: [] for k in names}
     for ev in prof.events():
         if ev.device_type == torch.autograd.DeviceType.CUDA:
-            for k in KERNELS:
+            for k in names:
                 if ev.name == k:
                     times[k].append(ev.time_range.elapsed_us())
     return {k: statistics.median(v) if v else 0.0 for k, v in times.items()}

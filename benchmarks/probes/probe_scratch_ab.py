@@ -29,19 +29,15 @@ import importlib.util
 import json
 import os
 import statistics
-import sys
 
+import probe_narrow_costs as narrow_costs
 import torch
 import triton
-from torch.profiler import ProfilerActivity, profile
+from probe_narrow_costs import _git_commit, cell_data, graph_us
 
 from commrt.fx.scatter_kernels import partitioned_index_add
 from commrt.fx.scatter_narrow import narrow_index_add
 from commrt.fx.scatter_rule import half_adds, partitions_for
-from commrt.timing import time_graph
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from bench_scatter import _git_commit, grid_indices  # noqa: E402
 
 DEV = torch.device("cuda")
 KERNELS = ("_init", "_prepare", "_scatter", "_sum")
@@ -68,38 +64,13 @@ def load(path: str, name: str):
     return mod
 
 
-def graph_us(fn) -> float:
-    fn()
-    torch.cuda.synchronize()
-    return time_graph(fn, DEV, ops=20, replays=15)
-
-
-def kernel_us(fn, calls: int = 20) -> dict:
-    """Median µs of each of ``KERNELS`` over ``calls`` eager calls."""
-    fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(calls):
-            fn()
-        torch.cuda.synchronize()
-    times = {k: [] for k in KERNELS}
-    for ev in prof.events():
-        if ev.device_type == torch.autograd.DeviceType.CUDA and ev.name in times:
-            times[ev.name].append(ev.time_range.elapsed_us())
-    return {k: round(statistics.median(v), 2) for k, v in times.items() if v}
-
-
-def data(dtype, width: int, rows: int, dist: str):
-    g = torch.Generator(device="cuda").manual_seed(0)
-    n = (4 << 20) // max(1, width)
-    shape = (rows,) if width == 0 else (rows, width)
-    out = torch.randn(shape, device="cuda", generator=g).to(dtype)
-    vals = torch.randn((n, *shape[1:]), device="cuda", generator=g).to(dtype)
-    return out, grid_indices(dist, rows, n, g), vals
+def kernel_us(fn) -> dict:
+    """Median µs of each of ``KERNELS`` that ran, over 20 eager calls."""
+    return {k: round(v, 2) for k, v in narrow_costs.kernel_us(fn, names=KERNELS).items() if v}
 
 
 def ab(old_narrow, old_wide, dtype, width: int, rows: int, dist: str, kind: str) -> dict:
-    out, idx, vals = data(dtype, width, rows, dist)
+    out, idx, vals = cell_data(dtype, width, rows, dist)
     w, n = max(1, width), idx.numel()
     memory = torch.cuda.get_device_properties(DEV).total_memory
     P = partitions_for(rows, n, 4 * w, memory, narrow=kind == "narrow")
@@ -130,7 +101,7 @@ def ab(old_narrow, old_wide, dtype, width: int, rows: int, dist: str, kind: str)
 
 
 def plan(dtype, width: int, rows: int, dist: str) -> dict:
-    out, idx, vals = data(dtype, width, rows, dist)
+    out, idx, vals = cell_data(dtype, width, rows, dist)
     memory = torch.cuda.get_device_properties(DEV).total_memory
     P = partitions_for(rows, idx.numel(), 4 * max(1, width), memory, narrow=True)
     row = {"dtype": str(dtype)[6:], "width": width, "rows": rows, "dist": dist,
