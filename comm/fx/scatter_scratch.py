@@ -3,10 +3,12 @@
 A kernel that adds into the first ``k`` elements of ``zeroed(device, k)`` must leave them
 zero again before it returns (``scatter_kernels._sum`` stores zeros where it read a copy),
 so that no launch has to zero the copies first. One buffer a device and stream: calls on
-one stream run in order; calls on two streams never share one. A buffer is never freed (a
-CUDA graph captured with it keeps its address) until ``release``; a larger need allocates
-a larger one, zeroed on the current stream before the kernels that use it. The copies of a
-scatter take at most twice its values in fp32 (``scatter_rule.partitions_for``).
+one stream run in order; calls on two streams never share one (CUDA graphs captured on one
+stream share its buffer: replay them in turn, not at once on two streams). A buffer is
+never freed (a CUDA graph captured with it keeps its address) until ``release``; a larger
+need allocates a larger one, zeroed on the current stream before the kernels that use it.
+The copies of a scatter take at most twice its values in fp32
+(``scatter_rule.partitions_for``).
 """
 
 from __future__ import annotations
