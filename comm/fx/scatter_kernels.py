@@ -168,11 +168,11 @@ def _scatter(acc, extra, idx, vals, state, n, rows, D: tl.constexpr, R: tl.const
 
 @triton.jit
 def _sum(acc, extra, out, state, plane, SAME: tl.constexpr, BLOCK: tl.constexpr,
-         CP: tl.constexpr, ZERO: tl.constexpr = False):
+         CP: tl.constexpr):
     # out := acc + the p - 1 extra copies (NaN where state[1] flags an index out of range);
     # nothing to do where acc is out and p == 1 (a capped grid, so that doing nothing costs
     # little). CP copies a step, so that up to 127 copies are read with enough loads in
-    # flight. ZERO: the extra copies read are left zero (scatter_scratch). Also the narrow
+    # flight; the extra copies read are left zero (scatter_scratch). Also the narrow
     # kernels' last step (their state starts with p and the flag).
     p = tl.load(state)
     bad = tl.load(state + 1) != 0
@@ -187,8 +187,7 @@ def _sum(acc, extra, out, state, plane, SAME: tl.constexpr, BLOCK: tl.constexpr,
                 at = extra + c[:, None] * plane + offs[None, :]
                 cm = (c[:, None] < p - 1) & m[None, :]
                 x += tl.sum(tl.load(at, mask=cm, other=0), axis=0)
-                if ZERO:
-                    tl.store(at, tl.zeros([CP, BLOCK], tl.float32), mask=cm)
+                tl.store(at, tl.zeros([CP, BLOCK], tl.float32), mask=cm)
             x = tl.where(bad, float("nan"), x)
             tl.store(out + offs, x.to(out.dtype.element_ty), mask=m)
 
@@ -250,5 +249,5 @@ def partitioned_index_add(self: torch.Tensor, index: torch.Tensor, values: torch
                                        WIDE=wide, PDL=pdl, num_warps=4, **cfg,
                                        **({"launch_pdl": True} if pdl else {}))
     _sum[(min(cdiv(plane, 256), SUM_PROGRAMS),)](acc, extra, out, state, plane, SAME=same,
-                                                 BLOCK=256, CP=16, ZERO=True)
+                                                 BLOCK=256, CP=16)
     return out

@@ -377,6 +377,5 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
         cp = min(partitions, SUM_COPIES)
         blk = BLOCK if partitions == 1 else max(64, SUM_TILE // cp)
         _sum[(min(cdiv(plane, blk), SUM_PROGRAMS),)](acc, extra, out, state, plane, SAME=same,
-                                                     BLOCK=blk, CP=cp, ZERO=partitions > 1,
-                                                     num_warps=4)
+                                                     BLOCK=blk, CP=cp, num_warps=4)
     return out
