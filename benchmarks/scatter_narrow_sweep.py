@@ -29,7 +29,7 @@ import triton
 sys.path.insert(0, os.path.dirname(__file__))
 from bench_scatter import DISTS, MAX_OUT, ROWS, VALUES, _git_commit, grid_indices, time_call  # noqa: E402
 
-from commrt.fx.scatter_narrow import narrow_index_add  # noqa: E402
+from commrt.fx.scatter_narrow import narrow_index_add, state_numel  # noqa: E402
 from commrt.fx.scatter_rule import partitions_for  # noqa: E402
 
 WIDTHS = (0, 4, 16)
@@ -70,7 +70,7 @@ def main() -> None:
                            "partitions": shipped, "ms": {}, "err": {}}
                     for name, (p, kw) in VARIANTS.items():
                         p = p or shipped
-                        state = torch.empty(19, device=dev, dtype=torch.int32)
+                        state = torch.empty(state_numel(), device=dev, dtype=torch.int32)
 
                         def call(p=p, kw=kw, state=state, idx=idx, base=base, vals=vals):
                             return narrow_index_add(base, idx, vals, p, state=state, **kw)

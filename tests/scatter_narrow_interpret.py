@@ -5,7 +5,7 @@ plan they make from the indices."""
 import torch
 from kernel_cases import finite_error
 
-from commrt.fx.scatter_narrow import ROW_BLOCKS, narrow_index_add
+from commrt.fx.scatter_narrow import ROW_BLOCKS, narrow_index_add, state_numel
 from commrt.fx.scatter_scratch import zeroed
 from commrt.symm_mem.launch import next_pow2
 
@@ -33,7 +33,7 @@ def half_adds(g) -> None:
         ref = base.double().index_add(0, idx, vals.double())
         torch_err = float((base.index_add(0, idx, vals).double() - ref).norm() / ref.norm())
         for hot in (0, 16) if dist == "uniform" else (16,):  # plain fp16 adds lose digits
-            state = torch.full((4 + 16,), -7, dtype=torch.int32)
+            state = torch.full((state_numel(16),), -7, dtype=torch.int32)
             got = narrow_index_add(base, idx, vals, 1, hot=hot, hot_adds=64, state=state,
                                    half_adds=True)
             err = float((got.double() - ref).norm() / ref.norm())
@@ -101,7 +101,7 @@ def scratch_left_zero(g) -> None:
     for idx in (indices("few", rows, n, g), torch.tensor([0, 1, 99] * 50),
                 torch.zeros(0, dtype=torch.int64), indices("uniform", rows, n, g)):
         vals = torch.randn(idx.numel(), 3, generator=g)
-        state = torch.zeros(3 + 16, dtype=torch.int32)
+        state = torch.zeros(state_numel(16), dtype=torch.int32)
         got = narrow_index_add(base, idx, vals, 16, per_address=1, min_copies=2, hot=0,
                                state=state)
         if int(state[1]):
@@ -131,7 +131,7 @@ def main() -> None:
                     # (copies, adds an address, hot rows): plain; copies; hot rows + copies;
                     # hot rows (each of the "few" rows takes about 330 adds: over 64)
                     for rule in ((1, 256, 0), (8, 1, 0), (4, 1, 16), (1, 64, 16)):
-                        state = torch.full((3 + max(1, rule[2]),), -7, dtype=torch.int32)
+                        state = torch.full((state_numel(rule[2]),), -7, dtype=torch.int32)
                         got = narrow_index_add(base, idx.to(itype), vals, rule[0],
                                                per_address=rule[1], min_copies=2,
                                                hot=rule[2], hot_min=4, hot_adds=rule[1],
@@ -157,7 +157,7 @@ def main() -> None:
     base, vals = torch.randn(1000, generator=g), torch.randn(20000, generator=g)
     ref = base.double().index_add(0, idx, vals.double())
     for copies, want_copies in ((8, True), (1, False)):
-        state = torch.zeros(3 + 16, dtype=torch.int32)
+        state = torch.zeros(state_numel(16), dtype=torch.int32)
         got = narrow_index_add(base, idx, vals, copies, per_address=512, min_copies=2,
                                hot_adds=1024, state=state)
         assert float((got.double() - ref).norm() / ref.norm()) < TOL[torch.float32]
@@ -165,7 +165,7 @@ def main() -> None:
         assert (p > 1 and nhot == 0) if want_copies else (p == 1 and nhot >= 5), state
     # about 1,800 adds an address: copies bring them under ``spread`` (up to the most copies)
     for spread, want_p in ((1024, 2), (256, 8), (64, 16)):
-        state = torch.zeros(3 + 16, dtype=torch.int32)
+        state = torch.zeros(state_numel(16), dtype=torch.int32)
         got = narrow_index_add(base, idx, vals, 16, per_address=512, min_copies=2,
                                hot_adds=1 << 20, spread=spread, state=state)
         assert float((got.double() - ref).norm() / ref.norm()) < TOL[torch.float32]
@@ -177,7 +177,7 @@ def main() -> None:
     idx[::n // 64] = torch.arange(64)
     base, vals = torch.randn(1000, generator=g), torch.randn(n, generator=g)
     ref = base.double().index_add(0, idx, vals.double())
-    state = torch.zeros(3 + 16, dtype=torch.int32)
+    state = torch.zeros(state_numel(16), dtype=torch.int32)
     got = narrow_index_add(base, idx, vals, 16, min_copies=2, state=state)
     assert float((got.double() - ref).norm() / ref.norm()) < TOL[torch.float32]
     assert state[0] == 4, state  # about 256 adds an address: 4 copies bring them under 64

@@ -94,7 +94,7 @@ def test_narrow_kernels_against_float64(dtype, shape, rows):
     """The narrow-row kernels on the GPU, eager and in a CUDA graph, five calls each: every
     index distribution and dtype, plain atomics, copies and hot rows, against float64; the
     plan names a row that takes half the indices."""
-    from commrt.fx.scatter_narrow import narrow_index_add
+    from commrt.fx.scatter_narrow import narrow_index_add, state_numel
 
     g = torch.Generator(device="cuda").manual_seed(rows + len(shape))
     n = 300_007
@@ -116,7 +116,7 @@ def test_narrow_kernels_against_float64(dtype, shape, rows):
             if dtype != torch.float32 and shape == (16,):
                 rules.append((1, 128, 16, True))
             for rule in rules:
-                state = torch.empty(4 + max(1, rule[2]), device="cuda", dtype=torch.int32)
+                state = torch.empty(state_numel(rule[2]), device="cuda", dtype=torch.int32)
 
                 # programmatic dependent launch where the GPU has it (int64), and not
                 def call(rule=rule, i=i, state=state, base=base, vals=vals):
@@ -237,7 +237,7 @@ def test_one_copy_wide_rows_against_float64(dtype, width, n):
     their dtype: ``half_copy``), eager and in a CUDA graph, three calls each: every index
     distribution and index dtype against float64, no worse than torch's own scatter; the
     plan names a row that takes half the indices; an index out of range poisons."""
-    from commrt.fx.scatter_narrow import narrow_index_add
+    from commrt.fx.scatter_narrow import narrow_index_add, state_numel
     from commrt.fx.scatter_rule import ONE_COPY_HOT, ONE_COPY_HOT_MIN
 
     g = torch.Generator(device="cuda").manual_seed(width + n)
@@ -253,7 +253,7 @@ def test_one_copy_wide_rows_against_float64(dtype, width, n):
         torch_err = float((base.index_add(0, idx % rows, vals).double() - ref).norm() / scale)
         for itype in (torch.int64, torch.int32):
             i = idx.to(itype)
-            state = torch.empty(4 + ONE_COPY_HOT, device="cuda", dtype=torch.int32)
+            state = torch.empty(state_numel(ONE_COPY_HOT), device="cuda", dtype=torch.int32)
             for out in _eager_and_graph(call, (base, i, vals, state), 3):
                 err = float((out.double() - ref).norm() / scale)
                 assert out.dtype == dtype and err < max(tol, 1.5 * torch_err), (

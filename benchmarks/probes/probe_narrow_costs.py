@@ -29,8 +29,8 @@ import torch
 import triton
 from torch.profiler import ProfilerActivity, profile
 
-from commrt.fx.scatter_narrow import narrow_index_add
-from commrt.fx.scatter_rule import HOT, partitions_for
+from commrt.fx.scatter_narrow import narrow_index_add, state_numel
+from commrt.fx.scatter_rule import partitions_for
 from commrt.timing import time_graph
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -88,7 +88,7 @@ def copies_of(rows: int, n: int, width: int) -> int:
 
 
 def plan(out, idx, vals, P: int, **kw) -> list:
-    state = torch.empty(3 + HOT, device=DEV, dtype=torch.int32)
+    state = torch.empty(state_numel(), device=DEV, dtype=torch.int32)
     narrow_index_add(out, idx, vals, P, state=state, **kw)
     return state[:3].tolist()  # copies, error, hot rows
 

@@ -1,11 +1,11 @@
-"""Do the scatter kernels gain from extra copies that stay zero between calls, with one
-program making the plan, and what does that plan cost?
+"""The scatter kernels of this checkout against an earlier commit's, and what the narrow
+plan costs.
 
-One GPU. The kernels of an earlier commit (every ``_init`` / ``_prepare`` program plans
-and zeroes its share of the extra copies) against the kernels of this checkout (program 0
-plans while the others copy the output, the scatter starts as a programmatic dependent,
-the copies come from ``scatter_scratch`` and ``_sum`` leaves them zero), on the grid's
-data (4M value elements a cell), with Inductor's compiled ``index_put`` in the same run:
+One GPU. First asked of the extra copies that stay zero between calls (c654509's kernels:
+every ``_init`` / ``_prepare`` program planned and zeroed its share of the copies), then
+of the narrow plan's elementwise compares on 4 warps (e375ab8's kernels: a 64 x 64
+matrix on 8 warps). On the grid's data (4M value elements a cell), with Inductor's
+compiled ``index_put`` in the same run:
 
 1. ab: µs a call in a CUDA graph of 20 calls, median of three rounds taken in turn, and
    each kernel's µs (profiler, median of 20 eager calls).
@@ -16,9 +16,9 @@ The earlier kernels are read from ``--old DIR``, which holds ``scatter_narrow.py
 ``scatter_kernels.py`` of that commit with their relative imports made absolute::
 
     mkdir old && for m in scatter_narrow scatter_kernels; do
-      git show c654509:comm/fx/$m.py | sed 's/^from \\.scatter_/from commrt.fx.scatter_/' \\
+      git show e375ab8:comm/fx/$m.py | sed 's/^from \\.scatter_/from commrt.fx.scatter_/' \\
         > old/$m.py; done
-    python benchmarks/probes/probe_scratch_ab.py --old old --old-commit c654509 --out r.json
+    python benchmarks/probes/probe_scratch_ab.py --old old --old-commit e375ab8 --out r.json
 """
 
 from __future__ import annotations
@@ -54,7 +54,14 @@ CELLS = ((torch.float32, 0, 65536, "uniform", "narrow"),
          (torch.float32, 100, 1024, "hot", "wide"),
          (torch.bfloat16, 100, 1024, "uniform", "wide"),
          (torch.float32, 1024, 1024, "uniform", "wide"),
-         (torch.float32, 1024, 1024, "hot", "wide"))
+         (torch.float32, 1024, 1024, "hot", "wide"),
+         (torch.float32, 4, 65536, "uniform", "narrow"),
+         (torch.float32, 16, 65536, "uniform", "narrow"),
+         (torch.float32, 16, 65536, "skewed", "narrow"),
+         (torch.bfloat16, 4, 65536, "uniform", "narrow"),
+         (torch.bfloat16, 16, 65536, "uniform", "narrow"),
+         (torch.float32, 16, 1 << 20, "uniform", "narrow"),
+         (torch.bfloat16, 4, 1 << 20, "uniform", "narrow"))
 
 
 def load(path: str, name: str):

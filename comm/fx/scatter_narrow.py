@@ -14,8 +14,10 @@ Two or three launches, no host sync; the plan is made on the GPU from the indice
    estimates the atomic adds an address takes (``n`` times the chance that two adds
    share a row, and no fewer than an even spread over the rows gives); under
    ``PER_ADDRESS`` one copy takes them (plain atomics), else the power of two
-   (``MIN_COPIES`` to ``P``) that brings them under ``NARROW_SPREAD``. The ``p - 1`` extra
-   copies are ``scatter_scratch``'s, zero on entry: no launch zeroes them.
+   (``MIN_COPIES`` to ``P``) that brings them under ``NARROW_SPREAD``. Every pair of
+   entries is compared elementwise, against shifted loads of a copy of the samples in
+   ``state``. The ``p - 1`` extra copies are ``scatter_scratch``'s, zero on entry: no
+   launch zeroes them.
 2. ``_scatter``: a program takes ``ITERS`` blocks of ``SUB`` rows (one block of 4,096
    values for rows of ``ROW_BLOCKS_FROM`` elements or more). For each hot row it
    sums the block's rows that hit it and adds the sum once; every other row is added with
@@ -63,7 +65,7 @@ BLOCK = 2048  # elements a step of an _init or _sum program
 # rows of 100 and 1024 into 65,536 rows 8.9 and 73.6 against 10.2 and 81.2; fp32 rows of
 # 1024 on 65,536 rows were 2% slower with it.
 HALF_BLOCK = 8192
-INIT_REGS = 64  # registers an _init thread (93 uncapped: the plan spills a few bytes)
+INIT_WARPS = 4  # of an _init program: the plan's latency (see below)
 SUM_COPIES, SUM_TILE = 128, 8192  # _sum with copies: copies a step, and elements a step
 # _scatter's blocks (SUB rows of DP columns): (value elements a block, blocks a program,
 # warps). Rows of ROW_BLOCKS_FROM elements or more take one block of 4,096 on 8 warps (a
@@ -89,16 +91,30 @@ def _sample(idx, n, rows, S: tl.constexpr, HALF_STEP: tl.constexpr = False):
 
 
 @triton.jit
-def _plan(a, valid, b, n, rows, P: tl.constexpr, S: tl.constexpr, H: tl.constexpr,
-          HOT_MIN: tl.constexpr, HOT_ADDS: tl.constexpr, HOT_SHARE: tl.constexpr,
-          PER_ADDRESS: tl.constexpr, MIN_COPIES: tl.constexpr, SPREAD: tl.constexpr,
-          PAIRS: tl.constexpr):
-    """(copies p, hot rows [H] (-1: none), how many hot) from the sample ``a``; ``PAIRS``:
-    the pairs of ``a`` with a second sample ``b`` count too."""
+def _plan(a, valid, b, scr, n, rows, P: tl.constexpr, S: tl.constexpr, T: tl.constexpr,
+          H: tl.constexpr, HOT_MIN: tl.constexpr, HOT_ADDS: tl.constexpr,
+          HOT_SHARE: tl.constexpr, PER_ADDRESS: tl.constexpr, MIN_COPIES: tl.constexpr,
+          SPREAD: tl.constexpr, PAIRS: tl.constexpr):
+    """(copies p, hot rows [H] (-1: none), how many hot) from the sample ``a`` [S];
+    ``PAIRS``: the pairs of ``a`` with a second sample ``b`` [T] count too. Every pair is
+    compared elementwise, ``a`` against shifted loads of a compact copy of the samples at
+    ``scr`` (2 * (S + T) int32 the program owns; each sample twice, so that a shift is an
+    offset): no matrix, no reduction across threads."""
     pos = tl.arange(0, S)
+    tl.store(scr + pos, a)
+    tl.store(scr + S + pos, a)
+    if PAIRS:
+        bt = tl.arange(0, T)
+        tl.store(scr + 2 * S + bt, b)
+        tl.store(scr + 2 * S + T + bt, b)
+    tl.debug_barrier()  # the copy is the program's, seen by all of its threads
     sampled = tl.maximum(tl.sum(valid.to(tl.int32)), 1).to(tl.float32)
-    eq = a[:, None] == a[None, :]
-    count = tl.sum(eq.to(tl.int32), axis=1)  # occurrences of a[i], itself included
+    count = tl.full([S], 1, tl.int32)  # occurrences of a[i], itself included
+    earlier = tl.zeros([S], tl.int32)  # a[i] occurs before i
+    for s in tl.static_range(1, S):
+        e = a == tl.load(scr + pos + s)  # a[(i + s) % S]
+        count += e.to(tl.int32)
+        earlier |= (e & (pos + s >= S)).to(tl.int32)
     # hot: a row that HOT_MIN of the sample hit, that would put over HOT_ADDS adds on one
     # copy, and either on each of P copies or that takes 1 / HOT_SHARE of the sample (rows
     # of a few percent each go to copies: a hot row costs a reduction a block)
@@ -108,7 +124,6 @@ def _plan(a, valid, b, n, rows, P: tl.constexpr, S: tl.constexpr, H: tl.constexp
     hot = tl.full([H], -1, tl.int32)
     nhot = 0
     if tl.max(heavy.to(tl.int32)) > 0:  # rare: the reductions below only then
-        earlier = tl.max((eq & (pos[None, :] < pos[:, None])).to(tl.int32), axis=1)
         cand = heavy & (earlier == 0)  # first occurrences; S // HOT_MIN <= H: all fit
         rank = tl.cumsum(cand.to(tl.int32), axis=0) - cand.to(tl.int32)
         pick = cand[:, None] & (rank[:, None] == tl.arange(0, H)[None, :])
@@ -116,18 +131,20 @@ def _plan(a, valid, b, n, rows, P: tl.constexpr, S: tl.constexpr, H: tl.constexp
         nhot = tl.sum((hot >= 0).to(tl.int32))
     rest = (a >= 0) & (heavy == 0)
     m = tl.sum(rest.to(tl.int32)).to(tl.float32)
-    same = tl.sum(tl.where(rest, count - 1, 0)).to(tl.float32)  # ordered equal pairs
+    same = tl.where(rest, count - 1, 0)  # ordered equal pairs, by a's entry
     pairs = m * (m - 1.0)
     if PAIRS:  # 64 entries see 5 pairs where 1% of rows take 90%, and none 1 time in 10
-        eqb = a[:, None] == b[None, :]
-        brest = b >= 0
+        # b[j] equal to a rest entry is a rest row too: only the pairs' count needs b's
+        # entries that no hot row took
+        for s in tl.static_range(T):
+            same += (rest & (a == tl.load(scr + 2 * S + pos + s))).to(tl.int32)
+        brest = tl.sum((b >= 0).to(tl.int32))
         if nhot > 0:
-            brest = brest & (tl.max((eqb & heavy[:, None]).to(tl.int32), axis=0) == 0)
-        same += tl.sum((eqb & rest[:, None] & brest[None, :]).to(tl.int32)).to(tl.float32)
-        pairs += m * tl.sum(brest.to(tl.int32)).to(tl.float32)
+            brest -= tl.sum(tl.max((b[:, None] == hot[None, :]).to(tl.int32), axis=1))
+        pairs += m * brest.to(tl.float32)
     # adds an address takes, seen from an add: n_rest * P(two rest adds share a row)
     n_rest = n * m / sampled
-    adds = n_rest * same / tl.maximum(pairs, 1.0)
+    adds = n_rest * tl.sum(same).to(tl.float32) / tl.maximum(pairs, 1.0)
     adds = tl.maximum(adds, n_rest / rows)  # no fewer than an even spread gives
     p = MIN_COPIES
     while (p * SPREAD < adds) & (p < P):
@@ -165,8 +182,8 @@ def _init(self_ptr, acc, extra, idx, state, n, rows, plane, P: tl.constexpr,
             b = a
             if (P > 1) & (T > 0):
                 b, _ = _sample(idx, n, rows, T, True)
-            p, hot, nhot = _plan(a, valid, b, n, rows, P, S, H, HOT_MIN, HOT_ADDS,
-                                 HOT_SHARE, PER_ADDRESS, MIN_COPIES, SPREAD,
+            p, hot, nhot = _plan(a, valid, b, state + 4 + H, n, rows, P, S, T, H, HOT_MIN,
+                                 HOT_ADDS, HOT_SHARE, PER_ADDRESS, MIN_COPIES, SPREAD,
                                  (P > 1) & (T > 0))
             _plan_store(state, p, hot, nhot, H)
         if HALF_ADDS:  # the hot rows' fp32 sums, and the programs done
@@ -287,6 +304,12 @@ def _local_sums(acc, i, plain, v, c, cm, D: tl.constexpr, SUB: tl.constexpr,
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
+def state_numel(hot: int = HOT, pair_sample: int = NARROW_PAIR_SAMPLE) -> int:
+    """int32 entries of ``narrow_index_add``'s ``state``: the plan (copies, error, hot
+    rows, ``max(1, hot)`` rows), the programs done, and the planner's copy of its samples."""
+    return 4 + max(1, hot) + 2 * (NARROW_SAMPLE + pair_sample)
+
+
 def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tensor,
                      partitions: int, per_address: int = NARROW_PER_ADDRESS,
                      min_copies: int = MIN_COPIES, hot: int = HOT,
@@ -304,9 +327,10 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
     of several copies; ``pair_sample``: the second sample's indices where copies are
     allowed (0: none; else a power of two, at least ``NARROW_SAMPLE``); ``hot``: the most
     hot rows (a power of two, at least ``NARROW_SAMPLE // hot_min``; 0: none); ``hot_adds``: the
-    adds on each copy over which a row is hot; ``state``: int32 ``[3 + max(1, hot)]`` on
-    the device to hold the plan (copies, error, hot rows, the hot rows; with ``half_adds``
-    one more: the programs done), for a caller that reads it; ``pdl``: with one copy,
+    adds on each copy over which a row is hot; ``state``: int32, ``state_numel(hot,
+    pair_sample)`` entries on the device to hold the plan (copies, error, hot rows, the hot
+    rows, then the programs done with ``half_adds`` and the planner's copy of the
+    samples), for a caller that reads it; ``pdl``: with one copy,
     launch ``_scatter`` as a programmatic dependent of ``_init`` where the GPU has it
     (False: never); ``half_adds``: fp16/bf16 values and output, one copy: add in the
     output's dtype straight into it (no fp32 copy and no ``_sum``; hot rows still summed in
@@ -337,9 +361,10 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
         raise ValueError(f"narrow_index_add: local={local} must be 0, or at least 2 on rows of "
                          f"over {ROW_BLOCKS[0] // (2 * LOCAL_SUB)} elements (blocks of at most "
                          f"{LOCAL_SUB} rows; got rows of {D})")
-    if state is not None and state.numel() < 3 + half_adds + H:
+    if state is not None and state.numel() < state_numel(hot, pair_sample):
         raise ValueError(f"narrow_index_add: state holds {state.numel()} entries, needs "
-                         f"{3 + half_adds + H} (hot={hot}, half_adds={half_adds})")
+                         f"{state_numel(hot, pair_sample)} (hot={hot}, "
+                         f"pair_sample={pair_sample})")
     out = torch.empty_like(self)
     plane = rows * D
     if plane == 0:
@@ -352,18 +377,18 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
     extra = zeroed(self.device, (partitions - 1) * plane) if partitions > 1 else \
         torch.empty(HD, device=self.device, dtype=torch.float32)
     if state is None:
-        state = torch.empty(3 + half_adds + H, device=self.device, dtype=torch.int32)
+        state = torch.empty(state_numel(hot, pair_sample), device=self.device,
+                            dtype=torch.int32)
     plan = dict(P=partitions, S=NARROW_SAMPLE, T=pair_sample, H=H,
                 HOT_MIN=hot_min if hot else 1 << 30, HOT_ADDS=hot_adds, HOT_SHARE=HOT_SHARE,
                 PER_ADDRESS=per_address, SPREAD=spread,
                 MIN_COPIES=min(min_copies, partitions))
     wide = max(n * D, partitions * plane) >= 1 << 31
     pdl = pdl and has_pdl(self.device)
-    # registers capped so that the copy keeps its occupancy (the plan spills a few bytes)
     blk = HALF_BLOCK if half_adds else BLOCK
     _init[(1 + cdiv(plane, blk),)](self, acc, extra, index, state, n, rows, plane, **plan,
                                    BLOCK=blk, WIDE=wide, PDL=pdl, HALF_ADDS=half_adds, HD=HD,
-                                   num_warps=8, maxnreg=INIT_REGS)
+                                   num_warps=INIT_WARPS)
     if n:
         _scatter[(cdiv(n, sub * iters),)](acc, extra, index, values, state, n, rows, plane,
                                           D=D, DP=DP, SUB=sub, ITERS=iters, P=partitions,
