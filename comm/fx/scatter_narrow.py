@@ -65,7 +65,9 @@ BLOCK = 2048  # elements a step of an _init or _sum program
 # rows of 100 and 1024 into 65,536 rows 8.9 and 73.6 against 10.2 and 81.2; fp32 rows of
 # 1024 on 65,536 rows were 2% slower with it.
 HALF_BLOCK = 8192
-INIT_WARPS = 4  # of an _init program: the plan's latency (see below)
+# warps of an _init program: its plan (program 0) took 3.7 µs on 4 warps against 4.4 on 8
+# with 64 registers a thread (docs/decisions.md, 2026-11-25); HALF_BLOCK was measured on 8
+INIT_WARPS = 4
 SUM_COPIES, SUM_TILE = 128, 8192  # _sum with copies: copies a step, and elements a step
 # _scatter's blocks (SUB rows of DP columns): (value elements a block, blocks a program,
 # warps). Rows of ROW_BLOCKS_FROM elements or more take one block of 4,096 on 8 warps (a
