@@ -20,7 +20,9 @@ Three launches, no host sync:
    still plans.
 3. ``_sum`` (a no-op where copy 0 is the output and ``p == 1``): the output := sum of the
    ``p`` copies, in the output's dtype, leaving the extra copies zero; an index out of
-   range poisons it with NaN (the plain op would raise a device-side assert).
+   range poisons it with NaN (the plain op would raise a device-side assert). On sm90+ it
+   is launched as a programmatic dependent of ``_scatter``, so that its launch overlaps
+   the adds.
 """
 
 import torch
@@ -128,7 +130,10 @@ def _scatter(acc, extra, idx, vals, state, n, rows, D: tl.constexpr, R: tl.const
              WIDE: tl.constexpr, PDL: tl.constexpr):
     # D is a compile-time constant; offsets are int32 unless an operand holds 2**31
     # elements or more (WIDE). LEADERS < 0: never combine. PDL: launched while _prepare
-    # runs; the indices load (written before it) before waiting for it.
+    # runs; the indices load (written before it) before waiting for it. _sum may launch
+    # as soon as every program has started (it waits for them to finish).
+    if PDL:
+        tl.extra.cuda.gdc_launch_dependents()
     pid = tl.program_id(0)
     j = tl.arange(0, R)
     r = pid * R + j
@@ -168,12 +173,15 @@ def _scatter(acc, extra, idx, vals, state, n, rows, D: tl.constexpr, R: tl.const
 
 @triton.jit
 def _sum(acc, extra, out, state, plane, SAME: tl.constexpr, BLOCK: tl.constexpr,
-         CP: tl.constexpr):
+         CP: tl.constexpr, PDL: tl.constexpr = False):
     # out := acc + the p - 1 extra copies (NaN where state[1] flags an index out of range);
     # nothing to do where acc is out and p == 1 (a capped grid, so that doing nothing costs
     # little). CP copies a step, so that up to 127 copies are read with enough loads in
     # flight; the extra copies read are left zero (scatter_scratch). Also the narrow
-    # kernels' last step (their state starts with p and the flag).
+    # kernels' last step (their state starts with p and the flag). PDL: launched while
+    # _scatter runs, it waits for it before reading anything.
+    if PDL:
+        tl.extra.cuda.gdc_wait()
     p = tl.load(state)
     bad = tl.load(state + 1) != 0
     if (p > 1) | bad | (not SAME):
@@ -249,5 +257,6 @@ def partitioned_index_add(self: torch.Tensor, index: torch.Tensor, values: torch
                                        WIDE=wide, PDL=pdl, num_warps=4, **cfg,
                                        **({"launch_pdl": True} if pdl else {}))
     _sum[(min(cdiv(plane, 256), SUM_PROGRAMS),)](acc, extra, out, state, plane, SAME=same,
-                                                 BLOCK=256, CP=16)
+                                                 BLOCK=256, CP=16, PDL=pdl,
+                                                 **({"launch_pdl": True} if pdl else {}))
     return out

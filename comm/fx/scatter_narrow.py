@@ -29,7 +29,7 @@ Two or three launches, no host sync; the plan is made on the GPU from the indice
    program 0 still plans.
 3. ``scatter_kernels._sum`` (only where ``P > 1`` or the output is not fp32): output :=
    ``acc`` plus the ``p - 1`` extra copies, in the output's dtype; it leaves the copies
-   it read zero.
+   it read zero. On sm90+ a programmatic dependent of ``_scatter``.
 
 With ``HALF_ADDS`` (fp16/bf16, one copy) ``acc`` is the output in its own dtype: ``_init``
 copies ``self`` into it, ``_scatter`` adds the values with atomics of that dtype (as
@@ -208,7 +208,10 @@ def _scatter(acc, extra, idx, vals, state, n, rows, plane, D: tl.constexpr,
     # D == 1 (1-D values) runs on 1-D blocks; wider rows on [SUB, DP] blocks. PDL: launched
     # while _init runs; the first block's values and indices (written before _init) load
     # before waiting for it, the plan and the copies after. LOCAL > 0: rows of a block
-    # whose index LOCAL of its rows share are summed (in fp32) and added once.
+    # whose index LOCAL of its rows share are summed (in fp32) and added once. _sum may
+    # launch as soon as every program has started (it waits for them to finish).
+    if PDL:
+        tl.extra.cuda.gdc_launch_dependents()
     pid = tl.program_id(0)
     c = tl.arange(0, DP)
     cm = c < D
@@ -332,9 +335,9 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
     adds on each copy over which a row is hot; ``state``: int32, ``state_numel(hot,
     pair_sample)`` entries on the device to hold the plan (copies, error, hot rows, the hot
     rows, then the programs done with ``half_adds`` and the planner's copy of the
-    samples), for a caller that reads it; ``pdl``: with one copy,
-    launch ``_scatter`` as a programmatic dependent of ``_init`` where the GPU has it
-    (False: never); ``half_adds``: fp16/bf16 values and output, one copy: add in the
+    samples), for a caller that reads it; ``pdl``: launch
+    ``_scatter`` and ``_sum`` as programmatic dependents of the launch before each where
+    the GPU has it (False: never); ``half_adds``: fp16/bf16 values and output, one copy: add in the
     output's dtype straight into it (no fp32 copy and no ``_sum``; hot rows still summed in
     fp32); ``local``: sum the rows of a block that share an index with ``local - 1`` others
     or more and add each sum once (0: never; rows of over 32 elements, whose blocks hold at
@@ -404,5 +407,6 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
         cp = min(partitions, SUM_COPIES)
         blk = BLOCK if partitions == 1 else max(64, SUM_TILE // cp)
         _sum[(min(cdiv(plane, blk), SUM_PROGRAMS),)](acc, extra, out, state, plane, SAME=same,
-                                                     BLOCK=blk, CP=cp, num_warps=4)
+                                                     BLOCK=blk, CP=cp, PDL=pdl, num_warps=4,
+                                                     **({"launch_pdl": True} if pdl else {}))
     return out
