@@ -131,9 +131,7 @@ def _scatter(acc, extra, idx, vals, state, n, rows, D: tl.constexpr, R: tl.const
     # D is a compile-time constant; offsets are int32 unless an operand holds 2**31
     # elements or more (WIDE). LEADERS < 0: never combine. PDL: launched while _prepare
     # runs; the indices load (written before it) before waiting for it. _sum may launch
-    # as soon as every program has started (it waits for them to finish).
-    if PDL:
-        tl.extra.cuda.gdc_launch_dependents()
+    # once every program has added its rows (it waits for them to finish).
     pid = tl.program_id(0)
     j = tl.arange(0, R)
     r = pid * R + j
@@ -169,6 +167,8 @@ def _scatter(acc, extra, idx, vals, state, n, rows, D: tl.constexpr, R: tl.const
         else:
             tl.atomic_add(dst[:, None] + c[None, :], v,
                           mask=ok[:, None] & cm[None, :], sem="relaxed")
+    if PDL:  # not at the start: _sum's programs waiting beside long ones slowed them
+        tl.extra.cuda.gdc_launch_dependents()
 
 
 @triton.jit
