@@ -20,9 +20,7 @@ Three launches, no host sync:
    still plans.
 3. ``_sum`` (a no-op where copy 0 is the output and ``p == 1``): the output := sum of the
    ``p`` copies, in the output's dtype, leaving the extra copies zero; an index out of
-   range poisons it with NaN (the plain op would raise a device-side assert). On sm90+ it
-   is launched as a programmatic dependent of ``_scatter``, so that its launch overlaps
-   the adds.
+   range poisons it with NaN (the plain op would raise a device-side assert).
 """
 
 import torch
@@ -130,8 +128,7 @@ def _scatter(acc, extra, idx, vals, state, n, rows, D: tl.constexpr, R: tl.const
              WIDE: tl.constexpr, PDL: tl.constexpr):
     # D is a compile-time constant; offsets are int32 unless an operand holds 2**31
     # elements or more (WIDE). LEADERS < 0: never combine. PDL: launched while _prepare
-    # runs; the indices load (written before it) before waiting for it. _sum may launch
-    # once every program has added its rows (it waits for them to finish).
+    # runs; the indices load (written before it) before waiting for it.
     pid = tl.program_id(0)
     j = tl.arange(0, R)
     r = pid * R + j
@@ -167,8 +164,6 @@ def _scatter(acc, extra, idx, vals, state, n, rows, D: tl.constexpr, R: tl.const
         else:
             tl.atomic_add(dst[:, None] + c[None, :], v,
                           mask=ok[:, None] & cm[None, :], sem="relaxed")
-    if PDL:  # not at the start: _sum's programs waiting beside long ones slowed them
-        tl.extra.cuda.gdc_launch_dependents()
 
 
 @triton.jit
@@ -179,7 +174,7 @@ def _sum(acc, extra, out, state, plane, SAME: tl.constexpr, BLOCK: tl.constexpr,
     # little). CP copies a step, so that up to 127 copies are read with enough loads in
     # flight; the extra copies read are left zero (scatter_scratch). Also the narrow
     # kernels' last step (their state starts with p and the flag). PDL: launched while
-    # _scatter runs, it waits for it before reading anything.
+    # the narrow _scatter runs, it waits for it before reading anything.
     if PDL:
         tl.extra.cuda.gdc_wait()
     p = tl.load(state)
@@ -256,7 +251,8 @@ def partitioned_index_add(self: torch.Tensor, index: torch.Tensor, values: torch
         _scatter[(cdiv(n, cfg["R"]),)](acc, extra, index, values, state, n, rows,
                                        WIDE=wide, PDL=pdl, num_warps=4, **cfg,
                                        **({"launch_pdl": True} if pdl else {}))
+    # not a programmatic dependent, as the narrow kernels' is: rows of 1024 on 1,024 rows
+    # took 1.8 µs longer so (docs/decisions.md, 2026-11-25), rows of 100 0.3 µs shorter
     _sum[(min(cdiv(plane, 256), SUM_PROGRAMS),)](acc, extra, out, state, plane, SAME=same,
-                                                 BLOCK=256, CP=16, PDL=pdl,
-                                                 **({"launch_pdl": True} if pdl else {}))
+                                                 BLOCK=256, CP=16)
     return out
