@@ -335,9 +335,9 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
     adds on each copy over which a row is hot; ``state``: int32, ``state_numel(hot,
     pair_sample)`` entries on the device to hold the plan (copies, error, hot rows, the hot
     rows, then the programs done with ``half_adds`` and the planner's copy of the
-    samples), for a caller that reads it; ``pdl``: launch
-    ``_scatter`` and ``_sum`` as programmatic dependents of the launch before each where
-    the GPU has it (False: never); ``half_adds``: fp16/bf16 values and output, one copy: add in the
+    samples), for a caller that reads it; ``pdl``: launch ``_scatter`` and ``_sum`` as
+    programmatic dependents of the launch before each where the GPU has it (False:
+    never); ``half_adds``: fp16/bf16 values and output, one copy: add in the
     output's dtype straight into it (no fp32 copy and no ``_sum``; hot rows still summed in
     fp32); ``local``: sum the rows of a block that share an index with ``local - 1`` others
     or more and add each sum once (0: never; rows of over 32 elements, whose blocks hold at
