@@ -138,6 +138,10 @@ def check_reduce_scatter(label: str, xs: Sequence[torch.Tensor], outs: Sequence[
     assert err < tol, f"{label}: relative error {err:.3g}"
 
 
+# the scatter kernels' relative error against float64: fp32 sums, rounded to the dtype
+SCATTER_TOL = {torch.float32: 1e-6, torch.bfloat16: 1e-2, torch.float16: 2e-3}
+
+
 def finite_error(got: torch.Tensor, ref: torch.Tensor, label: object = "") -> float:
     """The relative error of ``got`` against float64 ``ref`` over ``ref``'s finite
     elements, after asserting that ``got`` has NaN exactly where ``ref`` has and the same

@@ -2,12 +2,11 @@
 ``commrt::partitioned_index_put`` on CPU tensors against a float64 index_add."""
 
 import torch
+from kernel_cases import SCATTER_TOL as TOL
 from kernel_cases import finite_error
 
 from commrt.fx import scatter_scratch
 from commrt.fx.scatter_kernels import partitioned_index_add
-
-TOL = {torch.float32: 1e-6, torch.bfloat16: 1e-2, torch.float16: 2e-3}
 
 
 def main() -> None:

@@ -3,13 +3,12 @@
 plan they make from the indices."""
 
 import torch
+from kernel_cases import SCATTER_TOL as TOL
 from kernel_cases import finite_error
 
 from commrt.fx.scatter_narrow import ROW_BLOCKS, narrow_index_add, state_numel
 from commrt.fx.scatter_scratch import zeroed
 from commrt.symm_mem.launch import next_pow2
-
-TOL = {torch.float32: 1e-6, torch.bfloat16: 1e-2, torch.float16: 2e-3}
 
 
 def indices(dist: str, rows: int, n: int, g) -> torch.Tensor:

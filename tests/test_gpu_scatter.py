@@ -3,12 +3,11 @@ against float64 (``pytest -m gpu tests/test_gpu_scatter.py``)."""
 
 import pytest
 import torch
+from kernel_cases import SCATTER_TOL as TOL
 from kernel_cases import finite_error
 
 import commrt.fx
 
-# relative error against float64 of the kernels' fp32 sums, rounded to the output's dtype
-TOL = {torch.float32: 1e-6, torch.bfloat16: 1e-2, torch.float16: 2e-3}
 CASES = [  # (op, dtype, row width (0: 1-D), rows, indices, expected choice)
     ("index_add", torch.float32, 100, 501, 600_011, "commrt"),  # wide rows that contend
     ("index_add", torch.bfloat16, 16, 8, 100_000, "commrt"),  # bf16 rows, fp32 sums

@@ -101,7 +101,7 @@ def _plan(a, valid, b, scr, n, rows, P: tl.constexpr, S: tl.constexpr, T: tl.con
     ``PAIRS``: the pairs of ``a`` with a second sample ``b`` [T] count too. Every pair is
     compared elementwise, ``a`` against shifted loads of a compact copy of the samples at
     ``scr`` (2 * (S + T) int32 the program owns; each sample twice, so that a shift is an
-    offset): no matrix, no reduction across threads."""
+    offset): each thread counts its entry's equals itself, with no S x S matrix."""
     pos = tl.arange(0, S)
     tl.store(scr + pos, a)
     tl.store(scr + S + pos, a)
