@@ -4,7 +4,9 @@
 # (onegpu: the one-GPU suite, pytest -m gpu; its summary is kept as
 #  benchmarks/results/gpu_tests_<device>.txt, a copy in $OUT)
 # (env: TESTS_K=expr selects GPU tests, ONEGPU_APART="tests/x.py ..." runs those test files
-#  in a second pytest beside the rest, DECODE_ARGS / BENCH_ARGS add bench_tp_decode.py /
+#  in a second pytest beside the rest, ONEGPU_ONLY="tests/x.py ..." runs only those files,
+#  each in its own pytest beside the others, and keeps gpu_tests_${ONEGPU_LABEL:-subset}_<device>.txt,
+#  DECODE_ARGS / BENCH_ARGS add bench_tp_decode.py /
 #  bench_allreduce.py options, FX_ARGS / TP_ARGS add bench_fx_overlap.py options (without /
 #  with --tp), CE_ARGS
 #  bench_copy_engine.py options, GRID_ARGS bench_scatter.py --grid options (e.g.
@@ -47,14 +49,24 @@ onegpu() {
   name=${name:-unknown}
   dev=$(echo "$name" | tr '[:upper:]' '[:lower:]' | tr ' ' '-' | tr -cd 'a-z0-9._-')
   file=gpu_tests_$dev.txt
+  [ -n "${ONEGPU_ONLY:-}" ] && file=gpu_tests_${ONEGPU_LABEL:-subset}_$dev.txt
   raw=$OUT/onegpu_pytest.txt
   cmd="$(command -v pytest >/dev/null && echo pytest || echo python3 -m pytest) -m gpu -rA -q"
   # ONEGPU_APART="tests/a.py ...": those files in a second pytest beside the rest, on the
   # same GPU (the suite in about half the time)
   for path in ${ONEGPU_APART:-}; do ignore+=(--ignore="$path"); done
-  timeout "${STAGE_TIMEOUT:-0}" $cmd tests "${ignore[@]}" ${TESTS_K:+-k "$TESTS_K"} \
-    >"$raw.0" 2>&1 & pids+=($!)
-  if [ -n "${ONEGPU_APART:-}" ]; then
+  if [ -n "${ONEGPU_ONLY:-}" ]; then  # only these files, one pytest each
+    part=0
+    for path in $ONEGPU_ONLY; do
+      timeout "${STAGE_TIMEOUT:-0}" $cmd "$path" ${TESTS_K:+-k "$TESTS_K"} \
+        >"$raw.$part" 2>&1 & pids+=($!)
+      part=$((part + 1))
+    done
+  else
+    timeout "${STAGE_TIMEOUT:-0}" $cmd tests "${ignore[@]}" ${TESTS_K:+-k "$TESTS_K"} \
+      >"$raw.0" 2>&1 & pids+=($!)
+  fi
+  if [ -z "${ONEGPU_ONLY:-}" ] && [ -n "${ONEGPU_APART:-}" ]; then
     timeout "${STAGE_TIMEOUT:-0}" $cmd $ONEGPU_APART ${TESTS_K:+-k "$TESTS_K"} \
       >"$raw.1" 2>&1 & pids+=($!)
   fi
@@ -67,7 +79,10 @@ onegpu() {
     versions
     echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
     echo "commit: ${GIT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}"
-    if [ -n "${ONEGPU_APART:-}" ]; then
+    if [ -n "${ONEGPU_ONLY:-}" ]; then
+      echo "command: one beside the other:" \
+        "$(for path in $ONEGPU_ONLY; do printf '%s; ' "$cmd $path${TESTS_K:+ -k \"$TESTS_K\"}"; done)"
+    elif [ -n "${ONEGPU_APART:-}" ]; then
       echo "command: $cmd tests ${ignore[*]}${TESTS_K:+ -k \"$TESTS_K\"}, beside it:" \
         "$cmd $ONEGPU_APART${TESTS_K:+ -k \"$TESTS_K\"}"
     else
