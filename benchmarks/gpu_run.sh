@@ -5,7 +5,7 @@
 #  benchmarks/results/gpu_tests_<device>.txt, a copy in $OUT)
 # (env: TESTS_K=expr selects GPU tests, ONEGPU_APART="tests/x.py ..." runs those test files
 #  in a second pytest beside the rest, ONEGPU_ONLY="tests/x.py ..." runs only those files,
-#  each in its own pytest beside the others, and keeps gpu_tests_${ONEGPU_LABEL:-subset}_<device>.txt,
+#  each in its own pytest beside the others (ONEGPU_ARGS adds pytest options, e.g. "-n 3"), and keeps gpu_tests_${ONEGPU_LABEL:-subset}_<device>.txt,
 #  DECODE_ARGS / BENCH_ARGS add bench_tp_decode.py /
 #  bench_allreduce.py options, FX_ARGS / TP_ARGS add bench_fx_overlap.py options (without /
 #  with --tp), CE_ARGS
@@ -51,7 +51,7 @@ onegpu() {
   file=gpu_tests_$dev.txt
   [ -n "${ONEGPU_ONLY:-}" ] && file=gpu_tests_${ONEGPU_LABEL:-subset}_$dev.txt
   raw=$OUT/onegpu_pytest.txt
-  cmd="$(command -v pytest >/dev/null && echo pytest || echo python3 -m pytest) -m gpu -rA -q"
+  cmd="$(command -v pytest >/dev/null && echo pytest || echo python3 -m pytest) -m gpu -rA -q${ONEGPU_ARGS:+ $ONEGPU_ARGS}"
   # ONEGPU_APART="tests/a.py ...": those files in a second pytest beside the rest, on the
   # same GPU (the suite in about half the time)
   for path in ${ONEGPU_APART:-}; do ignore+=(--ignore="$path"); done
