@@ -19,7 +19,6 @@ import datetime
 import json
 import os
 import queue
-import statistics
 import sys
 import threading
 import time
@@ -308,29 +307,13 @@ def _compile_column(name: str, fn, cells: list, data: tuple, compiled=None):
 
 
 def time_call(fn) -> tuple[float, str]:
-    """(median ms of one call, how): ``time_calls`` of this call alone."""
-    return time_calls({0: fn})[0]
+    """(median ms of one call, how): in a CUDA graph of as many calls as fill about 2 ms,
+    replayed 10 times (3 for calls over 20 ms); ``eager`` events where a call cannot be
+    captured; ``once``, one call's events, for a call over 50 ms (a contended scatter
+    hundreds of times slower than the others in its cell)."""
+    from commrt.timing import time_eager, time_graph
 
-
-ROUNDS = 5  # time_calls: rounds over a group's calls, every call timed once a round
-
-
-def round_orders(count: int, rounds: int) -> list[list[int]]:
-    """The order of ``count`` calls in each of ``rounds`` rounds: every call once a round,
-    each round starting one call later and every other round backwards, so that no call
-    always runs first or after the same call, and a drift of the device that outlasts a
-    round falls on all of them."""
-    orders = []
-    for r in range(rounds if count else 0):
-        orders.append([(r - k if r % 2 else r + k) % count for k in range(count)])
-    return orders
-
-
-def _timed_call(fn, dev: torch.device):
-    """(replay: one timed repetition, calls in it, how) for ``time_calls``, or (ms, None,
-    "once") for a call over 50 ms."""
-    from commrt.timing import _capture
-
+    dev = torch.device("cuda", torch.cuda.current_device())
     fn()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
@@ -339,89 +322,34 @@ def _timed_call(fn, dev: torch.device):
     end.synchronize()
     once = start.elapsed_time(end)
     if once > 50:
-        return once, None, "once"
+        return once, "once"
     ops = max(1, min(50, int(2.0 / max(once, 1e-3))))
+    replays = 3 if once > 20 else 10
     try:
-        graph = _capture(fn, dev, ops)
-        graph.replay()  # the first replay uploads the graph
-        return graph.replay, ops, "graph"
+        return time_graph(fn, dev, ops=ops, replays=replays) / 1e3, "graph"
     except Exception:  # noqa: BLE001 (a call that syncs or allocates outside the pool)
         torch.cuda.synchronize()
-        return (lambda: [fn() for _ in range(ops)]), ops, "eager"
-
-
-def time_calls(fns: dict, rounds: int = ROUNDS, context=None) -> dict:
-    """``time_call`` for several calls at once, interleaved: (median ms of one call, how)
-    per key. Each call is captured once in a CUDA graph of as many calls as fill about
-    2 ms; then ``rounds`` rounds (``round_orders``) replay every graph three times, an
-    event around each of the last two, and the median is over all of them. The first
-    replay of a turn is not timed: timed right after the device went idle, one graph
-    measured up to 1.6x its own time as another column of the cell (one H200). A call that
-    cannot be captured is timed in eager mode in its turn (``eager``); a call over 50 ms
-    once (``once``).
-    ``context(key)``: the context manager a call is warmed up, captured and run in."""
-    dev = torch.device("cuda", torch.cuda.current_device())
-    ctx = context or (lambda key: contextlib.nullcontext())
-    out, timed = {}, {}
-    for key, fn in fns.items():
-        with ctx(key):
-            run, ops, how = _timed_call(fn, dev)
-        if how == "once":
-            out[key] = (run, how)
-        else:
-            timed[key] = (run, ops, how)
-    torch.cuda.synchronize()
-    keys = list(timed)
-    samples = {k: [] for k in keys}
-    for order in round_orders(len(keys), rounds):
-        for j in order:
-            run, ops, how = timed[keys[j]]
-            ev = [torch.cuda.Event(enable_timing=True) for _ in range(3)]
-            with ctx(keys[j]) if how == "eager" else contextlib.nullcontext():
-                run()  # not timed: the device is busy while the timed ones are queued
-                ev[0].record()
-                run()
-                ev[1].record()
-                run()
-                ev[2].record()
-            ev[2].synchronize()
-            samples[keys[j]] += [ev[i].elapsed_time(ev[i + 1]) / ops for i in range(2)]
-    for k in keys:
-        out[k] = (statistics.median(samples[k]), timed[k][2])
-    return out
+        return time_eager(fn, dev, iters=max(3, ops * replays)) / 1e3, "eager"
 
 
 def time_group(state: dict) -> list[dict]:
-    """Median ms of every column of a group (the caller holds the GPU alone): a cell's
-    columns timed together (``time_calls``), so that they share the rounds they are timed
-    in; the next cell's graphs are captured once this cell's are freed."""
+    """Median ms of every column of a group (the caller holds the GPU alone)."""
     out, vals, idxs = state["data"]
-    for cell, d in zip(state["cells"], DISTS, strict=True):
-        fns = {}
-        for name, f in state["fns"].items():
-            first = cell.get("first_ms", {}).get(name, 0.0)
-            if first > SLOW_MS:  # seconds a call: its one call while compiling
-                cell["ms"][name] = first
-                cell.setdefault("timed", {})[name] = "first call"
-            else:
-                fns[name] = lambda f=f, i=idxs[d]: f(out, i, vals)
-        try:  # the compiled callables of compile_group, in their settings: no new compile
-            got = time_calls(fns, context=_context)
-        except Exception as exc:  # noqa: BLE001 (one column fails: the others one by one)
-            print(f"  {grid_name(state['group'])} {d}: timing together failed "
-                  f"({exc!r:.200}); one column at a time", flush=True)
-            got = {}
-            for name, fn in fns.items():
-                try:
-                    with _context(name):
-                        got[name] = time_call(fn)
-                except Exception as e:  # noqa: BLE001 (recorded in the cell, the grid goes on)
-                    _failed([cell], name, e)
-        for name, (ms, how) in got.items():
-            cell["ms"][name] = ms
-            cell.setdefault("timed", {})[name] = how
-        torch.cuda.empty_cache()
-    return state["cells"]
+    cells = state["cells"]
+    for name, f in state["fns"].items():
+        try:
+            with _context(name):  # the compiled callable of compile_group: no new compile
+                for cell, d in zip(cells, DISTS, strict=True):
+                    first = cell.get("first_ms", {}).get(name, 0.0)
+                    if first > SLOW_MS:  # seconds a call: its one call while compiling
+                        cell["ms"][name], how = first, "first call"
+                    else:
+                        cell["ms"][name], how = time_call(
+                            lambda f=f, i=idxs[d]: f(out, i, vals))
+                    cell.setdefault("timed", {})[name] = how
+        except Exception as exc:  # noqa: BLE001 (recorded in the cells, the group goes on)
+            _failed(cells, name, exc)
+    return cells
 
 
 def grid_name(group: tuple) -> str:
@@ -628,8 +556,7 @@ def grid_markdown(cells: list, meta: dict, elapsed: float, status: dict) -> str:
         f"{meta['commit']}, `{meta['command']}`, {elapsed:.0f} s"
         + "".join(f"; cells of other widths/ops from `{r['command']}` ({r['date']}, torch "
                   f"{r['torch']}, Triton {r['triton']})" for r in meta.get("merged", []))
-        + ". Median ms of a call: a cell's columns each captured in a CUDA graph of calls "
-        f"and replayed in turn, {ROUNDS} rounds (`time_calls`); `*`: a "
+        + ". Median ms of a call, timed in a CUDA graph of calls (`time_call`); `*`: a "
         f"call over {SLOW_MS / 1e3:.0f} s, its one call while the other groups compiled "
         "(Inductor's bf16 index_put on contended indices), not timed again. "
         f"{VALUES} value elements a cell; outputs over {MAX_OUT} elements left out. "
