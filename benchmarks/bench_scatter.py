@@ -2,13 +2,13 @@
 
     python benchmarks/bench_scatter.py [--out-dir benchmarks/results]
     python benchmarks/bench_scatter.py --grid [--workers 12] [--force] [--widths 0,1,4,16]
-        [--update]
+        [--rows 1024] [--update]
 
 Default: three index_add into three buffers, values float32 [1,000,000 x 100], int64
 indices drawn uniformly from 0..k, output [501 x 100]; median ms of
 ``triton.testing.do_bench``. ``--grid``: every row width, output size, index distribution,
-dtype and op (``grid``), each call timed in a CUDA graph; ``--widths``/``--ops``/``--dtypes``
-run part of it, and ``--update`` merges those cells into the grid file already there.
+dtype and op (``grid``), each call timed in a CUDA graph; ``--widths``/``--rows``/``--ops``/
+``--dtypes`` run part of it, and ``--update`` merges those cells into the grid file already there.
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=12, help="--grid: compiling processes")
     ap.add_argument("--widths", default=",".join(map(str, WIDTHS)),
                     help="--grid: row widths (0: 1-D values)")
+    ap.add_argument("--rows", default=",".join(map(str, ROWS)), help="--grid: output rows")
     ap.add_argument("--ops", default=",".join(OPS), help="--grid: ops")
     ap.add_argument("--dtypes", default=",".join(DTYPES), help="--grid: value dtypes")
     ap.add_argument("--update", action="store_true",
@@ -143,9 +144,10 @@ TOL = {"float32": 1e-4, "bfloat16": 2e-2}  # commrt's error: at most this or 1.5
 SAME_GRAPH_SLACK = 3.0
 
 
-def grid_groups(ops=tuple(OPS), dtypes=tuple(DTYPES), widths=WIDTHS) -> list[tuple]:
+def grid_groups(ops=tuple(OPS), dtypes=tuple(DTYPES), widths=WIDTHS,
+                rows=ROWS) -> list[tuple]:
     """(op, dtype, width, rows): one compile per column serves the three distributions."""
-    return [(op, dt, w, r) for op in ops for dt in dtypes for w in widths for r in ROWS
+    return [(op, dt, w, r) for op in ops for dt in dtypes for w in widths for r in rows
             if r * max(1, w) <= MAX_OUT]
 
 
@@ -398,7 +400,8 @@ def grid(args) -> None:
     os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
     columns = COLUMNS + (("commrt kernels",) if args.force else ())
     groups = grid_groups(tuple(args.ops.split(",")), tuple(args.dtypes.split(",")),
-                         tuple(int(w) for w in args.widths.split(",")))
+                         tuple(int(w) for w in args.widths.split(",")),
+                         tuple(int(r) for r in args.rows.split(",")))
     start = time.time()
     meta = grid_meta(args, columns, start, groups)
     kept = _kept_cells(args, meta, groups)

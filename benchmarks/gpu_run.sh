@@ -5,12 +5,13 @@
 #  benchmarks/results/gpu_tests_<device>.txt, a copy in $OUT)
 # (env: TESTS_K=expr selects GPU tests, ONEGPU_APART="tests/x.py ..." runs those test files
 #  in a second pytest beside the rest, ONEGPU_ONLY="tests/x.py ..." runs only those files,
-#  each in its own pytest beside the others (ONEGPU_ARGS adds pytest options, e.g. "-n 3"), and keeps gpu_tests_${ONEGPU_LABEL:-subset}_<device>.txt,
-#  DECODE_ARGS / BENCH_ARGS add bench_tp_decode.py /
+#  each in its own pytest beside the others, kept as gpu_tests_${ONEGPU_LABEL:-subset}_<device>.txt,
+#  ONEGPU_ARGS adds pytest options (e.g. "-n 3"), DECODE_ARGS / BENCH_ARGS add bench_tp_decode.py /
 #  bench_allreduce.py options, FX_ARGS / TP_ARGS add bench_fx_overlap.py options (without /
 #  with --tp), CE_ARGS
 #  bench_copy_engine.py options, GRID_ARGS bench_scatter.py --grid options (e.g.
-#  "--widths 0,1,4,16" then "--widths 100,1024,4096 --update": the grid in two calls),
+#  "--widths 0,1,4,16" then "--widths 100,1024,4096 --update": the grid in two calls;
+#  "--widths 4 --rows 1024 --ops index_put --dtypes bfloat16 --update": one group again),
 #  STAGE_TIMEOUT=seconds caps each stage's command)
 # (default: env tests tune bench cli decode)
 # Logs and results go to $OUT (or ./gpu_out) as log.txt plus results.tar.gz.
@@ -41,8 +42,10 @@ print(f"torch: {torch.__version__}  triton: {triton.__version__}  cuda: {torch.v
       f"  nccl: {nccl}")
 PY
 }
-# The one-GPU suite with every test id and outcome (-rA), kept with device, versions,
-# date, commit and command as gpu_tests_<device>.txt in $OUT, results/ and the checkout.
+# The one-GPU suite with every test id and outcome (-rfEsxXp: -rA without the captured
+# output of every passing test, which kept an H100 run printing past its time limit),
+# kept with device, versions, date, commit and command as gpu_tests_<device>.txt in
+# $OUT, results/ and the checkout.
 onegpu() {
   local name dev file raw cmd rc path ignore=() pids=() part
   name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
@@ -51,7 +54,7 @@ onegpu() {
   file=gpu_tests_$dev.txt
   [ -n "${ONEGPU_ONLY:-}" ] && file=gpu_tests_${ONEGPU_LABEL:-subset}_$dev.txt
   raw=$OUT/onegpu_pytest.txt
-  cmd="$(command -v pytest >/dev/null && echo pytest || echo python3 -m pytest) -m gpu -rA -q${ONEGPU_ARGS:+ $ONEGPU_ARGS}"
+  cmd="$(command -v pytest >/dev/null && echo pytest || echo python3 -m pytest) -m gpu -rfEsxXp -q${ONEGPU_ARGS:+ $ONEGPU_ARGS}"
   # ONEGPU_APART="tests/a.py ...": those files in a second pytest beside the rest, on the
   # same GPU (the suite in about half the time)
   for path in ${ONEGPU_APART:-}; do ignore+=(--ignore="$path"); done
