@@ -68,10 +68,10 @@ onegpu() {
   else
     timeout "${STAGE_TIMEOUT:-0}" $cmd tests "${ignore[@]}" ${TESTS_K:+-k "$TESTS_K"} \
       >"$raw.0" 2>&1 & pids+=($!)
-  fi
-  if [ -z "${ONEGPU_ONLY:-}" ] && [ -n "${ONEGPU_APART:-}" ]; then
-    timeout "${STAGE_TIMEOUT:-0}" $cmd $ONEGPU_APART ${TESTS_K:+-k "$TESTS_K"} \
-      >"$raw.1" 2>&1 & pids+=($!)
+    if [ -n "${ONEGPU_APART:-}" ]; then
+      timeout "${STAGE_TIMEOUT:-0}" $cmd $ONEGPU_APART ${TESTS_K:+-k "$TESTS_K"} \
+        >"$raw.1" 2>&1 & pids+=($!)
+    fi
   fi
   rc=0
   for part in "${pids[@]}"; do wait "$part" || rc=$?; done
