@@ -14,9 +14,10 @@ Two or three launches, no host sync; the plan is made on the GPU from the indice
    estimates the atomic adds an address takes (``n`` times the chance that two adds
    share a row, and no fewer than an even spread over the rows gives); under
    ``PER_ADDRESS`` one copy takes them (plain atomics), else the power of two
-   (``MIN_COPIES`` to ``P``) that brings them under ``NARROW_SPREAD``. Every pair of
-   entries is compared elementwise, against shifted loads of a copy of the samples in
-   ``state``. The ``p - 1`` extra copies are ``scatter_scratch``'s, zero on entry: no
+   (``MIN_COPIES`` to ``P``) that brings them under ``NARROW_SPREAD``. With two samples
+   it sorts them together and counts each row's entries of each with segmented scans;
+   with one it compares every pair of entries, against shifted loads of a copy of the
+   sample in ``state``. The ``p - 1`` extra copies are ``scatter_scratch``'s, zero on entry: no
    launch zeroes them.
 2. ``_scatter``: a program takes ``ITERS`` blocks of ``SUB`` rows (one block of 4,096
    values for rows of ``ROW_BLOCKS_FROM`` elements or more). For each hot row it
@@ -80,69 +81,100 @@ LOCAL_SUB = 64  # the most rows a block for which _scatter sums rows that share 
 
 
 @triton.jit
-def _sample(idx, n, rows, S: tl.constexpr, HALF_STEP: tl.constexpr = False):
-    """(sampled output rows, valid): ``S`` strided indices (``HALF_STEP``: each half a stride
-    on); an index out of range, or no sample, becomes a negative value no other entry has."""
-    step = tl.maximum(n // S, 1)
-    pos = tl.arange(0, S)
-    at = pos * step + (step // 2 if HALF_STEP else 0)
-    valid = at < n
+def _sample(idx, n, rows, S: tl.constexpr, W: tl.constexpr):
+    """(sampled output rows, entries of the first sample): ``S`` strided indices; with
+    ``W`` over ``S``, ``W`` entries, the first half holding them and the second half a
+    second strided sample of ``W // 2`` (at least ``S``) indices, each half its stride on.
+    An index out of range, a padding entry or no index becomes a negative value no other
+    entry has."""
+    pos = tl.arange(0, W)
+    if W == S:
+        at = pos * tl.maximum(n // S, 1)
+        first = at < n
+        valid = first
+    else:
+        second = pos >= W // 2
+        j = tl.where(second, pos - W // 2, pos)
+        step = tl.where(second, tl.maximum(n // (W // 2), 1), tl.maximum(n // S, 1))
+        at = j * step + tl.where(second, step // 2, 0)
+        first = (at < n) & (j < S) & (second == 0)
+        valid = first | (second & (at < n))
     a = tl.load(idx + at, mask=valid, other=0)
     a = tl.where(a < 0, a + rows, a)
-    return tl.where(valid & (a >= 0) & (a < rows), a, -2 - pos).to(tl.int32), valid
+    return tl.where(valid & (a >= 0) & (a < rows), a, -2 - pos).to(tl.int32), first
 
 
 @triton.jit
-def _plan(a, valid, b, scr, n, rows, P: tl.constexpr, S: tl.constexpr, T: tl.constexpr,
-          H: tl.constexpr, HOT_MIN: tl.constexpr, HOT_ADDS: tl.constexpr,
-          HOT_SHARE: tl.constexpr, PER_ADDRESS: tl.constexpr, MIN_COPIES: tl.constexpr,
-          SPREAD: tl.constexpr, PAIRS: tl.constexpr):
-    """(copies p, hot rows [H] (-1: none), how many hot) from the sample ``a`` [S];
-    ``PAIRS``: the pairs of ``a`` with a second sample ``b`` [T] count too. Every pair is
-    compared elementwise, ``a`` against shifted loads of a compact copy of the samples at
-    ``scr`` (2 * (S + T) int32 the program owns; each sample twice, so that a shift is an
-    offset): each thread counts its entry's equals itself, with no S x S matrix."""
-    pos = tl.arange(0, S)
-    tl.store(scr + pos, a)
-    tl.store(scr + S + pos, a)
-    if PAIRS:
-        bt = tl.arange(0, T)
-        tl.store(scr + 2 * S + bt, b)
-        tl.store(scr + 2 * S + T + bt, b)
-    tl.debug_barrier()  # the copy is the program's, seen by all of its threads
-    sampled = tl.maximum(tl.sum(valid.to(tl.int32)), 1).to(tl.float32)
-    count = tl.full([S], 1, tl.int32)  # occurrences of a[i], itself included
-    earlier = tl.zeros([S], tl.int32)  # a[i] occurs before i
-    for s in tl.static_range(1, S):
-        e = a == tl.load(scr + pos + s)  # a[(i + s) % S]
-        count += e.to(tl.int32)
-        earlier |= (e & (pos + s >= S)).to(tl.int32)
+def _runs(row_l, a_l, b_l, row_r, a_r, b_r):
+    # a segmented count over sorted rows: the right part's last row, and its entries of
+    # the first and second sample, those of the left part added where that row continues
+    # (sorted: the left part's last row equals the right part's only if all of it is that row)
+    same = row_l == row_r
+    return row_r, a_r + tl.where(same, a_l, 0), b_r + tl.where(same, b_l, 0)
+
+
+@triton.jit
+def _plan(a, first, scr, n, rows, W: tl.constexpr, P: tl.constexpr, H: tl.constexpr,
+          HOT_MIN: tl.constexpr, HOT_ADDS: tl.constexpr, HOT_SHARE: tl.constexpr,
+          PER_ADDRESS: tl.constexpr, MIN_COPIES: tl.constexpr, SPREAD: tl.constexpr,
+          PAIRS: tl.constexpr):
+    """(copies p, hot rows [H] (-1: none), how many hot) from the sample ``a`` of ``W``
+    entries (``first``: those of its first sample). ``PAIRS``: ``a``'s second half is a
+    second sample (``_sample``), whose pairs with the first count too; the entries are
+    sorted, each
+    tagged with its sample, and two segmented scans (forward and back) count each row's
+    entries of each. Else each entry is compared with shifted loads of a copy of ``a`` at
+    ``scr`` (2 * W int32 the program owns; ``a`` twice, so that a shift is an offset). On
+    one H200 (docs/decisions.md, 2026-11-27) the sort took 0.4-1.1 µs less than the shifted
+    loads of both samples, the shifted loads of one sample 2.2-2.6 µs less than its sort."""
+    sampled = tl.maximum(tl.sum(first.to(tl.int32)), 1).to(tl.float32)
+    if PAIRS:  # row * 2 + tag: a row's entries of both samples sort next to each other
+        half = tl.arange(0, W) >= W // 2
+        k = tl.sort(a.to(tl.int64) * 2 + half.to(tl.int64))
+        row = k >> 1
+        in_b = (k & 1).to(tl.int32)
+        in_a = 1 - in_b
+        _, fa, fb = tl.associative_scan((row, in_a, in_b), 0, _runs)
+        _, ba, bb = tl.associative_scan((row, in_a, in_b), 0, _runs, reverse=True)
+        count = fa + ba - in_a  # entries of the first sample on this entry's row
+        count_b = fb + bb - in_b  # ... of the second
+        lead = (in_a == 1) & (fa == 1)  # a row's first entry of the first sample
+    else:
+        pos = tl.arange(0, W)
+        tl.store(scr + pos, a)
+        tl.store(scr + W + pos, a)
+        tl.debug_barrier()  # the copy is the program's, seen by all of its threads
+        row = a
+        in_a = tl.full([W], 1, tl.int32)
+        count = tl.full([W], 1, tl.int32)  # occurrences of a[i], itself included
+        earlier = tl.zeros([W], tl.int32)  # a[i] occurs before i
+        for s in tl.static_range(1, W):
+            e = a == tl.load(scr + pos + s)  # a[(i + s) % W]
+            count += e.to(tl.int32)
+            earlier |= (e & (pos + s >= W)).to(tl.int32)
+        count_b = count
+        lead = earlier == 0
     # hot: a row that HOT_MIN of the sample hit, that would put over HOT_ADDS adds on one
     # copy, and either on each of P copies or that takes 1 / HOT_SHARE of the sample (rows
     # of a few percent each go to copies: a hot row costs a reduction a block)
     adds_row = n * count.to(tl.float32) / sampled
-    heavy = (a >= 0) & (count >= HOT_MIN) & (adds_row > HOT_ADDS) & \
+    heavy = (row >= 0) & (count >= HOT_MIN) & (adds_row > HOT_ADDS) & \
         ((adds_row > P * HOT_ADDS) | (count * HOT_SHARE >= sampled))
     hot = tl.full([H], -1, tl.int32)
     nhot = 0
     if tl.max(heavy.to(tl.int32)) > 0:  # rare: the reductions below only then
-        cand = heavy & (earlier == 0)  # first occurrences; S // HOT_MIN <= H: all fit
+        cand = heavy & lead
         rank = tl.cumsum(cand.to(tl.int32), axis=0) - cand.to(tl.int32)
         pick = cand[:, None] & (rank[:, None] == tl.arange(0, H)[None, :])
-        hot = tl.sum(tl.where(pick, a[:, None] + 1, 0), axis=0) - 1
+        hot = (tl.sum(tl.where(pick, row[:, None] + 1, 0), axis=0) - 1).to(tl.int32)
         nhot = tl.sum((hot >= 0).to(tl.int32))
-    rest = (a >= 0) & (heavy == 0)
+    rest = (in_a == 1) & (row >= 0) & (heavy == 0)
     m = tl.sum(rest.to(tl.int32)).to(tl.float32)
     same = tl.where(rest, count - 1, 0)  # ordered equal pairs, by a's entry
     pairs = m * (m - 1.0)
     if PAIRS:  # 64 entries see 5 pairs where 1% of rows take 90%, and none 1 time in 10
-        # b[j] equal to a rest entry is a rest row too: only the pairs' count needs b's
-        # entries that no hot row took
-        for s in tl.static_range(T):
-            same += (rest & (a == tl.load(scr + 2 * S + pos + s))).to(tl.int32)
-        brest = tl.sum((b >= 0).to(tl.int32))
-        if nhot > 0:
-            brest -= tl.sum(tl.max((b[:, None] == hot[None, :]).to(tl.int32), axis=1))
+        same += tl.where(rest, count_b, 0)
+        brest = tl.sum(((in_b == 1) & (row >= 0) & (heavy == 0)).to(tl.int32))
         pairs += m * brest.to(tl.float32)
     # adds an address takes, seen from an add: n_rest * P(two rest adds share a row)
     n_rest = n * m / sampled
@@ -167,7 +199,7 @@ def _plan_store(state, p, hot, nhot, H: tl.constexpr):
 
 @triton.jit
 def _init(self_ptr, acc, extra, idx, state, n, rows, plane, P: tl.constexpr,
-          S: tl.constexpr, T: tl.constexpr, H: tl.constexpr, HOT_MIN: tl.constexpr,
+          S: tl.constexpr, W: tl.constexpr, H: tl.constexpr, HOT_MIN: tl.constexpr,
           HOT_ADDS: tl.constexpr, HOT_SHARE: tl.constexpr, PER_ADDRESS: tl.constexpr,
           MIN_COPIES: tl.constexpr, SPREAD: tl.constexpr, BLOCK: tl.constexpr,
           WIDE: tl.constexpr, PDL: tl.constexpr, HALF_ADDS: tl.constexpr = False,
@@ -180,13 +212,9 @@ def _init(self_ptr, acc, extra, idx, state, n, rows, plane, P: tl.constexpr,
         if (P == 1) & (HOT_MIN > S):  # one copy and no hot rows: nothing to plan
             _plan_store(state, 1, tl.full([H], -1, tl.int32), 0, H)
         else:
-            a, valid = _sample(idx, n, rows, S)
-            b = a
-            if (P > 1) & (T > 0):
-                b, _ = _sample(idx, n, rows, T, True)
-            p, hot, nhot = _plan(a, valid, b, state + 4 + H, n, rows, P, S, T, H, HOT_MIN,
-                                 HOT_ADDS, HOT_SHARE, PER_ADDRESS, MIN_COPIES, SPREAD,
-                                 (P > 1) & (T > 0))
+            a, first = _sample(idx, n, rows, S, W)
+            p, hot, nhot = _plan(a, first, state + 4 + H, n, rows, W, P, H, HOT_MIN, HOT_ADDS,
+                                 HOT_SHARE, PER_ADDRESS, MIN_COPIES, SPREAD, W != S)
             _plan_store(state, p, hot, nhot, H)
         if HALF_ADDS:  # the hot rows' fp32 sums, and the programs done
             tl.store(extra + tl.arange(0, HD), tl.zeros([HD], tl.float32))
@@ -309,10 +337,11 @@ def _local_sums(acc, i, plain, v, c, cm, D: tl.constexpr, SUB: tl.constexpr,
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
-def state_numel(hot: int = HOT, pair_sample: int = NARROW_PAIR_SAMPLE) -> int:
+def state_numel(hot: int = HOT) -> int:
     """int32 entries of ``narrow_index_add``'s ``state``: the plan (copies, error, hot
-    rows, ``max(1, hot)`` rows), the programs done, and the planner's copy of its samples."""
-    return 4 + max(1, hot) + 2 * (NARROW_SAMPLE + pair_sample)
+    rows, ``max(1, hot)`` rows), the programs done, and the planner's copy of its first
+    sample."""
+    return 4 + max(1, hot) + 2 * NARROW_SAMPLE
 
 
 def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tensor,
@@ -332,10 +361,10 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
     of several copies; ``pair_sample``: the second sample's indices where copies are
     allowed (0: none; else a power of two, at least ``NARROW_SAMPLE``); ``hot``: the most
     hot rows (a power of two, at least ``NARROW_SAMPLE // hot_min``; 0: none); ``hot_adds``: the
-    adds on each copy over which a row is hot; ``state``: int32, ``state_numel(hot,
-    pair_sample)`` entries on the device to hold the plan (copies, error, hot rows, the hot
-    rows, then the programs done with ``half_adds`` and the planner's copy of the
-    samples), for a caller that reads it; ``pdl``: launch ``_scatter`` and ``_sum`` as
+    adds on each copy over which a row is hot; ``state``: int32, ``state_numel(hot)``
+    entries on the device to hold the plan (copies, error, hot rows, the hot rows, then
+    the programs done with ``half_adds`` and the planner's copy of its first sample), for
+    a caller that reads it; ``pdl``: launch ``_scatter`` and ``_sum`` as
     programmatic dependents of the launch before each where the GPU has it (False:
     never); ``half_adds``: fp16/bf16 values and output, one copy: add in the
     output's dtype straight into it (no fp32 copy and no ``_sum``; hot rows still summed in
@@ -366,10 +395,9 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
         raise ValueError(f"narrow_index_add: local={local} must be 0, or at least 2 on rows of "
                          f"over {ROW_BLOCKS[0] // (2 * LOCAL_SUB)} elements (blocks of at most "
                          f"{LOCAL_SUB} rows; got rows of {D})")
-    if state is not None and state.numel() < state_numel(hot, pair_sample):
+    if state is not None and state.numel() < state_numel(hot):
         raise ValueError(f"narrow_index_add: state holds {state.numel()} entries, needs "
-                         f"{state_numel(hot, pair_sample)} (hot={hot}, "
-                         f"pair_sample={pair_sample})")
+                         f"{state_numel(hot)} (hot={hot})")
     out = torch.empty_like(self)
     plane = rows * D
     if plane == 0:
@@ -382,9 +410,10 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
     extra = zeroed(self.device, (partitions - 1) * plane) if partitions > 1 else \
         torch.empty(HD, device=self.device, dtype=torch.float32)
     if state is None:
-        state = torch.empty(state_numel(hot, pair_sample), device=self.device,
-                            dtype=torch.int32)
-    plan = dict(P=partitions, S=NARROW_SAMPLE, T=pair_sample, H=H,
+        state = torch.empty(state_numel(hot), device=self.device, dtype=torch.int32)
+    # the sample: NARROW_SAMPLE indices, and where copies are allowed a second one
+    W = 2 * pair_sample if partitions > 1 and pair_sample else NARROW_SAMPLE
+    plan = dict(P=partitions, S=NARROW_SAMPLE, W=W, H=H,
                 HOT_MIN=hot_min if hot else 1 << 30, HOT_ADDS=hot_adds, HOT_SHARE=HOT_SHARE,
                 PER_ADDRESS=per_address, SPREAD=spread,
                 MIN_COPIES=min(min_copies, partitions))
