@@ -35,17 +35,17 @@ def three_scatters(o1, o2, o3, idx, v1, v2, v3):
     return o1.index_add(0, idx, v1), o2.index_add(0, idx, v2), o3.index_add(0, idx, v3)
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=1_000_000)
     ap.add_argument("--d", type=int, default=100)
-    ap.add_argument("--rows", type=int, default=501)
     ap.add_argument("--out-dir", default="benchmarks/results")
     ap.add_argument("--grid", action="store_true", help="the grid (see grid)")
     ap.add_argument("--workers", type=int, default=12, help="--grid: compiling processes")
     ap.add_argument("--widths", default=",".join(map(str, WIDTHS)),
                     help="--grid: row widths (0: 1-D values)")
-    ap.add_argument("--rows", default=",".join(map(str, ROWS)), help="--grid: output rows")
+    ap.add_argument("--rows", default=None,
+                    help="output rows (default 501; --grid: a list, default every size)")
     ap.add_argument("--ops", default=",".join(OPS), help="--grid: ops")
     ap.add_argument("--dtypes", default=",".join(DTYPES), help="--grid: value dtypes")
     ap.add_argument("--update", action="store_true",
@@ -54,7 +54,11 @@ def main() -> None:
                     help="--grid: add a column with every scatter given to commrt's kernels")
     ap.add_argument("--budget-s", type=float, default=230.0,
                     help="--grid: groups not started by then are listed as not run")
-    args = ap.parse_args()
+    return ap
+
+
+def main() -> None:
+    args = parser().parse_args()
     if args.grid:
         grid(args)
     else:
@@ -70,7 +74,7 @@ def seed(args) -> None:
     dev = torch.device("cuda")
     g = torch.Generator(device=dev).manual_seed(0)
     vals = [torch.randn(args.n, args.d, device=dev, generator=g) for _ in range(3)]
-    outs = [torch.zeros(args.rows, args.d, device=dev) for _ in range(3)]
+    outs = [torch.zeros(int(args.rows or 501), args.d, device=dev) for _ in range(3)]
     variants = {
         "eager": lambda: three_scatters,
         "compiled": lambda: torch.compile(three_scatters),
@@ -399,9 +403,9 @@ def grid(args) -> None:
 
     os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
     columns = COLUMNS + (("commrt kernels",) if args.force else ())
+    rows = tuple(int(r) for r in args.rows.split(",")) if args.rows else ROWS
     groups = grid_groups(tuple(args.ops.split(",")), tuple(args.dtypes.split(",")),
-                         tuple(int(w) for w in args.widths.split(",")),
-                         tuple(int(r) for r in args.rows.split(",")))
+                         tuple(int(w) for w in args.widths.split(",")), rows)
     start = time.time()
     meta = grid_meta(args, columns, start, groups)
     kept = _kept_cells(args, meta, groups)
