@@ -1,12 +1,13 @@
 """Run under TRITON_INTERPRET=1 (``test_fx_scatter`` starts it): the narrow-row kernels of
 ``commrt::partitioned_index_put`` on CPU tensors against a float64 index_add, and the
-plan they make from the indices."""
+plan they make from the indices, against a count in Python."""
 
 import torch
 from kernel_cases import SCATTER_TOL as TOL
 from kernel_cases import finite_error
 
 from commrt.fx.scatter_narrow import ROW_BLOCKS, narrow_index_add, state_numel
+from commrt.fx.scatter_rule import HOT_SHARE, NARROW_SAMPLE, NARROW_SPREAD
 from commrt.fx.scatter_scratch import zeroed
 from commrt.symm_mem.launch import next_pow2
 
@@ -18,6 +19,79 @@ def indices(dist: str, rows: int, n: int, g) -> torch.Tensor:
     elif dist == "few":  # everything into three rows
         idx = torch.tensor([1, rows - 1, rows // 2])[torch.randint(0, 3, (n,), generator=g)]
     return idx
+
+
+def plan_reference(idx: torch.Tensor, rows: int, copies: int, pair_sample: int,
+                   hot_min: int, hot_adds: int, per_address: int, min_copies: int,
+                   spread: int = NARROW_SPREAD) -> tuple[int, set]:
+    """(copies, hot rows) that ``_plan`` must make: counted row by row in Python, in
+    float32 in the kernel's order of operations."""
+    f32 = torch.float32
+    n = idx.numel()
+
+    def sample(size: int, offset: bool) -> list:
+        step = max(n // size, 1)
+        at = [k * step + (step // 2 if offset else 0) for k in range(size)]
+        got = [int(idx[a]) + (rows if int(idx[a]) < 0 else 0) if a < n else None for a in at]
+        return [r if r is not None and 0 <= r < rows else None for r in got], \
+            sum(a < n for a in at)
+
+    a, sampled = sample(NARROW_SAMPLE, False)
+    pairs = copies > 1 and pair_sample > 0
+    b = sample(pair_sample, True)[0] if pairs else []
+    sampled = torch.tensor(float(max(sampled, 1)), dtype=f32)
+    count = {r: a.count(r) for r in a if r is not None}
+
+    def heavy(r: int) -> bool:
+        c = count.get(r, 0)
+        adds_row = torch.tensor(float(n), dtype=f32) * c / sampled
+        return bool(c >= hot_min and adds_row > hot_adds and
+                    (adds_row > copies * hot_adds or c * HOT_SHARE >= sampled))
+
+    hot = {r for r in count if heavy(r)}
+    rest = [r for r in a if r is not None and r not in hot]
+    m = torch.tensor(float(len(rest)), dtype=f32)
+    same = sum(count[r] - 1 for r in rest) + (sum(b.count(r) for r in rest) if pairs else 0)
+    npairs = m * (m - 1.0)
+    if pairs:
+        npairs = npairs + m * len([r for r in b if r is not None and r not in hot])
+    n_rest = torch.tensor(float(n), dtype=f32) * m / sampled
+    adds = n_rest * same / torch.clamp(npairs, min=1.0)
+    adds = max(float(adds), float(n_rest / rows))
+    p = min(min_copies, copies)
+    while p * spread < adds and p < copies:
+        p *= 2
+    return (1 if adds <= per_address else min(p, copies)), hot
+
+
+def plans(g) -> int:
+    """The plan each call stores (copies and hot rows) against ``plan_reference``, with and
+    without a second sample, on uniform, skewed, hot and few-row indices."""
+    cases = 0
+    for trial in range(24):
+        rows = int(torch.randint(2, 3000, (1,), generator=g))
+        n = int(torch.randint(100, 5000, (1,), generator=g))
+        idx = torch.randint(0, rows, (n,), generator=g)
+        if trial % 4 == 1:  # most indices into a few percent of the rows
+            few = torch.rand(n, generator=g) < 0.9
+            idx[few] = torch.randint(0, max(1, rows // 30), (int(few.sum()),), generator=g)
+        elif trial % 4 == 2:
+            idx[torch.rand(n, generator=g) < 0.5] = rows // 3
+        elif trial % 4 == 3:
+            idx = torch.randint(0, min(rows, 12), (n,), generator=g)
+        idx[::9] -= rows  # negative indices count from the end
+        vals = torch.randn(n, generator=g)
+        for copies, pair_sample, hot_adds in ((16, 64, 256), (64, 128, 64), (1, 64, 64),
+                                              (8, 0, 256)):
+            state = torch.zeros(state_numel(16), dtype=torch.int32)
+            narrow_index_add(torch.zeros(rows), idx, vals, copies, per_address=16,
+                             min_copies=2, hot_min=4, hot_adds=hot_adds, state=state,
+                             pair_sample=pair_sample, spread=8)
+            want = plan_reference(idx, rows, copies, pair_sample, 4, hot_adds, 16, 2, 8)
+            got = int(state[0]), set(state[3:3 + int(state[2])].tolist())
+            assert got == want, (trial, rows, n, copies, pair_sample, got, want)
+            cases += 1
+    return cases
 
 
 def half_adds(g) -> None:
@@ -213,6 +287,7 @@ def main() -> None:
                                    hot_adds=rule[1])
             err = finite_error(got, ref, (dtype, rule))
             assert err < TOL[dtype], (dtype, rule, err)
+    cases += plans(g)
     half_adds(g)
     local_sums(g)
     scratch_left_zero(g)

@@ -126,7 +126,7 @@ def _plan(a, first, scr, n, rows, W: tl.constexpr, P: tl.constexpr, H: tl.conste
     entries of each. Else each entry is compared with shifted loads of a copy of ``a`` at
     ``scr`` (2 * W int32 the program owns; ``a`` twice, so that a shift is an offset). On
     one H200 (docs/decisions.md, 2026-11-27) the sort took 0.4-1.1 µs less than the shifted
-    loads of both samples, the shifted loads of one sample 2.2-2.6 µs less than its sort."""
+    loads of both samples, the shifted loads of one sample 1.9-2.4 µs less than its sort."""
     sampled = tl.maximum(tl.sum(first.to(tl.int32)), 1).to(tl.float32)
     if PAIRS:  # row * 2 + tag: a row's entries of both samples sort next to each other
         half = tl.arange(0, W) >= W // 2
