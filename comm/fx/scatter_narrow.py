@@ -17,8 +17,8 @@ Two or three launches, no host sync; the plan is made on the GPU from the indice
    (``MIN_COPIES`` to ``P``) that brings them under ``NARROW_SPREAD``. With two samples
    it sorts them together and counts each row's entries of each with segmented scans;
    with one it compares every pair of entries, against shifted loads of a copy of the
-   sample in ``state``. The ``p - 1`` extra copies are ``scatter_scratch``'s, zero on entry: no
-   launch zeroes them.
+   sample in ``state``. The ``p - 1`` extra copies are ``scatter_scratch``'s, zero on
+   entry: no launch zeroes them.
 2. ``_scatter``: a program takes ``ITERS`` blocks of ``SUB`` rows (one block of 4,096
    values for rows of ``ROW_BLOCKS_FROM`` elements or more). For each hot row it
    sums the block's rows that hit it and adds the sum once; every other row is added with
@@ -121,9 +121,8 @@ def _plan(a, first, scr, n, rows, W: tl.constexpr, P: tl.constexpr, H: tl.conste
     """(copies p, hot rows [H] (-1: none), how many hot) from the sample ``a`` of ``W``
     entries (``first``: those of its first sample). ``PAIRS``: ``a``'s second half is a
     second sample (``_sample``), whose pairs with the first count too; the entries are
-    sorted, each
-    tagged with its sample, and two segmented scans (forward and back) count each row's
-    entries of each. Else each entry is compared with shifted loads of a copy of ``a`` at
+    sorted, each tagged with its sample, and two segmented scans (forward and back) count
+    each row's entries of each. Else each entry is compared with shifted loads of a copy of ``a`` at
     ``scr`` (2 * W int32 the program owns; ``a`` twice, so that a shift is an offset). On
     one H200 (docs/decisions.md, 2026-11-27) the sort took 0.4-1.1 µs less than the shifted
     loads of both samples, the shifted loads of one sample 1.9-2.4 µs less than its sort."""
@@ -163,7 +162,7 @@ def _plan(a, first, scr, n, rows, W: tl.constexpr, P: tl.constexpr, H: tl.conste
     hot = tl.full([H], -1, tl.int32)
     nhot = 0
     if tl.max(heavy.to(tl.int32)) > 0:  # rare: the reductions below only then
-        cand = heavy & lead
+        cand = heavy & lead  # a row once; S // HOT_MIN <= H: all fit
         rank = tl.cumsum(cand.to(tl.int32), axis=0) - cand.to(tl.int32)
         pick = cand[:, None] & (rank[:, None] == tl.arange(0, H)[None, :])
         hot = (tl.sum(tl.where(pick, row[:, None] + 1, 0), axis=0) - 1).to(tl.int32)
