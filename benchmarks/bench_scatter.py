@@ -29,6 +29,7 @@ import torch
 import triton
 
 KS = (0, 1, 3, 7, 15, 31, 63, 127, 255, 500)
+SEED_ROWS = 501  # the seed benchmark's output rows
 
 
 def three_scatters(o1, o2, o3, idx, v1, v2, v3):
@@ -45,7 +46,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--widths", default=",".join(map(str, WIDTHS)),
                     help="--grid: row widths (0: 1-D values)")
     ap.add_argument("--rows", default=None,
-                    help="output rows (default 501; --grid: a list, default every size)")
+                    help=f"output rows (default {SEED_ROWS}; --grid: a list, default every size)")
     ap.add_argument("--ops", default=",".join(OPS), help="--grid: ops")
     ap.add_argument("--dtypes", default=",".join(DTYPES), help="--grid: value dtypes")
     ap.add_argument("--update", action="store_true",
@@ -74,7 +75,7 @@ def seed(args) -> None:
     dev = torch.device("cuda")
     g = torch.Generator(device=dev).manual_seed(0)
     vals = [torch.randn(args.n, args.d, device=dev, generator=g) for _ in range(3)]
-    outs = [torch.zeros(int(args.rows or 501), args.d, device=dev) for _ in range(3)]
+    outs = [torch.zeros(int(args.rows or SEED_ROWS), args.d, device=dev) for _ in range(3)]
     variants = {
         "eager": lambda: three_scatters,
         "compiled": lambda: torch.compile(three_scatters),
@@ -153,6 +154,13 @@ def grid_groups(ops=tuple(OPS), dtypes=tuple(DTYPES), widths=WIDTHS,
     """(op, dtype, width, rows): one compile per column serves the three distributions."""
     return [(op, dt, w, r) for op in ops for dt in dtypes for w in widths for r in rows
             if r * max(1, w) <= MAX_OUT]
+
+
+def selected_groups(args) -> list[tuple]:
+    """The groups that ``--ops``/``--dtypes``/``--widths``/``--rows`` select."""
+    rows = tuple(int(r) for r in args.rows.split(",")) if args.rows else ROWS
+    return grid_groups(tuple(args.ops.split(",")), tuple(args.dtypes.split(",")),
+                       tuple(int(w) for w in args.widths.split(",")), rows)
 
 
 def grid_indices(dist: str, rows: int, n: int, g) -> torch.Tensor:
@@ -403,9 +411,7 @@ def grid(args) -> None:
 
     os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
     columns = COLUMNS + (("commrt kernels",) if args.force else ())
-    rows = tuple(int(r) for r in args.rows.split(",")) if args.rows else ROWS
-    groups = grid_groups(tuple(args.ops.split(",")), tuple(args.dtypes.split(",")),
-                         tuple(int(w) for w in args.widths.split(",")), rows)
+    groups = selected_groups(args)
     start = time.time()
     meta = grid_meta(args, columns, start, groups)
     kept = _kept_cells(args, meta, groups)
