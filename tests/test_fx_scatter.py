@@ -15,9 +15,12 @@ from commrt.fx.scatter import partitioned_scatter, partitions_for
 from commrt.fx.scatter_rule import (
     LOCAL_MIN,
     LOCAL_MIN_WIDE,
+    NARROW_PAIR_ROWS,
+    NARROW_PAIR_SAMPLE,
     decide,
     half_adds,
     local_sums,
+    pair_sample,
     wide_on_one_copy,
 )
 
@@ -274,6 +277,11 @@ def test_block_local_sums_for_fp32_rows_few_a_row_on_smaller_outputs():
     node, = [n for n in gm.graph.nodes
              if n.target is torch.ops.commrt.partitioned_index_put.default]
     assert node.args[3] == 1 and "share an index" in rep.decisions[0], rep
+
+
+def test_second_sample_of_the_narrow_plan_only_on_outputs_of_many_rows():
+    assert pair_sample(1024) == pair_sample(NARROW_PAIR_ROWS) == 0
+    assert pair_sample(NARROW_PAIR_ROWS + 1) == pair_sample(65536) == NARROW_PAIR_SAMPLE
 
 
 def test_partition_count_is_a_capped_power_of_two():

@@ -54,6 +54,7 @@ from .scatter_rule import (
     half_adds,
     inductor_partitions,
     local_sums,
+    pair_sample,
     partitions_for,
     shared_sums,
     wide_on_one_copy,
@@ -88,7 +89,7 @@ def _partitioned_index_put(self: torch.Tensor, index: torch.Tensor, values: torc
                 # fp16/bf16 added in their own dtype (one copy)
                 own = half_adds(rows, width, n, partitions, dtype) and self.dtype == dtype
                 if width <= NARROW_ROW:
-                    return narrow_index_add(*args, half_adds=own)
+                    return narrow_index_add(*args, half_adds=own, pair_sample=pair_sample(rows))
                 if partitions == 1 and wide_on_one_copy(rows, width, n, dtype):
                     return narrow_index_add(*args, hot=ONE_COPY_HOT, hot_min=ONE_COPY_HOT_MIN,
                                             half_adds=own)

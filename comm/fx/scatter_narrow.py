@@ -10,7 +10,8 @@ Two or three launches, no host sync; the plan is made on the GPU from the indice
    Its *hot rows* are up to ``HOT`` rows that occur at least ``HOT_MIN`` times in the
    sample and would put over ``HOT_ADDS`` adds on one copy, and on each of ``P`` copies
    unless they take ``1 / HOT_SHARE`` of the sample. From the rest of the sample (and,
-   where copies are allowed, its pairs with a second sample of ``NARROW_PAIR_SAMPLE``) it
+   where copies are allowed and the caller asks for it, its pairs with a second sample of
+   ``pair_sample`` indices; the pass does on outputs of over ``NARROW_PAIR_ROWS`` rows) it
    estimates the atomic adds an address takes (``n`` times the chance that two adds
    share a row, and no fewer than an even spread over the rows gives); under
    ``PER_ADDRESS`` one copy takes them (plain atomics), else the power of two
@@ -67,8 +68,12 @@ BLOCK = 2048  # elements a step of an _init or _sum program
 # 1024 on 65,536 rows were 2% slower with it.
 HALF_BLOCK = 8192
 # warps of an _init program: its plan (program 0) took 3.7 µs on 4 warps against 4.4 on 8
-# with 64 registers a thread (docs/decisions.md, 2026-11-25); HALF_BLOCK was measured on 8
-INIT_WARPS = 4
+# with 64 registers a thread (docs/decisions.md, 2026-11-25); HALF_BLOCK was measured on 8.
+# With one sample on an output under ONE_SAMPLE_PLANE elements, 2 (INIT_WARPS_ONE): on one
+# H200 (benchmarks/results/probe_plan_cost_NVIDIA_H200.json) fp32 rows of 16 into 65,536
+# rows took 9.6 µs so against 10.1, bf16 7.3 against 7.4; rows of 16 into 1M rows 0.3%
+# longer (the copy of 16M elements), and sorted two samples 0.3-0.7 µs longer.
+INIT_WARPS, INIT_WARPS_ONE, ONE_SAMPLE_PLANE = 4, 2, 1 << 22
 SUM_COPIES, SUM_TILE = 128, 8192  # _sum with copies: copies a step, and elements a step
 # _scatter's blocks (SUB rows of DP columns): (value elements a block, blocks a program,
 # warps). Rows of ROW_BLOCKS_FROM elements or more take one block of 4,096 on 8 warps (a
@@ -421,7 +426,8 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
     blk = HALF_BLOCK if half_adds else BLOCK
     _init[(1 + cdiv(plane, blk),)](self, acc, extra, index, state, n, rows, plane, **plan,
                                    BLOCK=blk, WIDE=wide, PDL=pdl, HALF_ADDS=half_adds, HD=HD,
-                                   num_warps=INIT_WARPS)
+                                   num_warps=INIT_WARPS_ONE if W == NARROW_SAMPLE and
+                                   plane < ONE_SAMPLE_PLANE else INIT_WARPS)
     if n:
         _scatter[(cdiv(n, sub * iters),)](acc, extra, index, values, state, n, rows, plane,
                                           D=D, DP=DP, SUB=sub, ITERS=iters, P=partitions,

@@ -78,6 +78,14 @@ NARROW_SPREAD = 64
 # 99ac2a4); with 64 more, in none of 200, for about 1.2 µs a call; with 256, 5-9 µs
 # (docs/decisions.md, 2026-11-25).
 NARROW_PAIR_SAMPLE = 64
+# ... on outputs of more than NARROW_PAIR_ROWS rows only (pair_sample). On fewer, a
+# contended set that 64 random indices are likely to miss (under one pair expected: over
+# 1,600 rows for 90% of the indices) holds over a third of the rows, and the estimate's
+# floor (an even spread) is within 2.3x of its adds; a contention missed leaves one copy
+# only under NARROW_PER_ADDRESS values a row: fewer than 524,288 values. On one H200 the
+# second sample cost up to 1.2 µs a call on 8 and 1,024 rows, 0.6-0.8 on rows of 16 into
+# 1,024 rows (benchmarks/results/probe_plan_cost_NVIDIA_H200.json).
+NARROW_PAIR_ROWS = 4096
 MAX_PARTITIONS = 128  # as Inductor's pass allows for outputs under 1M elements
 MEMORY_FRACTION = 0.05  # of device memory, for commrt's fp32 copies
 
@@ -279,6 +287,11 @@ def one_copy(rows: int, width: int, n: int, dtype: torch.dtype) -> bool:
     """fp32 rows wider than ``NARROW_ROW`` that the narrow kernels take with one copy."""
     return (dtype == torch.float32 and NARROW_ROW < width <= ONE_COPY_ROW and
             MIN_INDICES <= n < FP32_SPREAD_PER_ROW * rows and rows * width >= ONE_COPY_PLANE)
+
+
+def pair_sample(rows: int) -> int:
+    """The narrow plan's second sample for an output of ``rows`` rows (0: none)."""
+    return NARROW_PAIR_SAMPLE if rows > NARROW_PAIR_ROWS else 0
 
 
 def inductor_partitions(numel: int, n: int, itemsize: int, memory: int) -> int:
