@@ -117,8 +117,7 @@ def main() -> None:
             for block in (64, 128, 256):
                 row[f"sum p{p} b{block}"] = bench(lambda block=block: sk._sum[
                     (min(triton.cdiv(plane, block), sk.SUM_PROGRAMS),)](
-                        acc, extra, scratch, state, plane, plane, SAME=False, BLOCK=block,
-                        CP=16))
+                        acc, extra, scratch, state, plane, SAME=False, BLOCK=block, CP=16))
         if k == 0:  # reading the values, with no atomics: the floor
             row["read floor"] = {f"r{r} w{w}": bench(lambda r=r, w=w: _read_rows[
                 (triton.cdiv(n, r),)](vals, sink, n, D=d, R=r, BD=128, num_warps=w))

@@ -7,7 +7,8 @@ copies are allowed (4M value elements a cell): µs a call in a CUDA graph of 20 
 (median of five rounds taken in turn; spread: the least and most of the rounds) of
 ``narrow_index_add`` as the pass calls it, with ``COPY_PAD`` of 0 (shipped), 8, 32, 64
 and 1,056 elements; the copies each plan chose; ``_scatter``'s µs without PDL
-(profiler, median of 20 eager calls).
+(profiler, median of 20 eager calls). Run at 1b6d4e8, the one commit with ``COPY_PAD``
+(the next removed it: no pad was faster)::
 
     python benchmarks/probes/probe_copy_pad.py [--out probe_copy_pad.json]
 """

@@ -167,10 +167,9 @@ def _scatter(acc, extra, idx, vals, state, n, rows, D: tl.constexpr, R: tl.const
 
 
 @triton.jit
-def _sum(acc, extra, out, state, plane, stride, SAME: tl.constexpr, BLOCK: tl.constexpr,
+def _sum(acc, extra, out, state, plane, SAME: tl.constexpr, BLOCK: tl.constexpr,
          CP: tl.constexpr, PDL: tl.constexpr = False):
-    # out := acc + the p - 1 extra copies, ``stride`` elements apart (NaN where state[1]
-    # flags an index out of range);
+    # out := acc + the p - 1 extra copies (NaN where state[1] flags an index out of range);
     # nothing to do where acc is out and p == 1 (a capped grid, so that doing nothing costs
     # little). CP copies a step, so that up to 127 copies are read with enough loads in
     # flight; the extra copies read are left zero (scatter_scratch). Also the narrow
@@ -188,7 +187,7 @@ def _sum(acc, extra, out, state, plane, stride, SAME: tl.constexpr, BLOCK: tl.co
             x = tl.load(acc + offs, mask=m, other=0)
             for c0 in range(0, p - 1, CP):
                 c = (c0 + tl.arange(0, CP)).to(tl.int64)
-                at = extra + c[:, None] * stride + offs[None, :]
+                at = extra + c[:, None] * plane + offs[None, :]
                 cm = (c[:, None] < p - 1) & m[None, :]
                 x += tl.sum(tl.load(at, mask=cm, other=0), axis=0)
                 tl.store(at, tl.zeros([CP, BLOCK], tl.float32), mask=cm)
@@ -254,7 +253,6 @@ def partitioned_index_add(self: torch.Tensor, index: torch.Tensor, values: torch
                                        **({"launch_pdl": True} if pdl else {}))
     # not a programmatic dependent, as the narrow kernels' is: rows of 1024 on 1,024 rows
     # took 1.8 µs longer so (docs/decisions.md, 2026-11-25), rows of 100 0.3 µs shorter
-    _sum[(min(cdiv(plane, 256), SUM_PROGRAMS),)](acc, extra, out, state, plane, plane,
-                                                 SAME=same,
+    _sum[(min(cdiv(plane, 256), SUM_PROGRAMS),)](acc, extra, out, state, plane, SAME=same,
                                                  BLOCK=256, CP=16)
     return out

@@ -83,7 +83,6 @@ SUM_COPIES, SUM_TILE = 128, 8192  # _sum with copies: copies a step, and element
 VALUE_BLOCKS = (1024, 4, 4)
 ROW_BLOCKS, ROW_BLOCKS_FROM = (4096, 1, 8), 4
 LOCAL_SUB = 64  # the most rows a block for which _scatter sums rows that share an index
-COPY_PAD = 0  # elements between the end of one extra copy and the start of the next
 
 
 @triton.jit
@@ -234,7 +233,7 @@ def _init(self_ptr, acc, extra, idx, state, n, rows, plane, P: tl.constexpr,
 
 
 @triton.jit
-def _scatter(acc, extra, idx, vals, state, n, rows, plane, stride, D: tl.constexpr,
+def _scatter(acc, extra, idx, vals, state, n, rows, plane, D: tl.constexpr,
              DP: tl.constexpr, SUB: tl.constexpr, ITERS: tl.constexpr, P: tl.constexpr,
              WIDE: tl.constexpr, PDL: tl.constexpr, HALF_ADDS: tl.constexpr = False,
              H: tl.constexpr = 1, LOCAL: tl.constexpr = 0):
@@ -292,7 +291,7 @@ def _scatter(acc, extra, idx, vals, state, n, rows, plane, stride, D: tl.constex
         off = i * D
         if P > 1:
             part = (r + pid) & (p - 1)  # p is a power of two
-            dst = tl.where(part == 0, acc + off, extra + ((part - 1) * stride + off))
+            dst = tl.where(part == 0, acc + off, extra + ((part - 1) * plane + off))
         else:
             dst = acc + off
         if D == 1:
@@ -412,8 +411,7 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
                                                   dtype=torch.float32)
     HD = next_pow2(H * D) if half_adds else 1  # the hot rows' fp32 sums
     # the extra copies: zero on entry, and _sum leaves them zero
-    stride = plane + COPY_PAD if partitions > 1 else plane  # elements from copy to copy
-    extra = zeroed(self.device, (partitions - 1) * stride) if partitions > 1 else \
+    extra = zeroed(self.device, (partitions - 1) * plane) if partitions > 1 else \
         torch.empty(HD, device=self.device, dtype=torch.float32)
     if state is None:
         state = torch.empty(state_numel(hot), device=self.device, dtype=torch.int32)
@@ -423,7 +421,7 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
                 HOT_MIN=hot_min if hot else 1 << 30, HOT_ADDS=hot_adds, HOT_SHARE=HOT_SHARE,
                 PER_ADDRESS=per_address, SPREAD=spread,
                 MIN_COPIES=min(min_copies, partitions))
-    wide = max(n * D, partitions * stride) >= 1 << 31
+    wide = max(n * D, partitions * plane) >= 1 << 31
     pdl = pdl and has_pdl(self.device)
     blk = HALF_BLOCK if half_adds else BLOCK
     _init[(1 + cdiv(plane, blk),)](self, acc, extra, index, state, n, rows, plane, **plan,
@@ -432,7 +430,6 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
                                    plane < ONE_SAMPLE_PLANE else INIT_WARPS)
     if n:
         _scatter[(cdiv(n, sub * iters),)](acc, extra, index, values, state, n, rows, plane,
-                                          stride,
                                           D=D, DP=DP, SUB=sub, ITERS=iters, P=partitions,
                                           WIDE=wide, PDL=pdl, HALF_ADDS=half_adds, H=H,
                                           LOCAL=local,
@@ -443,8 +440,7 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
         # enough programs and loads in flight
         cp = min(partitions, SUM_COPIES)
         blk = BLOCK if partitions == 1 else max(64, SUM_TILE // cp)
-        _sum[(min(cdiv(plane, blk), SUM_PROGRAMS),)](acc, extra, out, state, plane, stride,
-                                                     SAME=same,
+        _sum[(min(cdiv(plane, blk), SUM_PROGRAMS),)](acc, extra, out, state, plane, SAME=same,
                                                      BLOCK=blk, CP=cp, PDL=pdl, num_warps=4,
                                                      **({"launch_pdl": True} if pdl else {}))
     return out
