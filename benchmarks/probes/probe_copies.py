@@ -14,16 +14,9 @@ calls; with PDL ``_sum``'s time includes its wait for ``_scatter``).
 
 from __future__ import annotations
 
-import argparse
-import datetime
-import json
-import os
-import statistics
-
 import probe_narrow_costs as narrow_costs
 import torch
-import triton
-from probe_narrow_costs import _git_commit, cell_data, graph_us
+from probe_narrow_costs import cell_data, rounds, run_cells
 
 from commrt.fx import scatter_narrow as sn
 
@@ -70,12 +63,8 @@ def cell(dtype, width: int, rows: int, dist: str) -> dict:
         err = float((got.double() - ref).norm() / ref.norm())
         assert err < tol, (name, err)
         row["copies"][name] = int(state[0])
-    times = {k: [] for k in VARIANTS}
-    for _ in range(ROUNDS):
-        for name, (cp, kw) in VARIANTS.items():
-            times[name].append(graph_us(lambda cp=cp, kw=kw: run(out, idx, vals, cp, kw)))
-    row.update({k: round(statistics.median(v), 2) for k, v in times.items()})
-    row["spread"] = {k: [round(min(v), 2), round(max(v), 2)] for k, v in times.items()}
+    row.update(rounds({name: lambda cp=cp, kw=kw: run(out, idx, vals, cp, kw)
+                       for name, (cp, kw) in VARIANTS.items()}, ROUNDS))
     for name in PROFILED:
         cp, kw = VARIANTS[name]
         row["kernels"][name] = {k: round(v, 2) for k, v in narrow_costs.kernel_us(
@@ -85,23 +74,10 @@ def cell(dtype, width: int, rows: int, dist: str) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default="probe_copies.json")
-    args = ap.parse_args()
-    commit = os.environ.get("GIT_COMMIT") or _git_commit()
-    result = {"meta": {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
-                       "triton": triton.__version__,
-                       "date": datetime.date.today().isoformat(), "commit": commit,
-                       "command": "python benchmarks/probes/probe_copies.py",
-                       "unit": f"µs a call (median of {ROUNDS} rounds, each a CUDA graph of "
-                               "20 calls); spread: the least and most of the rounds; "
-                               "kernels: median µs of each over 20 eager calls (profiler)"},
-              "cells": []}
-    for c in CELLS:
-        result["cells"].append(cell(*c))
-        print(json.dumps(result["cells"][-1]), flush=True)
-        with open(args.out, "w") as f:  # kept as it grows
-            json.dump(result, f, indent=1)
+    run_cells(__doc__, "probe_copies.json", CELLS, cell,
+              f"µs a call (median of {ROUNDS} rounds, each a CUDA graph of "
+              "20 calls); spread: the least and most of the rounds; "
+              "kernels: median µs of each over 20 eager calls (profiler)")
 
 
 if __name__ == "__main__":

@@ -15,16 +15,9 @@ and 1,056 elements; the copies each plan chose; ``_scatter``'s µs without PDL
 
 from __future__ import annotations
 
-import argparse
-import datetime
-import json
-import os
-import statistics
-
 import probe_narrow_costs as narrow_costs
 import torch
-import triton
-from probe_narrow_costs import _git_commit, cell_data, graph_us
+from probe_narrow_costs import cell_data, rounds, run_cells
 
 from commrt.fx import scatter_narrow as sn
 from commrt.fx.scatter_rule import pair_sample, partitions_for
@@ -62,12 +55,8 @@ def cell(dtype, width: int, rows: int, dist: str) -> dict:
         again = run(out, idx, vals, pad, kw)  # the copies were left zero
         assert float((again.double() - ref).norm() / ref.norm()) < tol, pad
         row["copies"][f"pad {pad}"] = int(state[0])
-    times = {f"pad {pad}": [] for pad in PADS}
-    for _ in range(ROUNDS):
-        for pad in PADS:
-            times[f"pad {pad}"].append(graph_us(lambda pad=pad: run(out, idx, vals, pad, kw)))
-    row.update({k: round(statistics.median(v), 2) for k, v in times.items()})
-    row["spread"] = {k: [round(min(v), 2), round(max(v), 2)] for k, v in times.items()}
+    row.update(rounds({f"pad {pad}": lambda pad=pad: run(out, idx, vals, pad, kw)
+                       for pad in PADS}, ROUNDS))
     for pad in PADS:
         row["scatter no pdl"][f"pad {pad}"] = round(narrow_costs.kernel_us(
             lambda pad=pad: run(out, idx, vals, pad, dict(kw, pdl=False)),
@@ -77,23 +66,10 @@ def cell(dtype, width: int, rows: int, dist: str) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default="probe_copy_pad.json")
-    args = ap.parse_args()
-    commit = os.environ.get("GIT_COMMIT") or _git_commit()
-    result = {"meta": {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
-                       "triton": triton.__version__,
-                       "date": datetime.date.today().isoformat(), "commit": commit,
-                       "command": "python benchmarks/probes/probe_copy_pad.py",
-                       "unit": f"µs a call (median of {ROUNDS} rounds, each a CUDA graph of "
-                               "20 calls); scatter no pdl: median µs of _scatter over 20 "
-                               "eager calls without PDL (profiler)"},
-              "cells": []}
-    for c in CELLS:
-        result["cells"].append(cell(*c))
-        print(json.dumps(result["cells"][-1]), flush=True)
-        with open(args.out, "w") as f:  # kept as it grows
-            json.dump(result, f, indent=1)
+    run_cells(__doc__, "probe_copy_pad.json", CELLS, cell,
+              f"µs a call (median of {ROUNDS} rounds, each a CUDA graph of "
+              "20 calls); scatter no pdl: median µs of _scatter over 20 "
+              "eager calls without PDL (profiler)")
 
 
 if __name__ == "__main__":

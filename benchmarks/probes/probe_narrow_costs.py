@@ -74,6 +74,42 @@ def cell_data(dtype, width: int, rows: int, dist: str, values: int = 4 << 20):
     return out, idx, vals
 
 
+def rounds(calls: dict, n: int) -> dict:
+    """Each of ``calls`` timed by ``graph_us`` in ``n`` rounds taken in turn: {name: median}
+    and, under "spread", {name: [least, most]}."""
+    times = {k: [] for k in calls}
+    for _ in range(n):
+        for name, fn in calls.items():
+            times[name].append(graph_us(fn))
+    row = {k: round(statistics.median(v), 2) for k, v in times.items()}
+    row["spread"] = {k: [round(min(v), 2), round(max(v), 2)] for k, v in times.items()}
+    return row
+
+
+def meta(command: str, unit: str) -> dict:
+    """The device, versions, date and commit of a probe's result (GIT_COMMIT names the
+    commit where the copy is not a git checkout), its command and unit."""
+    return {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+            "triton": triton.__version__, "date": datetime.date.today().isoformat(),
+            "commit": os.environ.get("GIT_COMMIT") or _git_commit(), "command": command,
+            "unit": unit}
+
+
+def run_cells(doc: str, default_out: str, cells, cell, unit: str) -> None:
+    """A probe's main: ``cell(*c)`` for each of ``cells``, each row printed and the rows
+    written to ``--out`` (with ``meta``) as they come, so that a time limit keeps them."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--out", default=default_out)
+    args = ap.parse_args()
+    name = default_out.removesuffix(".json")
+    result = {"meta": meta(f"python benchmarks/probes/{name}.py", unit), "cells": []}
+    for c in cells:
+        result["cells"].append(cell(*c))
+        print(json.dumps(result["cells"][-1]), flush=True)
+        with open(args.out, "w") as f:
+            json.dump(result, f, indent=1)
+
+
 def inductor(op: str):
     torch._dynamo.reset()
     if op == "index_add":
@@ -140,15 +176,9 @@ def main() -> None:
     ap.add_argument("--out", default="probe_narrow_costs.json")
     ap.add_argument("--parts", default="costs,copies")
     args = ap.parse_args()
-    # GIT_COMMIT names the commit where the copy is not a git checkout
-    commit = os.environ.get("GIT_COMMIT") or _git_commit()
-    result = {"meta": {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
-                       "triton": triton.__version__,
-                       "date": datetime.date.today().isoformat(), "commit": commit,
-                       "command": "python benchmarks/probes/probe_narrow_costs.py "
-                                  f"--parts {args.parts}",
-                       "unit": "µs a call (median, CUDA graph of 20 calls); kernels: median "
-                               "µs of each kernel over 20 eager calls (profiler)"},
+    result = {"meta": meta(f"python benchmarks/probes/probe_narrow_costs.py --parts {args.parts}",
+                           "µs a call (median, CUDA graph of 20 calls); kernels: median µs of "
+                           "each kernel over 20 eager calls (profiler)"),
               "costs": [], "copies": []}
     parts = args.parts.split(",")
     if "costs" in parts:

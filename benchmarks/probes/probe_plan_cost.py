@@ -13,16 +13,9 @@ calls). Run at b5bd04d, where ``_init`` took ``INIT_WARPS`` everywhere (since, i
 
 from __future__ import annotations
 
-import argparse
-import datetime
-import json
-import os
-import statistics
-
 import probe_narrow_costs as narrow_costs
 import torch
-import triton
-from probe_narrow_costs import _git_commit, cell_data, graph_us
+from probe_narrow_costs import cell_data, rounds, run_cells
 
 from commrt.fx import scatter_narrow as sn
 from commrt.fx.scatter_rule import half_adds, partitions_for
@@ -64,13 +57,8 @@ def cell(dtype, width: int, rows: int, dist: str) -> dict:
         err = float((got.double() - ref).norm() / ref.norm())
         assert err < tol, (name, err)
         row["plan"][name] = state[:3].tolist()
-    times = {k: [] for k in VARIANTS}
-    for _ in range(ROUNDS):
-        for name, (w, kw) in VARIANTS.items():
-            times[name].append(graph_us(lambda w=w, kw=kw: run(out, idx, vals, w,
-                                                                 dict(base, **kw))))
-    row.update({k: round(statistics.median(v), 2) for k, v in times.items()})
-    row["spread"] = {k: [round(min(v), 2), round(max(v), 2)] for k, v in times.items()}
+    row.update(rounds({name: lambda w=w, kw=kw: run(out, idx, vals, w, dict(base, **kw))
+                       for name, (w, kw) in VARIANTS.items()}, ROUNDS))
     for name, (w, kw) in VARIANTS.items():
         row["init"][name] = round(narrow_costs.kernel_us(
             lambda w=w, kw=kw: run(out, idx, vals, w, dict(base, **kw)),
@@ -80,23 +68,10 @@ def cell(dtype, width: int, rows: int, dist: str) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default="probe_plan_cost.json")
-    args = ap.parse_args()
-    commit = os.environ.get("GIT_COMMIT") or _git_commit()
-    result = {"meta": {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
-                       "triton": triton.__version__,
-                       "date": datetime.date.today().isoformat(), "commit": commit,
-                       "command": "python benchmarks/probes/probe_plan_cost.py",
-                       "unit": f"µs a call (median of {ROUNDS} rounds, each a CUDA graph of "
-                               "20 calls); init: median µs of _init over 20 eager calls "
-                               "(profiler)"},
-              "cells": []}
-    for c in CELLS:
-        result["cells"].append(cell(*c))
-        print(json.dumps(result["cells"][-1]), flush=True)
-        with open(args.out, "w") as f:  # kept as it grows
-            json.dump(result, f, indent=1)
+    run_cells(__doc__, "probe_plan_cost.json", CELLS, cell,
+              f"µs a call (median of {ROUNDS} rounds, each a CUDA graph of "
+              "20 calls); init: median µs of _init over 20 eager calls "
+              "(profiler)")
 
 
 if __name__ == "__main__":
