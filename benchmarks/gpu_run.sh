@@ -14,7 +14,8 @@
 #  "--widths 4 --rows 1024 --ops index_put --dtypes bfloat16 --update": one group again),
 #  STAGE_TIMEOUT=seconds caps each stage's command)
 # (default: env tests tune bench cli decode)
-# Logs and results go to $OUT (or ./gpu_out) as log.txt plus results.tar.gz.
+# Logs and results go to $OUT (or ./gpu_out) as log.txt plus results.tar.gz (a second call
+# into the same $OUT adds to it).
 # GIT_COMMIT names the commit where the copy is not a git checkout.
 # NVLink multicast stays OFF: these three are exported here and never unset.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -23,6 +24,8 @@ set -uo pipefail
 OUT=${OUT:-$PWD/gpu_out}
 RES=$OUT/results
 mkdir -p "$RES"
+# a later call into the same $OUT keeps what the earlier ones left in results.tar.gz
+[ -f "$OUT/results.tar.gz" ] && tar -C "$OUT" -xzf "$OUT/results.tar.gz"
 LOG=$OUT/log.txt
 NGPU=$(python3 -c 'import torch; print(torch.cuda.device_count())')
 STAGES=${*:-env tests tune bench cli decode}
