@@ -24,7 +24,6 @@ The earlier kernels are read from ``--old DIR``, which holds ``scatter_narrow.py
 from __future__ import annotations
 
 import argparse
-import datetime
 import importlib.util
 import json
 import os
@@ -32,8 +31,7 @@ import statistics
 
 import probe_narrow_costs as narrow_costs
 import torch
-import triton
-from probe_narrow_costs import _git_commit, cell_data, graph_us
+from probe_narrow_costs import cell_data, graph_us, meta
 
 from commrt.fx.scatter_kernels import partitioned_index_add
 from commrt.fx.scatter_narrow import narrow_index_add
@@ -127,16 +125,11 @@ def main() -> None:
     ap.add_argument("--out", default="probe_scratch_ab.json")
     args = ap.parse_args()
     old_narrow, old_wide = load(args.old, "scatter_narrow"), load(args.old, "scatter_kernels")
-    commit = os.environ.get("GIT_COMMIT") or _git_commit()
-    result = {"meta": {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
-                       "triton": triton.__version__,
-                       "date": datetime.date.today().isoformat(), "commit": commit,
-                       "before": args.old_commit,
-                       "command": "python benchmarks/probes/probe_scratch_ab.py --old old "
-                                  f"--old-commit {args.old_commit}",
-                       "unit": "µs a call (median of 3 rounds, each a CUDA graph of 20 "
-                               "calls); kernels: median µs of each over 20 eager calls "
-                               "(profiler)"},
+    result = {"meta": dict(meta("python benchmarks/probes/probe_scratch_ab.py --old old "
+                                f"--old-commit {args.old_commit}",
+                                "µs a call (median of 3 rounds, each a CUDA graph of 20 calls); "
+                                "kernels: median µs of each over 20 eager calls (profiler)"),
+                           before=args.old_commit),
               "ab": [], "plan": []}
     for cell in CELLS:
         result["ab"].append(ab(old_narrow, old_wide, *cell))

@@ -127,10 +127,11 @@ def _plan(a, first, scr, n, rows, W: tl.constexpr, P: tl.constexpr, H: tl.conste
     entries (``first``: those of its first sample). ``PAIRS``: ``a``'s second half is a
     second sample (``_sample``), whose pairs with the first count too; the entries are
     sorted, each tagged with its sample, and two segmented scans (forward and back) count
-    each row's entries of each. Else each entry is compared with shifted loads of a copy of ``a`` at
-    ``scr`` (2 * W int32 the program owns; ``a`` twice, so that a shift is an offset). On
-    one H200 (docs/decisions.md, 2026-11-27) the sort took 0.4-1.1 µs less than the shifted
-    loads of both samples, the shifted loads of one sample 1.9-2.4 µs less than its sort."""
+    each row's entries of each. Else each entry is compared with shifted loads of a copy
+    of ``a`` at ``scr`` (2 * W int32 the program owns; ``a`` twice, so that a shift is an
+    offset). On one H200 (docs/decisions.md, 2026-11-27) the sort took 0.4-1.1 µs less
+    than the shifted loads of both samples, the shifted loads of one sample 1.9-2.4 µs
+    less than its sort."""
     sampled = tl.maximum(tl.sum(first.to(tl.int32)), 1).to(tl.float32)
     if PAIRS:  # row * 2 + tag: a row's entries of both samples sort next to each other
         half = tl.arange(0, W) >= W // 2
@@ -156,7 +157,6 @@ def _plan(a, first, scr, n, rows, W: tl.constexpr, P: tl.constexpr, H: tl.conste
             e = a == tl.load(scr + pos + s)  # a[(i + s) % W]
             count += e.to(tl.int32)
             earlier |= (e & (pos + s >= W)).to(tl.int32)
-        count_b = count
         lead = earlier == 0
     # hot: a row that HOT_MIN of the sample hit, that would put over HOT_ADDS adds on one
     # copy, and either on each of P copies or that takes 1 / HOT_SHARE of the sample (rows
