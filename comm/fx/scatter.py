@@ -213,6 +213,18 @@ def _static_shapes(self_, index, values) -> tuple | str:
     return sv, iv, vv
 
 
+def copies(rows: int, width: int, n: int, dtype: torch.dtype, memory: int,
+           fraction: float = MEMORY_FRACTION) -> int:
+    """The most copies ``commrt::partitioned_index_put`` may add into (its ``partitions``),
+    for ``n`` values of ``width`` elements into ``rows`` rows that the rule gives commrt."""
+    if few_rows(rows, width) or shared_sums(rows, width, n, dtype) or \
+            local_sums(rows, width, n, dtype):
+        return 1
+    narrow = width <= NARROW_ROW or wide_on_one_copy(rows, width, n, dtype)
+    acc_bytes = 4 if dtype in HALF else dtype.itemsize
+    return partitions_for(rows, n, acc_bytes * width, memory, fraction, narrow)
+
+
 def _rewrite(graph, node, self_, index, values, fraction, rule) -> tuple[str, str]:
     shapes = _static_shapes(self_, index, values)
     if isinstance(shapes, str):
@@ -230,11 +242,8 @@ def _rewrite(graph, node, self_, index, values, fraction, rule) -> tuple[str, st
         return choice, f"{why}; {p} partitions"
     if choice != COMMRT:
         return choice, why
-    acc_bytes = 4 if sv.dtype in HALF else sv.element_size()
     narrow = width <= NARROW_ROW or wide_on_one_copy(rows, width, n, sv.dtype)
-    p = 1 if few_rows(rows, width) or shared_sums(rows, width, n, sv.dtype) or \
-        local_sums(rows, width, n, sv.dtype) else \
-        partitions_for(rows, n, acc_bytes * width, memory, fraction, narrow)
+    p = copies(rows, width, n, sv.dtype, memory, fraction)
     if p < 2 and not narrow and sv.dtype in HALF:  # fp32: the output is the one copy
         return INDUCTOR, f"{why}; too few values a row, or copies over the memory cap"
     with graph.inserting_before(node):
