@@ -114,12 +114,6 @@ def _has_pdl(index: int) -> bool:
     return torch.cuda.get_device_capability(index)[0] >= 9
 
 
-def has_vector_atomics(device: torch.device) -> bool:
-    """Whether ``device`` adds fp32, fp16 and bf16 vectors of four in one reduction
-    (``red.global.add.v4``: NVIDIA sm90 or newer)."""
-    return has_pdl(device)  # the same generations
-
-
 def _cuda_index(device: torch.device) -> int:
     """The index of a CUDA ``device`` (``cuda`` alone: the current one), the caches' key."""
     return torch.cuda.current_device() if device.index is None else device.index

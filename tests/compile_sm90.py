@@ -5,8 +5,8 @@ The interpreter runs the kernels' Python on the CPU but never lowers them, so co
 only the GPU compiler refuses (types, layouts, inline PTX) would pass it. Here the
 callers run on CPU tensors with ``JITFunction.run`` recording instead of launching; each
 distinct specialisation is then compiled to a cubin for ``GPUTarget("cuda", 90, 32)``
-in the GPU flavour (``TIMER`` on, ``PDL`` where a kernel takes it, ``VEC`` on rows of a
-multiple of four elements). Prints ``ok N specialisations of K kernels: NAMES``.
+in the GPU flavour (``TIMER`` on, and ``PDL`` where a kernel takes it). Prints
+``ok N specialisations of K kernels: NAMES``.
 """
 
 from __future__ import annotations
@@ -19,8 +19,6 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from triton.runtime.jit import JITFunction, mangle_type
-
-from commrt.fx.scatter_atomics import GROUP
 
 assert os.environ.get("TRITON_INTERPRET", "0") in ("", "0"), "run without TRITON_INTERPRET"
 
@@ -45,8 +43,6 @@ def specialisation(fn, args: tuple, kwargs: dict) -> tuple[dict, dict, dict]:
         if p.is_constexpr or v is None:
             signature[p.name] = "constexpr"
             consts[p.name] = GPU_FLAVOUR.get(p.name, v)
-            if p.name == "VEC":  # the vector adds where the GPU would take them
-                consts[p.name] = bound["D"] >= GROUP and bound["D"] % GROUP == 0
         else:
             signature[p.name] = mangle_type(v)
     return signature, consts, options
@@ -65,7 +61,7 @@ def scatter_calls() -> None:
                 self, vals = torch.zeros(64, d, dtype=dtype), torch.zeros(1000, d, dtype=dtype)
                 for partitions, leaders in ((1, -1), (8, 16)):
                     partitioned_index_add(self, idx, vals, partitions, leaders=leaders)
-            for shape in ((), (3,), (4,), (16,)):
+            for shape in ((), (3,), (16,)):
                 self, vals = torch.zeros(64, *shape, dtype=dtype), torch.zeros(1000, *shape,
                                                                              dtype=dtype)
                 for partitions, hot in ((1, 0), (1, 16), (64, 16)):

@@ -297,48 +297,6 @@ def test_block_local_sums_against_float64(dtype, width, rows, n, local):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("width,rows,kernel", [(4, 1031, "narrow"), (12, 8191, "narrow"),
-                                               (16, 1031, "half"), (100, 501, "wide"),
-                                               (1024, 4099, "one_copy"), (20, 300, "wide"),
-                                               (256, 1024, "local")])
-def test_vector_adds_against_float64(dtype, width, rows, kernel):
-    """Rows of a multiple of four elements added four at a time (``scatter_atomics``) by
-    each kernel that adds rows, eager and in a CUDA graph, three calls each, against
-    float64 and no worse than the same kernel's adds one element at a time; the GPU takes
-    them wherever it has vector reductions."""
-    from commrt.dispatch.profile import has_vector_atomics
-    from commrt.fx.scatter_atomics import vector
-    from commrt.fx.scatter_kernels import partitioned_index_add
-    from commrt.fx.scatter_narrow import narrow_index_add
-    from commrt.fx.scatter_rule import ONE_COPY_HOT, ONE_COPY_HOT_MIN
-
-    if kernel == "half" and dtype == torch.float32:
-        pytest.skip("fp16/bf16 adds in their own dtype")
-    g = torch.Generator(device="cuda").manual_seed(width * rows)
-    n = max(4099, (1 << 20) // width + 7)
-    tol = TOL[dtype]
-    run = {"narrow": lambda *a, v: narrow_index_add(*a, 64, vector_adds=v),
-           "half": lambda *a, v: narrow_index_add(*a, 1, half_adds=True, vector_adds=v),
-           "wide": lambda *a, v: partitioned_index_add(*a, 8, vector_adds=v),
-           "one_copy": lambda *a, v: narrow_index_add(
-               *a, 1, hot=ONE_COPY_HOT, hot_min=ONE_COPY_HOT_MIN,
-               half_adds=dtype != torch.float32, vector_adds=v),
-           "local": lambda *a, v: narrow_index_add(*a, 1, hot=0, local=3, vector_adds=v)}[kernel]
-    for dist in ("uniform", "skewed", "hot"):
-        base, idx, vals, ref, scale = _case(dist, rows, n, (width,), dtype, g)
-        errs = {}
-        for v in (False, True):
-            outs = _eager_and_graph(lambda b, i, x, v=v: run(b, i, x, v=v), (base, idx, vals), 3)
-            errs[v] = [float((out.double() - ref).norm() / scale) for out in outs]
-        assert max(errs[True]) < max(tol, 2 * max(errs[False])), (dist, errs)
-    assert vector(width, base) == has_vector_atomics(base.device)
-    assert not vector(width, base.view(-1)[1:])  # not aligned to four elements
-    assert not vector(width + 2, base)
-
-
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_narrow_index_out_of_range_poisons():
     from commrt.fx.scatter_narrow import narrow_index_add
 

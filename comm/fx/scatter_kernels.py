@@ -30,7 +30,6 @@ import triton.language as tl
 from commrt.dispatch.profile import has_pdl
 from commrt.symm_mem.launch import cdiv, next_pow2
 
-from .scatter_atomics import add_rows, vector
 from .scatter_rule import BLOCK_ROWS, LEADERS, MIN_COPIES, PER_ADDRESS, SAMPLE, SHIFTS
 from .scatter_scratch import zeroed
 
@@ -126,11 +125,10 @@ def _rows_of(idx, r, n, rows, WIDE: tl.constexpr):
 @triton.jit
 def _scatter(acc, extra, idx, vals, state, n, rows, D: tl.constexpr, R: tl.constexpr,
              BD: tl.constexpr, LEADERS: tl.constexpr, PARTS: tl.constexpr,
-             WIDE: tl.constexpr, PDL: tl.constexpr, VEC: tl.constexpr = False):
+             WIDE: tl.constexpr, PDL: tl.constexpr):
     # D is a compile-time constant; offsets are int32 unless an operand holds 2**31
     # elements or more (WIDE). LEADERS < 0: never combine. PDL: launched while _prepare
-    # runs; the indices load (written before it) before waiting for it. VEC: finite values
-    # added four elements an instruction (scatter_atomics.add_rows).
+    # runs; the indices load (written before it) before waiting for it.
     pid = tl.program_id(0)
     j = tl.arange(0, R)
     r = pid * R + j
@@ -159,11 +157,13 @@ def _scatter(acc, extra, idx, vals, state, n, rows, D: tl.constexpr, R: tl.const
             fin = tl.abs(v) < float("inf")
             s = _add_exact(tl.zeros([R, BD], tl.float32), tl.where(same, 1.0, 0.0),
                            tl.where(fin, v, 0.0), PARTS)
-            add_rows(dst + c0, s, first, D - c0, VEC)
+            tl.atomic_add(dst[:, None] + c[None, :], s,
+                          mask=first[:, None] & cm[None, :], sem="relaxed")
             tl.atomic_add(dst[:, None] + c[None, :], v,
                           mask=ok[:, None] & cm[None, :] & (fin == 0), sem="relaxed")
         else:
-            add_rows(dst + c0, v, ok, D - c0, VEC)
+            tl.atomic_add(dst[:, None] + c[None, :], v,
+                          mask=ok[:, None] & cm[None, :], sem="relaxed")
 
 
 @triton.jit
@@ -221,15 +221,12 @@ def scatter_shape(self: torch.Tensor, index: torch.Tensor, values: torch.Tensor,
 def partitioned_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tensor,
                           partitions: int, per_address: int = PER_ADDRESS,
                           min_copies: int = MIN_COPIES, leaders: int = LEADERS,
-                          state: torch.Tensor | None = None,
-                          vector_adds: bool = True) -> torch.Tensor:
+                          state: torch.Tensor | None = None) -> torch.Tensor:
     """``self.index_add(0, index, values)`` (a new tensor) with the scheme above.
 
     ``self`` and ``values`` contiguous floating tensors, ``values`` shaped
     ``[len(index), *self.shape[1:]]``; ``state``: int32 ``[3]`` on the device to hold the
-    plan (copies, error, whether programs may combine rows), for a caller that reads it;
-    ``vector_adds``: add rows four elements an instruction where ``scatter_atomics.vector``
-    allows (False: never).
+    plan (copies, error, whether programs may combine rows), for a caller that reads it.
     """
     rows, n, D = scatter_shape(self, index, values, partitions, tuple(PARTS),
                                "partitioned_index_add")
@@ -252,9 +249,7 @@ def partitioned_index_add(self: torch.Tensor, index: torch.Tensor, values: torch
     if n * D:
         wide = max(n * D, partitions * plane) >= 1 << 31
         _scatter[(cdiv(n, cfg["R"]),)](acc, extra, index, values, state, n, rows,
-                                       WIDE=wide, PDL=pdl,
-                                       VEC=vector_adds and vector(D, acc, extra),
-                                       num_warps=4, **cfg,
+                                       WIDE=wide, PDL=pdl, num_warps=4, **cfg,
                                        **({"launch_pdl": True} if pdl else {}))
     # not a programmatic dependent, as the narrow kernels' is: rows of 1024 on 1,024 rows
     # took 1.8 µs longer so (docs/decisions.md, 2026-11-25), rows of 100 0.3 µs shorter

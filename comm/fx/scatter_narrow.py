@@ -46,7 +46,6 @@ import triton.language as tl
 from commrt.dispatch.profile import has_pdl
 from commrt.symm_mem.launch import cdiv, next_pow2
 
-from .scatter_atomics import add_rows, vector
 from .scatter_kernels import SUM_PROGRAMS, _rows_of, _sum, scatter_shape
 from .scatter_rule import (
     HOT,
@@ -237,9 +236,8 @@ def _init(self_ptr, acc, extra, idx, state, n, rows, plane, P: tl.constexpr,
 def _scatter(acc, extra, idx, vals, state, n, rows, plane, D: tl.constexpr,
              DP: tl.constexpr, SUB: tl.constexpr, ITERS: tl.constexpr, P: tl.constexpr,
              WIDE: tl.constexpr, PDL: tl.constexpr, HALF_ADDS: tl.constexpr = False,
-             H: tl.constexpr = 1, LOCAL: tl.constexpr = 0, VEC: tl.constexpr = False):
-    # D == 1 (1-D values) runs on 1-D blocks; wider rows on [SUB, DP] blocks, their plain
-    # adds four elements an instruction with VEC (scatter_atomics.add_rows). PDL: launched
+             H: tl.constexpr = 1, LOCAL: tl.constexpr = 0):
+    # D == 1 (1-D values) runs on 1-D blocks; wider rows on [SUB, DP] blocks. PDL: launched
     # while _init runs; the first block's values and indices (written before _init) load
     # before waiting for it, the plan and the copies after. LOCAL > 0: rows of a block
     # whose index LOCAL of its rows share are summed (in fp32) and added once. _sum may
@@ -299,7 +297,8 @@ def _scatter(acc, extra, idx, vals, state, n, rows, plane, D: tl.constexpr,
         if D == 1:
             tl.atomic_add(dst, vp, mask=plain, sem="relaxed")
         else:
-            add_rows(dst, vp, plain, D, VEC)
+            tl.atomic_add(dst[:, None] + c[None, :], vp, mask=plain[:, None] & cm[None, :],
+                          sem="relaxed")
     if tl.max(bad_any) > 0:  # poison: NaN plus anything added before or after is NaN
         tl.store(state + 1, 1)
         for start in range(0, plane, 1024):
@@ -355,8 +354,7 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
                      hot_min: int = HOT_MIN, hot_adds: int = HOT_ADDS,
                      state: torch.Tensor | None = None, pdl: bool = True,
                      spread: int = NARROW_SPREAD, pair_sample: int = NARROW_PAIR_SAMPLE,
-                     half_adds: bool = False, local: int = 0,
-                     vector_adds: bool = True) -> torch.Tensor:
+                     half_adds: bool = False, local: int = 0) -> torch.Tensor:
     """``self.index_add(0, index, values)`` (a new tensor) with the scheme above.
 
     ``self`` and ``values`` contiguous, of one of ``DTYPES``, rows of at most
@@ -376,8 +374,7 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
     output's dtype straight into it (no fp32 copy and no ``_sum``; hot rows still summed in
     fp32); ``local``: sum the rows of a block that share an index with ``local - 1`` others
     or more and add each sum once (0: never; rows of over 32 elements, whose blocks hold at
-    most ``LOCAL_SUB`` rows); ``vector_adds``: add rows four elements an instruction where
-    ``scatter_atomics.vector`` allows (False: never).
+    most ``LOCAL_SUB`` rows).
     """
     rows, n, D = scatter_shape(self, index, values, partitions, DTYPES, "narrow_index_add")
     if hot and NARROW_SAMPLE // hot_min > hot:
@@ -436,7 +433,6 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
                                           D=D, DP=DP, SUB=sub, ITERS=iters, P=partitions,
                                           WIDE=wide, PDL=pdl, HALF_ADDS=half_adds, H=H,
                                           LOCAL=local,
-                                          VEC=vector_adds and vector(D, acc, extra),
                                           num_warps=warps,
                                           **({"launch_pdl": True} if pdl else {}))
     if partitions > 1 or not (same or half_adds):
