@@ -1,0 +1,69 @@
+"""Which block of rows should a narrow ``_scatter`` program take for rows of 4 or more?
+
+One GPU. ``ROW_BLOCKS`` (value elements a block, blocks a program, warps) was chosen on
+fp32 rows (docs/decisions.md, 2026-11-25), before fp16/bf16 rows were added in their own
+dtype. On grid cells of rows of 4 to 100 (4M value elements a cell): µs a call in a CUDA
+graph of 20 calls (median of five rounds taken in turn; spread: the least and most of the
+rounds) of ``commrt::partitioned_index_put`` with the copies the pass gives it, under each
+``ROW_BLOCKS`` below, and Inductor's plain scatter (``index_put``, compiled) in the same
+rounds; each variant's error against float64 is checked first::
+
+    python benchmarks/probes/probe_row_blocks.py [--out probe_row_blocks.json]
+"""
+
+from __future__ import annotations
+
+import torch
+from probe_narrow_costs import cell_data, inductor, rounds, run_cells
+
+import commrt.fx.scatter  # noqa: F401 (defines commrt::partitioned_index_put)
+from commrt.fx import scatter_narrow as sn
+from commrt.fx.scatter import copies
+
+DEV = torch.device("cuda")
+ROUNDS = 5
+# (dtype, row width, output rows, indices)
+CELLS = [(dt, w, rows, d) for dt, w, rows in ((torch.bfloat16, 16, 65536),
+                                              (torch.bfloat16, 4, 65536),
+                                              (torch.float32, 16, 65536),
+                                              (torch.float32, 16, 1024))
+         for d in ("uniform", "skewed", "hot")] + \
+    [(torch.bfloat16, 4, 1 << 20, "uniform"), (torch.float32, 4, 65536, "uniform"),
+     (torch.float32, 4, 1024, "uniform"), (torch.float32, 100, 65536, "uniform"),
+     (torch.float32, 100, 65536, "hot")]
+# name: ROW_BLOCKS (value elements a block, blocks a program, warps)
+VARIANTS = {"4096x1 w8": (4096, 1, 8), "4096x1 w4": (4096, 1, 4), "2048x1 w4": (2048, 1, 4),
+            "2048x2 w8": (2048, 2, 8), "1024x1 w4": (1024, 1, 4), "8192x1 w8": (8192, 1, 8)}
+
+
+def call(out, idx, vals, P: int, blocks: tuple):
+    sn.ROW_BLOCKS = blocks  # read at each call, captured with it
+    return torch.ops.commrt.partitioned_index_put(out, idx, vals, P)
+
+
+def cell(dtype, width: int, rows: int, dist: str) -> dict:
+    out, idx, vals = cell_data(dtype, width, rows, dist)
+    n = idx.numel()
+    P = copies(rows, width, n, dtype, torch.cuda.get_device_properties(DEV).total_memory)
+    ref = out.double().index_put((idx,), vals.double(), accumulate=True)
+    row = {"dtype": str(dtype)[6:], "width": width, "rows": rows, "dist": dist,
+           "partitions": P, "err": {}}
+    for name, blocks in VARIANTS.items():
+        got = call(out, idx, vals, P, blocks)
+        row["err"][name] = err = float((got.double() - ref).norm() / ref.norm())
+        assert err < (1e-5 if dtype == torch.float32 else 2e-2), (name, row)
+    f = inductor("index_put")
+    calls = {name: lambda b=blocks: call(out, idx, vals, P, b) for name, blocks in VARIANTS.items()}
+    calls["inductor"] = lambda: f(out, idx, vals)
+    row.update(rounds(calls, ROUNDS))
+    sn.ROW_BLOCKS = VARIANTS["4096x1 w8"]
+    return row
+
+
+def main() -> None:
+    run_cells(__doc__, "probe_row_blocks.json", CELLS, cell,
+              f"µs a call (median of {ROUNDS} rounds, each a CUDA graph of 20 calls)")
+
+
+if __name__ == "__main__":
+    main()
