@@ -11,7 +11,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 import commrt.fx
 from commrt import config
-from commrt.fx.scatter import partitioned_scatter, partitions_for
+from commrt.fx.scatter import copies, partitioned_scatter, partitions_for
 from commrt.fx.scatter_rule import (
     LOCAL_MIN,
     LOCAL_MIN_WIDE,
@@ -277,6 +277,20 @@ def test_block_local_sums_for_fp32_rows_few_a_row_on_smaller_outputs():
     node, = [n for n in gm.graph.nodes
              if n.target is torch.ops.commrt.partitioned_index_put.default]
     assert node.args[3] == 1 and "share an index" in rep.decisions[0], rep
+
+
+def test_copies_the_pass_gives_the_kernels():
+    """One copy where a kernel sums rows itself (few rows, block-local sums) or values are
+    too few a row; else the rule's copies: twice the values a row for narrow rows, the
+    values a row for wide ones, at most 128, within the memory share."""
+    mem = 80 << 30
+    assert copies(8, 4, 1 << 20, torch.float32, mem) == 1  # few rows: each summed a program
+    assert copies(1024, 256, 16_001, torch.float32, mem) == 1  # block-local sums
+    assert copies(65536, 16, 1 << 18, torch.float32, mem) == 1  # 4 values a row
+    assert copies(1024, 16, 1 << 18, torch.float32, mem) == 128  # 256 a row, narrow
+    assert copies(1024, 16, 1 << 18, torch.bfloat16, mem) == 128  # ... in fp32 copies
+    assert copies(1024, 100, 41_943, torch.float32, mem) == 32  # 40 a row, wide
+    assert copies(1024, 100, 41_943, torch.float32, 1 << 20) == 1  # over the memory share
 
 
 def test_second_sample_of_the_narrow_plan_only_on_outputs_of_many_rows():
