@@ -37,8 +37,12 @@ VARIANTS = {"4096x1 w8": (4096, 1, 8), "4096x1 w4": (4096, 1, 4), "2048x1 w4": (
 
 
 def call(out, idx, vals, P: int, blocks: tuple):
-    sn.ROW_BLOCKS = blocks  # read at each call, captured with it
-    return torch.ops.commrt.partitioned_index_put(out, idx, vals, P)
+    shipped = sn.ROW_BLOCKS
+    sn.ROW_BLOCKS = blocks  # read at each call (the graph keeps the kernels it captured)
+    try:
+        return torch.ops.commrt.partitioned_index_put(out, idx, vals, P)
+    finally:
+        sn.ROW_BLOCKS = shipped
 
 
 def cell(dtype, width: int, rows: int, dist: str) -> dict:
@@ -56,7 +60,6 @@ def cell(dtype, width: int, rows: int, dist: str) -> dict:
     calls = {name: lambda b=blocks: call(out, idx, vals, P, b) for name, blocks in VARIANTS.items()}
     calls["inductor"] = lambda: f(out, idx, vals)
     row.update(rounds(calls, ROUNDS))
-    sn.ROW_BLOCKS = VARIANTS["4096x1 w8"]
     return row
 
 

@@ -220,9 +220,14 @@ def copies(rows: int, width: int, n: int, dtype: torch.dtype, memory: int,
     if few_rows(rows, width) or shared_sums(rows, width, n, dtype) or \
             local_sums(rows, width, n, dtype):
         return 1
-    narrow = width <= NARROW_ROW or wide_on_one_copy(rows, width, n, dtype)
     acc_bytes = 4 if dtype in HALF else dtype.itemsize
-    return partitions_for(rows, n, acc_bytes * width, memory, fraction, narrow)
+    return partitions_for(rows, n, acc_bytes * width, memory, fraction,
+                          _narrow(rows, width, n, dtype))
+
+
+def _narrow(rows: int, width: int, n: int, dtype: torch.dtype) -> bool:
+    """Whether the narrow kernels take these rows (their copies follow the narrow rule)."""
+    return width <= NARROW_ROW or wide_on_one_copy(rows, width, n, dtype)
 
 
 def _rewrite(graph, node, self_, index, values, fraction, rule) -> tuple[str, str]:
@@ -242,9 +247,9 @@ def _rewrite(graph, node, self_, index, values, fraction, rule) -> tuple[str, st
         return choice, f"{why}; {p} partitions"
     if choice != COMMRT:
         return choice, why
-    narrow = width <= NARROW_ROW or wide_on_one_copy(rows, width, n, sv.dtype)
     p = copies(rows, width, n, sv.dtype, memory, fraction)
-    if p < 2 and not narrow and sv.dtype in HALF:  # fp32: the output is the one copy
+    # wide fp16/bf16 rows need fp32 copies (fp32 rows add into the output, the one copy)
+    if p < 2 and not _narrow(rows, width, n, sv.dtype) and sv.dtype in HALF:
         return INDUCTOR, f"{why}; too few values a row, or copies over the memory cap"
     with graph.inserting_before(node):
         new = graph.call_function(torch.ops.commrt.partitioned_index_put.default,
