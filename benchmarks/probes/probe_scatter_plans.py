@@ -1,0 +1,79 @@
+"""Does the narrow scatter gain from planning in every ``_scatter`` program, or from
+adding into zero scratch with no ``_init`` at all?
+
+One GPU. The narrow kernels' plan is made by ``_init``'s program 0; ``_scatter`` waits for
+it (and for the copy of the output) before its first add. Two variants of
+``narrow_index_add``: ``plans`` (each ``_scatter`` program makes the same plan from the same
+sample while its first block loads; ``_init`` only copies) and ``zero`` (no ``_init``: the
+adds go to zero scratch and ``_sum`` adds the output; not where the pass adds fp16/bf16 in
+their own dtype, or sums a block's rows). On grid cells (4M value elements a cell): µs a
+call in a CUDA graph of 20 calls (median of five rounds taken in turn; spread: the least
+and most of the rounds) of ``commrt::partitioned_index_put`` with the copies the pass gives
+it, under each variant, and Inductor's plain scatter (``index_put``, compiled) in the same
+rounds; each variant's error against float64 is checked first::
+
+    python benchmarks/probes/probe_scatter_plans.py [--out probe_scatter_plans.json]
+"""
+
+from __future__ import annotations
+
+import torch
+from probe_narrow_costs import cell_data, inductor, rounds, run_cells
+
+import commrt.fx.scatter  # noqa: F401 (defines commrt::partitioned_index_put)
+from commrt.fx import scatter_narrow as sn
+from commrt.fx.scatter import copies
+
+DEV = torch.device("cuda")
+ROUNDS = 5
+# (dtype, row width (0: 1-D values), output rows, indices)
+CELLS = [(torch.float32, 16, 1024, d) for d in ("uniform", "skewed", "hot")] + \
+    [(torch.float32, 0, 65536, d) for d in ("uniform", "skewed")] + \
+    [(torch.bfloat16, 4, 65536, d) for d in ("uniform", "skewed", "hot")] + \
+    [(torch.bfloat16, 16, 65536, "uniform"), (torch.float32, 16, 65536, "uniform"),
+     (torch.bfloat16, 4, 1 << 20, "uniform")]
+VARIANTS = {"shipped": {}, "plans": {"scatter_plans": True}, "zero": {"from_zero": True}}
+
+
+def call(out, idx, vals, P: int, kw: dict):
+    shipped = sn.narrow_index_add
+
+    def variant(*args, **given):
+        extra = dict(kw)
+        if extra.get("from_zero") and (given.get("half_adds") or given.get("local")):
+            extra = {"scatter_plans": True}
+        return shipped(*args, **given, **extra)
+
+    sn.narrow_index_add = variant  # the pass imports it at each call
+    try:
+        return torch.ops.commrt.partitioned_index_put(out, idx, vals, P)
+    finally:
+        sn.narrow_index_add = shipped
+
+
+def cell(dtype, width: int, rows: int, dist: str) -> dict:
+    out, idx, vals = cell_data(dtype, width, rows, dist)
+    n = idx.numel()
+    P = copies(rows, max(1, width), n, dtype, torch.cuda.get_device_properties(DEV).total_memory)
+    ref = out.double().index_put((idx,), vals.double(), accumulate=True)
+    row = {"dtype": str(dtype)[6:], "width": width, "rows": rows, "dist": dist,
+           "partitions": P, "err": {}}
+    for name, kw in VARIANTS.items():
+        for _ in range(3):  # the scratch left zero: the same sum each call
+            got = call(out, idx, vals, P, kw)
+            row["err"][name] = err = float((got.double() - ref).norm() / ref.norm())
+            assert err < (1e-5 if dtype == torch.float32 else 2e-2), (name, row)
+    f = inductor("index_put")
+    calls = {name: lambda kw=kw: call(out, idx, vals, P, kw) for name, kw in VARIANTS.items()}
+    calls["inductor"] = lambda: f(out, idx, vals)
+    row.update(rounds(calls, ROUNDS))
+    return row
+
+
+def main() -> None:
+    run_cells(__doc__, "probe_scatter_plans.json", CELLS, cell,
+              f"µs a call (median of {ROUNDS} rounds, each a CUDA graph of 20 calls)")
+
+
+if __name__ == "__main__":
+    main()
