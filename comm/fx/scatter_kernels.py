@@ -196,6 +196,9 @@ def _sum(acc, extra, out, state, plane, SAME: tl.constexpr, BLOCK: tl.constexpr,
             x = tl.load(acc + offs, mask=m, other=0)
             if FROM_ZERO:  # NaN in acc where an index was out of range
                 x += tl.load(base + offs, mask=m, other=0).to(tl.float32)
+                # a block smaller than the program's threads is held by several: each
+                # must have read acc before any clears it
+                tl.debug_barrier()
                 tl.store(acc + offs, tl.zeros([BLOCK], tl.float32), mask=m)
             for c0 in range(0, p - 1, CP):
                 c = (c0 + tl.arange(0, CP)).to(tl.int64)
