@@ -66,8 +66,6 @@ def scatter_calls() -> None:
                                                                              dtype=dtype)
                 for partitions, hot in ((1, 0), (1, 16), (64, 16)):
                     narrow_index_add(self, idx, vals, partitions, hot=hot)
-                    for kw in ({"scatter_plans": True}, {"from_zero": True}):
-                        narrow_index_add(self, idx, vals, partitions, hot=hot, **kw)
                 if dtype != torch.float32 and shape == (16,):  # adds in the output's dtype
                     for hot in (0, 16):
                         narrow_index_add(self, idx, vals, 1, hot=hot, half_adds=True)

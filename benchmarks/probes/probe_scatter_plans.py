@@ -10,7 +10,8 @@ their own dtype, or sums a block's rows). On grid cells (4M value elements a cel
 call in a CUDA graph of 20 calls (median of five rounds taken in turn; spread: the least
 and most of the rounds) of ``commrt::partitioned_index_put`` with the copies the pass gives
 it, under each variant, and Inductor's plain scatter (``index_put``, compiled) in the same
-rounds; each variant's error against float64 is checked first::
+rounds; each variant's error against float64 is checked first. Run at c406d1e, the one
+commit with the two options (the next removed them: slower in 10 of 11 cells)::
 
     python benchmarks/probes/probe_scatter_plans.py [--out probe_scatter_plans.json]
 """

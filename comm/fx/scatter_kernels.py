@@ -168,38 +168,23 @@ def _scatter(acc, extra, idx, vals, state, n, rows, D: tl.constexpr, R: tl.const
 
 @triton.jit
 def _sum(acc, extra, out, state, plane, SAME: tl.constexpr, BLOCK: tl.constexpr,
-         CP: tl.constexpr, PDL: tl.constexpr = False, base=None, flag=None,
-         FROM_ZERO: tl.constexpr = False):
+         CP: tl.constexpr, PDL: tl.constexpr = False):
     # out := acc + the p - 1 extra copies (NaN where state[1] flags an index out of range);
     # nothing to do where acc is out and p == 1 (a capped grid, so that doing nothing costs
     # little). CP copies a step, so that up to 127 copies are read with enough loads in
     # flight; the extra copies read are left zero (scatter_scratch). Also the narrow
-    # kernels' last step (their state starts with p and the flag). FROM_ZERO: acc is zero
-    # scratch too (left zero), out := base + acc + the extra copies, and the flag of an index
-    # out of range is at ``flag`` (program 0 moves it to state[1]). PDL: launched while
+    # kernels' last step (their state starts with p and the flag). PDL: launched while
     # the narrow _scatter runs, it waits for it before reading anything.
     if PDL:
         tl.extra.cuda.gdc_wait()
     p = tl.load(state)
-    if FROM_ZERO:
-        bad = p < 0  # a NaN in acc poisons out
-        if tl.program_id(0) == 0:
-            tl.store(state + 1, (tl.load(flag) != 0).to(tl.int32))
-            tl.store(flag, 0.0)
-    else:
-        bad = tl.load(state + 1) != 0
-    if (p > 1) | bad | (not SAME) | FROM_ZERO:
+    bad = tl.load(state + 1) != 0
+    if (p > 1) | bad | (not SAME):
         step = tl.num_programs(0).to(tl.int64) * BLOCK
         for start in range(tl.program_id(0).to(tl.int64) * BLOCK, plane, step):
             offs = start + tl.arange(0, BLOCK)
             m = offs < plane
             x = tl.load(acc + offs, mask=m, other=0)
-            if FROM_ZERO:  # NaN in acc where an index was out of range
-                x += tl.load(base + offs, mask=m, other=0).to(tl.float32)
-                # a block smaller than the program's threads is held by several: each
-                # must have read acc before any clears it
-                tl.debug_barrier()
-                tl.store(acc + offs, tl.zeros([BLOCK], tl.float32), mask=m)
             for c0 in range(0, p - 1, CP):
                 c = (c0 + tl.arange(0, CP)).to(tl.int64)
                 at = extra + c[:, None] * plane + offs[None, :]

@@ -122,17 +122,16 @@ def _runs(row_l, a_l, b_l, row_r, a_r, b_r):
 def _plan(a, first, scr, n, rows, W: tl.constexpr, P: tl.constexpr, H: tl.constexpr,
           HOT_MIN: tl.constexpr, HOT_ADDS: tl.constexpr, HOT_SHARE: tl.constexpr,
           PER_ADDRESS: tl.constexpr, MIN_COPIES: tl.constexpr, SPREAD: tl.constexpr,
-          PAIRS: tl.constexpr, MATRIX: tl.constexpr = False):
+          PAIRS: tl.constexpr):
     """(copies p, hot rows [H] (-1: none), how many hot) from the sample ``a`` of ``W``
     entries (``first``: those of its first sample). ``PAIRS``: ``a``'s second half is a
     second sample (``_sample``), whose pairs with the first count too; the entries are
     sorted, each tagged with its sample, and two segmented scans (forward and back) count
-    each row's entries of each. Else, with ``MATRIX``, every pair is compared in registers
-    (``[W, W]``: a plan that each ``_scatter`` program makes for itself); else each entry
-    is compared with shifted loads of a copy of ``a`` at ``scr`` (2 * W int32 the program
-    owns; ``a`` twice, so that a shift is an offset). On one H200 (docs/decisions.md,
-    2026-11-27) the sort took 0.4-1.1 µs less than the shifted loads of both samples, the
-    shifted loads of one sample 1.9-2.4 µs less than its sort."""
+    each row's entries of each. Else each entry is compared with shifted loads of a copy
+    of ``a`` at ``scr`` (2 * W int32 the program owns; ``a`` twice, so that a shift is an
+    offset). On one H200 (docs/decisions.md, 2026-11-27) the sort took 0.4-1.1 µs less
+    than the shifted loads of both samples, the shifted loads of one sample 1.9-2.4 µs
+    less than its sort."""
     sampled = tl.maximum(tl.sum(first.to(tl.int32)), 1).to(tl.float32)
     if PAIRS:  # row * 2 + tag: a row's entries of both samples sort next to each other
         half = tl.arange(0, W) >= W // 2
@@ -145,13 +144,6 @@ def _plan(a, first, scr, n, rows, W: tl.constexpr, P: tl.constexpr, H: tl.conste
         count = fa + ba - in_a  # entries of the first sample on this entry's row
         count_b = fb + bb - in_b  # ... of the second
         lead = (in_a == 1) & (fa == 1)  # a row's first entry of the first sample
-    elif MATRIX:  # every pair of entries at once, in registers (no scratch)
-        pos = tl.arange(0, W)
-        eq = a[:, None] == a[None, :]
-        row = a
-        in_a = tl.full([W], 1, tl.int32)
-        count = tl.sum(eq.to(tl.int32), axis=1)  # occurrences of a[i], itself included
-        lead = tl.max((eq & (pos[None, :] < pos[:, None])).to(tl.int32), axis=1) == 0
     else:
         pos = tl.arange(0, W)
         tl.store(scr + pos, a)
@@ -215,16 +207,13 @@ def _init(self_ptr, acc, extra, idx, state, n, rows, plane, P: tl.constexpr,
           HOT_ADDS: tl.constexpr, HOT_SHARE: tl.constexpr, PER_ADDRESS: tl.constexpr,
           MIN_COPIES: tl.constexpr, SPREAD: tl.constexpr, BLOCK: tl.constexpr,
           WIDE: tl.constexpr, PDL: tl.constexpr, HALF_ADDS: tl.constexpr = False,
-          HD: tl.constexpr = 1, SCATTER_PLANS: tl.constexpr = False):
-    # Program 0 makes the plan (SCATTER_PLANS: _scatter's programs do; it clears the error
-    # flag), every other program copies one block of self into acc.
+          HD: tl.constexpr = 1):
+    # Program 0 makes the plan, every other program copies one block of self into acc.
     if PDL:  # _scatter's programs may start (they load values and indices, then wait)
         tl.extra.cuda.gdc_launch_dependents()
     pid = tl.program_id(0)
     if pid == 0:
-        if SCATTER_PLANS:
-            tl.store(state + 1, 0)
-        elif (P == 1) & (HOT_MIN > S):  # one copy and no hot rows: nothing to plan
+        if (P == 1) & (HOT_MIN > S):  # one copy and no hot rows: nothing to plan
             _plan_store(state, 1, tl.full([H], -1, tl.int32), 0, H)
         else:
             a, first = _sample(idx, n, rows, S, W)
@@ -247,26 +236,17 @@ def _init(self_ptr, acc, extra, idx, state, n, rows, plane, P: tl.constexpr,
 def _scatter(acc, extra, idx, vals, state, n, rows, plane, D: tl.constexpr,
              DP: tl.constexpr, SUB: tl.constexpr, ITERS: tl.constexpr, P: tl.constexpr,
              WIDE: tl.constexpr, PDL: tl.constexpr, HALF_ADDS: tl.constexpr = False,
-             H: tl.constexpr = 1, LOCAL: tl.constexpr = 0, PLAN: tl.constexpr = False,
-             FROM_ZERO: tl.constexpr = False, S: tl.constexpr = 1, W: tl.constexpr = 1,
-             HOT_MIN: tl.constexpr = 1, HOT_ADDS: tl.constexpr = 1,
-             HOT_SHARE: tl.constexpr = 1, PER_ADDRESS: tl.constexpr = 1,
-             MIN_COPIES: tl.constexpr = 1, SPREAD: tl.constexpr = 1):
+             H: tl.constexpr = 1, LOCAL: tl.constexpr = 0):
     # D == 1 (1-D values) runs on 1-D blocks; wider rows on [SUB, DP] blocks. PDL: launched
     # while _init runs; the first block's values and indices (written before _init) load
-    # before waiting for it, the plan and the copies after. PLAN: each program makes the
-    # plan itself from the same sample (so every program makes the same), while its first
-    # block loads; program 0 stores it for _sum. FROM_ZERO (with PLAN, no _init): acc is
-    # zero scratch (_sum adds self), an index out of range poisons it and flags extra[-1].
-    # LOCAL > 0: rows of a block whose index LOCAL of its rows share are summed (in fp32)
-    # and added once. _sum may launch as soon as every program has started (it waits for
-    # them to finish).
+    # before waiting for it, the plan and the copies after. LOCAL > 0: rows of a block
+    # whose index LOCAL of its rows share are summed (in fp32) and added once. _sum may
+    # launch as soon as every program has started (it waits for them to finish).
     if PDL:
         tl.extra.cuda.gdc_launch_dependents()
     pid = tl.program_id(0)
     c = tl.arange(0, DP)
     cm = c < D
-    hk = tl.arange(0, H)
     bad_any = tl.zeros([SUB], tl.int32)
     for it in tl.static_range(ITERS):
         r = (pid * ITERS + it) * SUB + tl.arange(0, SUB)
@@ -285,33 +265,16 @@ def _scatter(acc, extra, idx, vals, state, n, rows, plane, D: tl.constexpr,
             vp = v
         i, ok, bad = _rows_of(idx, r, n, rows, WIDE)
         if it == 0:
-            if PLAN & (P == 1) & (HOT_MIN > S):  # one copy and no hot rows: no plan
-                p = 1
-                hot = tl.full([H], -1, tl.int32)
-                nhot = 0
-            elif PLAN:
-                a, first = _sample(idx, n, rows, S, W)
-                p, hot, nhot = _plan(a, first, state, n, rows, W, P, H, HOT_MIN, HOT_ADDS,
-                                     HOT_SHARE, PER_ADDRESS, MIN_COPIES, SPREAD, W != S, True)
             if PDL:
                 tl.extra.cuda.gdc_wait()
-            if PLAN:
-                if pid == 0:  # for _sum, and a caller that reads the plan
-                    tl.store(state + 3 + hk, hot)
-                    tl.store(state, p)
-                    tl.store(state + 2, nhot)
-            else:
-                p = 1
-                if P > 1:
-                    p = tl.load(state)
-                nhot = tl.load(state + 2)
+            p = 1
+            if P > 1:
+                p = tl.load(state)
+            nhot = tl.load(state + 2)
         bad_any |= bad.to(tl.int32)
         plain = ok
         for k in range(nhot):  # one add a hot row a block
-            if PLAN:
-                h = tl.sum(tl.where(hk == k, hot, 0))
-            else:
-                h = tl.load(state + 3 + k)
+            h = tl.load(state + 3 + k)
             hit = ok & (i == h)
             plain = plain & (i != h)
             if HALF_ADDS:
@@ -337,10 +300,7 @@ def _scatter(acc, extra, idx, vals, state, n, rows, plane, D: tl.constexpr,
             tl.atomic_add(dst[:, None] + c[None, :], vp, mask=plain[:, None] & cm[None, :],
                           sem="relaxed")
     if tl.max(bad_any) > 0:  # poison: NaN plus anything added before or after is NaN
-        if FROM_ZERO:  # _sum passes the flag on to state[1] and clears it
-            tl.store(extra + (P - 1) * plane, 1.0)
-        else:
-            tl.store(state + 1, 1)
+        tl.store(state + 1, 1)
         for start in range(0, plane, 1024):
             offs = start + tl.arange(0, 1024)
             tl.store(acc + offs, tl.full([1024], float("nan"), acc.dtype.element_ty),
@@ -350,10 +310,7 @@ def _scatter(acc, extra, idx, vals, state, n, rows, plane, D: tl.constexpr,
             tl.debug_barrier()
             if tl.atomic_add(state + 3 + H, 1, sem="acq_rel") == tl.num_programs(0) - 1:
                 for k in range(nhot):
-                    if PLAN:
-                        h = tl.sum(tl.where(hk == k, hot, 0))
-                    else:
-                        h = tl.load(state + 3 + k)
+                    h = tl.load(state + 3 + k)
                     o = acc + h * D + c
                     x = tl.load(o, mask=cm, cache_modifier=".cg").to(tl.float32)
                     x += tl.load(extra + k * D + c, mask=cm, cache_modifier=".cg")
@@ -397,8 +354,7 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
                      hot_min: int = HOT_MIN, hot_adds: int = HOT_ADDS,
                      state: torch.Tensor | None = None, pdl: bool = True,
                      spread: int = NARROW_SPREAD, pair_sample: int = NARROW_PAIR_SAMPLE,
-                     half_adds: bool = False, local: int = 0, scatter_plans: bool = False,
-                     from_zero: bool = False) -> torch.Tensor:
+                     half_adds: bool = False, local: int = 0) -> torch.Tensor:
     """``self.index_add(0, index, values)`` (a new tensor) with the scheme above.
 
     ``self`` and ``values`` contiguous, of one of ``DTYPES``, rows of at most
@@ -418,10 +374,7 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
     output's dtype straight into it (no fp32 copy and no ``_sum``; hot rows still summed in
     fp32); ``local``: sum the rows of a block that share an index with ``local - 1`` others
     or more and add each sum once (0: never; rows of over 32 elements, whose blocks hold at
-    most ``LOCAL_SUB`` rows); ``scatter_plans``: each ``_scatter`` program makes the plan
-    for itself (``_init`` only copies); ``from_zero`` (not with ``half_adds`` or
-    ``local``): no ``_init``: the adds go to zero scratch, which ``_sum`` adds to ``self``
-    (each ``_scatter`` program plans).
+    most ``LOCAL_SUB`` rows).
     """
     rows, n, D = scatter_shape(self, index, values, partitions, DTYPES, "narrow_index_add")
     if hot and NARROW_SAMPLE // hot_min > hot:
@@ -446,9 +399,6 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
         raise ValueError(f"narrow_index_add: local={local} must be 0, or at least 2 on rows of "
                          f"over {ROW_BLOCKS[0] // (2 * LOCAL_SUB)} elements (blocks of at most "
                          f"{LOCAL_SUB} rows; got rows of {D})")
-    if from_zero and (half_adds or local):
-        raise ValueError("narrow_index_add: from_zero adds in fp32 scratch, not with half_adds "
-                         "or local")
     if state is not None and state.numel() < state_numel(hot):
         raise ValueError(f"narrow_index_add: state holds {state.numel()} entries, needs "
                          f"{state_numel(hot)} (hot={hot})")
@@ -457,17 +407,12 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
     if plane == 0:
         return out
     same = out.dtype == torch.float32
-    scratch = zeroed(self.device, partitions * plane + 1) if from_zero else None
-    if from_zero:  # copy 0, the extra copies, the flag of an index out of range
-        acc, extra = scratch[:plane], scratch[plane:]
-    else:
-        acc = out if same or half_adds else torch.empty(plane, device=self.device,
-                                                      dtype=torch.float32)
+    acc = out if same or half_adds else torch.empty(plane, device=self.device,
+                                                  dtype=torch.float32)
     HD = next_pow2(H * D) if half_adds else 1  # the hot rows' fp32 sums
     # the extra copies: zero on entry, and _sum leaves them zero
-    if not from_zero:
-        extra = zeroed(self.device, (partitions - 1) * plane) if partitions > 1 else \
-            torch.empty(HD, device=self.device, dtype=torch.float32)
+    extra = zeroed(self.device, (partitions - 1) * plane) if partitions > 1 else \
+        torch.empty(HD, device=self.device, dtype=torch.float32)
     if state is None:
         state = torch.empty(state_numel(hot), device=self.device, dtype=torch.int32)
     # the sample: NARROW_SAMPLE indices, and where copies are allowed a second one
@@ -478,30 +423,24 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
                 MIN_COPIES=min(min_copies, partitions))
     wide = max(n * D, partitions * plane) >= 1 << 31
     pdl = pdl and has_pdl(self.device)
-    plans = scatter_plans or from_zero
-    if not from_zero:
-        blk = HALF_BLOCK if half_adds else BLOCK
-        _init[(1 + cdiv(plane, blk),)](self, acc, extra, index, state, n, rows, plane, **plan,
-                                       BLOCK=blk, WIDE=wide, PDL=pdl, HALF_ADDS=half_adds,
-                                       HD=HD, SCATTER_PLANS=plans,
-                                       num_warps=INIT_WARPS_ONE if W == NARROW_SAMPLE and
-                                       plane < ONE_SAMPLE_PLANE else INIT_WARPS)
-    if n or from_zero:  # from_zero: _scatter stores the plan _sum reads
-        planned = plan if plans else dict(P=partitions, H=H)
-        _scatter[(max(1, cdiv(n, sub * iters)),)](
-            acc, extra, index, values, state, n, rows, plane, D=D, DP=DP, SUB=sub,
-            ITERS=iters, WIDE=wide, PDL=pdl, HALF_ADDS=half_adds, LOCAL=local, PLAN=plans,
-            FROM_ZERO=from_zero, **planned, num_warps=warps,
-            **({"launch_pdl": True} if pdl and not from_zero else {}))
-    if partitions > 1 or not (same or half_adds) or from_zero:
+    blk = HALF_BLOCK if half_adds else BLOCK
+    _init[(1 + cdiv(plane, blk),)](self, acc, extra, index, state, n, rows, plane, **plan,
+                                   BLOCK=blk, WIDE=wide, PDL=pdl, HALF_ADDS=half_adds, HD=HD,
+                                   num_warps=INIT_WARPS_ONE if W == NARROW_SAMPLE and
+                                   plane < ONE_SAMPLE_PLANE else INIT_WARPS)
+    if n:
+        _scatter[(cdiv(n, sub * iters),)](acc, extra, index, values, state, n, rows, plane,
+                                          D=D, DP=DP, SUB=sub, ITERS=iters, P=partitions,
+                                          WIDE=wide, PDL=pdl, HALF_ADDS=half_adds, H=H,
+                                          LOCAL=local,
+                                          num_warps=warps,
+                                          **({"launch_pdl": True} if pdl else {}))
+    if partitions > 1 or not (same or half_adds):
         # up to SUM_COPIES copies a step: a plane of a few thousand elements still has
         # enough programs and loads in flight
         cp = min(partitions, SUM_COPIES)
         blk = BLOCK if partitions == 1 else max(64, SUM_TILE // cp)
-        zero = dict(base=self, flag=scratch[partitions * plane:], FROM_ZERO=True) \
-            if from_zero else {}
         _sum[(min(cdiv(plane, blk), SUM_PROGRAMS),)](acc, extra, out, state, plane, SAME=same,
                                                      BLOCK=blk, CP=cp, PDL=pdl, num_warps=4,
-                                                     **zero,
                                                      **({"launch_pdl": True} if pdl else {}))
     return out
