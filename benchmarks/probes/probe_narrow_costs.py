@@ -29,6 +29,7 @@ import torch
 import triton
 from torch.profiler import ProfilerActivity, profile
 
+from commrt.fx import scatter as pass_scatter
 from commrt.fx.scatter_narrow import narrow_index_add, state_numel
 from commrt.fx.scatter_rule import partitions_for
 from commrt.timing import time_graph
@@ -83,6 +84,27 @@ def rounds(calls: dict, n: int) -> dict:
             times[name].append(graph_us(fn))
     row = {k: round(statistics.median(v), 2) for k, v in times.items()}
     row["spread"] = {k: [round(min(v), 2), round(max(v), 2)] for k, v in times.items()}
+    return row
+
+
+def variant_rounds(dtype, width: int, rows: int, dist: str, variants: dict, n: int,
+                   checks: int = 1) -> dict:
+    """One grid cell (``cell_data``) with the copies the pass gives: each of ``variants``
+    (name: ``fn(out, idx, vals, partitions)``) checked ``checks`` times against float64
+    (errors under "err"), then ``rounds`` of them and Inductor's scatter (``index_put``)."""
+    out, idx, vals = cell_data(dtype, width, rows, dist)
+    P = pass_scatter.copies(rows, max(1, width), idx.numel(), dtype,
+                            torch.cuda.get_device_properties(DEV).total_memory)
+    ref = out.double().index_put((idx,), vals.double(), accumulate=True)
+    row = {"dtype": str(dtype)[6:], "width": width, "rows": rows, "dist": dist,
+           "partitions": P, "err": {}}
+    calls = {name: lambda fn=fn: fn(out, idx, vals, P) for name, fn in variants.items()}
+    for name, fn in calls.items():
+        for _ in range(checks):
+            row["err"][name] = err = float((fn().double() - ref).norm() / ref.norm())
+            assert err < (1e-5 if dtype == torch.float32 else 2e-2), (name, row)
+    f = inductor("index_put")
+    row.update(rounds({**calls, "inductor": lambda: f(out, idx, vals)}, n))
     return row
 
 

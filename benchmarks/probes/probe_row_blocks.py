@@ -14,13 +14,11 @@ rounds; each variant's error against float64 is checked first::
 from __future__ import annotations
 
 import torch
-from probe_narrow_costs import cell_data, inductor, rounds, run_cells
+from probe_narrow_costs import run_cells, variant_rounds
 
 import commrt.fx.scatter  # noqa: F401 (defines commrt::partitioned_index_put)
 from commrt.fx import scatter_narrow as sn
-from commrt.fx.scatter import copies
 
-DEV = torch.device("cuda")
 ROUNDS = 5
 # (dtype, row width, output rows, indices)
 CELLS = [(dt, w, rows, d) for dt, w, rows in ((torch.bfloat16, 16, 65536),
@@ -46,21 +44,9 @@ def call(out, idx, vals, P: int, blocks: tuple):
 
 
 def cell(dtype, width: int, rows: int, dist: str) -> dict:
-    out, idx, vals = cell_data(dtype, width, rows, dist)
-    n = idx.numel()
-    P = copies(rows, width, n, dtype, torch.cuda.get_device_properties(DEV).total_memory)
-    ref = out.double().index_put((idx,), vals.double(), accumulate=True)
-    row = {"dtype": str(dtype)[6:], "width": width, "rows": rows, "dist": dist,
-           "partitions": P, "err": {}}
-    for name, blocks in VARIANTS.items():
-        got = call(out, idx, vals, P, blocks)
-        row["err"][name] = err = float((got.double() - ref).norm() / ref.norm())
-        assert err < (1e-5 if dtype == torch.float32 else 2e-2), (name, row)
-    f = inductor("index_put")
-    calls = {name: lambda b=blocks: call(out, idx, vals, P, b) for name, blocks in VARIANTS.items()}
-    calls["inductor"] = lambda: f(out, idx, vals)
-    row.update(rounds(calls, ROUNDS))
-    return row
+    return variant_rounds(dtype, width, rows, dist,
+                          {name: lambda *a, b=blocks: call(*a, b)
+                           for name, blocks in VARIANTS.items()}, ROUNDS)
 
 
 def main() -> None:

@@ -19,13 +19,11 @@ commit with the two options (the next removed them: slower in 10 of 11 cells)::
 from __future__ import annotations
 
 import torch
-from probe_narrow_costs import cell_data, inductor, rounds, run_cells
+from probe_narrow_costs import run_cells, variant_rounds
 
 import commrt.fx.scatter  # noqa: F401 (defines commrt::partitioned_index_put)
 from commrt.fx import scatter_narrow as sn
-from commrt.fx.scatter import copies
 
-DEV = torch.device("cuda")
 ROUNDS = 5
 # (dtype, row width (0: 1-D values), output rows, indices)
 CELLS = [(torch.float32, 16, 1024, d) for d in ("uniform", "skewed", "hot")] + \
@@ -53,22 +51,10 @@ def call(out, idx, vals, P: int, kw: dict):
 
 
 def cell(dtype, width: int, rows: int, dist: str) -> dict:
-    out, idx, vals = cell_data(dtype, width, rows, dist)
-    n = idx.numel()
-    P = copies(rows, max(1, width), n, dtype, torch.cuda.get_device_properties(DEV).total_memory)
-    ref = out.double().index_put((idx,), vals.double(), accumulate=True)
-    row = {"dtype": str(dtype)[6:], "width": width, "rows": rows, "dist": dist,
-           "partitions": P, "err": {}}
-    for name, kw in VARIANTS.items():
-        for _ in range(3):  # the scratch left zero: the same sum each call
-            got = call(out, idx, vals, P, kw)
-            row["err"][name] = err = float((got.double() - ref).norm() / ref.norm())
-            assert err < (1e-5 if dtype == torch.float32 else 2e-2), (name, row)
-    f = inductor("index_put")
-    calls = {name: lambda kw=kw: call(out, idx, vals, P, kw) for name, kw in VARIANTS.items()}
-    calls["inductor"] = lambda: f(out, idx, vals)
-    row.update(rounds(calls, ROUNDS))
-    return row
+    # three calls each: the scratch left zero gives the same sum each call
+    return variant_rounds(dtype, width, rows, dist,
+                          {name: lambda *a, kw=kw: call(*a, kw) for name, kw in VARIANTS.items()},
+                          ROUNDS, checks=3)
 
 
 def main() -> None:
