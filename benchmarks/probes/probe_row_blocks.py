@@ -13,6 +13,8 @@ rounds; each variant's error against float64 is checked first::
 
 from __future__ import annotations
 
+from unittest import mock
+
 import torch
 from probe_narrow_costs import run_cells, variant_rounds
 
@@ -35,12 +37,9 @@ VARIANTS = {"4096x1 w8": (4096, 1, 8), "4096x1 w4": (4096, 1, 4), "2048x1 w4": (
 
 
 def call(out, idx, vals, P: int, blocks: tuple):
-    shipped = sn.ROW_BLOCKS
-    sn.ROW_BLOCKS = blocks  # read at each call (the graph keeps the kernels it captured)
-    try:
+    # read at each call (the graph keeps the kernels it captured)
+    with mock.patch.object(sn, "ROW_BLOCKS", blocks):
         return torch.ops.commrt.partitioned_index_put(out, idx, vals, P)
-    finally:
-        sn.ROW_BLOCKS = shipped
 
 
 def cell(dtype, width: int, rows: int, dist: str) -> dict:
