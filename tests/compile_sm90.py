@@ -78,6 +78,10 @@ def scatter_calls() -> None:
                                  half_adds=dtype != torch.float32)
                 for own in {False, dtype != torch.float32}:  # block-local sums, no plan
                     narrow_index_add(self, idx, vals, 1, hot=0, local=2, half_adds=own)
+                if d > 128:  # ... in blocks of part of a row (local_blocks)
+                    for warps in (1, 2):
+                        narrow_index_add(self, idx, vals, 1, hot=0, local=4, columns=128,
+                                         warps=warps)
 
 
 def shared_calls() -> None:

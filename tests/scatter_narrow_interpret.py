@@ -2,10 +2,13 @@
 ``commrt::partitioned_index_put`` on CPU tensors against a float64 index_add, and the
 plan they make from the indices, against a count in Python."""
 
+from unittest import mock
+
 import torch
 from kernel_cases import SCATTER_TOL as TOL
 from kernel_cases import finite_error
 
+from commrt.fx import scatter_narrow as sn
 from commrt.fx.scatter_narrow import ROW_BLOCKS, narrow_index_add, state_numel
 from commrt.fx.scatter_rule import HOT_SHARE, NARROW_SAMPLE, NARROW_SPREAD
 from commrt.fx.scatter_scratch import zeroed
@@ -165,6 +168,46 @@ def local_sums(g) -> None:
             assert f"local={local}" in str(e), e
 
 
+def column_blocks(g) -> None:
+    """Rows wider than a block's ``columns`` split over programs (axis 1): block-local sums,
+    fp16 hot rows added by the last program (every column of them), and copies with hot
+    rows, against float64; a column count that is not a power of two refused."""
+    for rows, width, n, dist in ((37, 300, 400, "few"), (61, 100, 700, "hot")):
+        base0 = torch.randn(rows, width, generator=g)
+        idx = indices(dist, rows, n, g)
+        vals0 = torch.randn(n, width, generator=g)
+        for dtype, kw in ((torch.float32, dict(hot=0, local=4, warps=2)),
+                          (torch.float16, dict(hot=0, local=3, half_adds=True)),
+                          (torch.float16, dict(hot=4, hot_min=16, hot_adds=64,
+                                               half_adds=True)),
+                          (torch.float32, dict(partitions=8, per_address=1, min_copies=2,
+                                               hot=4, hot_min=16, hot_adds=64))):
+            kw = dict(kw)
+            P = kw.pop("partitions", 1)
+            base, vals = base0.to(dtype), vals0.to(dtype)
+            ref = base.double().index_add(0, idx, vals.double())
+            torch_err = finite_error(base.index_add(0, idx, vals), ref, dtype)
+            for cols in (64, 128) if kw.get("local") else (16, 64):
+                state = torch.zeros(state_numel(kw["hot"]), dtype=torch.int32)
+                got = narrow_index_add(base, idx, vals, P, state=state, columns=cols, **kw)
+                err = finite_error(got, ref, (rows, width, dist, dtype, kw, cols))
+                assert got.dtype == dtype and err < max(TOL[dtype], 2 * torch_err), \
+                    (rows, width, dist, dtype, kw, cols, err, torch_err)
+                if kw["hot"] and dist == "hot":
+                    assert int(state[2]) > 0, ("the hot row must be found", state)
+            if P == 1 and not kw["hot"]:  # rows on axis 0 (too many programs for axis 1)
+                with mock.patch.object(sn, "MAX_GRID_Y", 0):
+                    got = narrow_index_add(base, idx, vals, 1, columns=64, **kw)
+                err = finite_error(got, ref, (rows, width, dist, dtype, kw, "rows first"))
+                assert err < max(TOL[dtype], 2 * torch_err), (rows, width, dtype, kw, err)
+    try:
+        narrow_index_add(torch.zeros(4, 80), torch.tensor([0, 1]), torch.ones(2, 80), 1,
+                         columns=48)
+        raise AssertionError("columns=48 must be refused")
+    except ValueError as e:
+        assert "columns=48" in str(e), e
+
+
 def scratch_left_zero(g) -> None:
     """The extra copies come zero from ``scatter_scratch`` and go back zero: after calls
     with many copies, with an index out of range, and with copies but nothing to add; the
@@ -290,6 +333,7 @@ def main() -> None:
     cases += plans(g)
     half_adds(g)
     local_sums(g)
+    column_blocks(g)
     scratch_left_zero(g)
     out = narrow_index_add(torch.zeros(4, 2), torch.tensor([0, 1, 99]), torch.ones(3, 2), 2)
     assert out.isnan().all(), "an index out of range must poison the result"

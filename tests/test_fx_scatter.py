@@ -13,12 +13,15 @@ import commrt.fx
 from commrt import config
 from commrt.fx.scatter import copies, partitioned_scatter, partitions_for
 from commrt.fx.scatter_rule import (
+    LOCAL_COLUMNS,
+    LOCAL_FEW_WARPS,
     LOCAL_MIN,
-    LOCAL_MIN_WIDE,
+    LOCAL_WARPS,
     NARROW_PAIR_ROWS,
     NARROW_PAIR_SAMPLE,
     decide,
     half_adds,
+    local_blocks,
     local_sums,
     pair_sample,
     wide_on_one_copy,
@@ -83,7 +86,11 @@ REGIMES = [  # (rows, row width, indices, dtype, index_put, choice)
     (65536, 100, 600_000, torch.bfloat16, False, "inductor"),  # ... 9 a row
     (1024, 1024, 4096, torch.bfloat16, False, "inductor"),  # 4 a row on 1M elements
     (4096, 1024, 8192, torch.float32, True, "commrt"),  # 2 a row on 4M elements: one copy
-    (1024, 1024, 4096, torch.float32, True, "inductor"),  # 4 a row, 4,096 indices
+    (1024, 1024, 4096, torch.float32, True, "commrt"),  # 4 a row: blocks of 128 columns
+    (8, 1024, 4096, torch.float32, True, "commrt"),  # 512 a row on 8 rows: ... too
+    (16, 1024, 4096, torch.float32, True, "inductor_partitioned"),  # ... not on 16
+    (8, 1024, 4096, torch.float32, False, "commrt"),  # ... index_add too
+    (8, 100, 40_960, torch.float32, True, "inductor_partitioned"),  # not rows of 100
     (1024, 256, 16_384, torch.float32, True, "commrt"),  # 16 a row: block-local sums
     (1024, 256, 2048, torch.float32, True, "inductor"),  # ... too few indices
     (8, 1024, 4096, torch.bfloat16, True, "inductor_partitioned"),  # 512 a row, 4M values
@@ -141,8 +148,8 @@ def test_shared_sums_takes_single_values_into_few_thousand_rows():
     (8, 100, 40_000, torch.float32, "inductor_partitioned"),
     (1024, 100, 200_000, torch.float32, "inductor_partitioned"),
     (1024, 100, 40_000, torch.float32, "commrt"),
-    (1024, 1024, 4096, torch.float32, "inductor"),
-    (4096, 100, 40_000, torch.float32, "commrt"),  # block-local sums
+    (1024, 1024, 4096, torch.float32, "commrt"),  # block-local sums
+    (4096, 100, 40_000, torch.float32, "commrt"),  # ... too
     (1 << 20, 0, 4_000_000, torch.float32, "commrt"),
     (8, 16, 262_144, torch.bfloat16, "inductor_partitioned"),
     (8, 0, 262_144, torch.bfloat16, "commrt"),
@@ -259,15 +266,21 @@ def test_wide_rows_on_one_copy_in_fp32_and_half_precision_only_past_narrow_rows(
 
 
 def test_block_local_sums_for_fp32_rows_few_a_row_on_smaller_outputs():
-    assert local_sums(1024, 256, 16_384, torch.float32) == LOCAL_MIN_WIDE  # blocks of 16
-    assert local_sums(1024, 200, 4096, torch.float32) == LOCAL_MIN_WIDE
-    assert local_sums(4096, 100, 40_000, torch.float32) == LOCAL_MIN  # blocks of 32
+    assert local_sums(1024, 256, 16_384, torch.float32) == LOCAL_MIN  # blocks of 32 rows
+    assert local_sums(1024, 200, 4096, torch.float32) == LOCAL_MIN
+    assert local_sums(4096, 100, 40_000, torch.float32) == LOCAL_MIN
+    assert local_sums(1024, 1024, 4096, torch.float32) == LOCAL_MIN  # rows of 1024
+    assert local_sums(8, 1024, 1 << 20, torch.float32) == LOCAL_MIN  # 8 rows: any a row
+    assert local_sums(8, 129, 1 << 20, torch.float32) == LOCAL_MIN
+    assert not local_sums(8, 128, 1 << 20, torch.float32)  # ... of over 128 elements
+    assert not local_sums(9, 1024, 1 << 20, torch.float32)  # ... into at most 8 rows
+    assert not local_sums(1024, 1025, 4096, torch.float32)  # rows of at most 1024
+    assert not local_sums(4096, 1024, 4096, torch.float32)  # 4M elements: one_copy
     assert not local_sums(1024, 100, 41_943, torch.float32)  # 41 a row: the wide kernels
     assert not local_sums(65536, 100, 40_000, torch.float32)  # a large output: one_copy
     assert not local_sums(1024, 64, 40_000, torch.float32)  # blocks of 64 rows
     assert not local_sums(1024, 256, 16_384, torch.bfloat16)  # fp32 only
     assert not local_sums(1024, 256, 2048, torch.float32)  # too few indices
-    assert not local_sums(1024, 1024, 4096, torch.float32)  # rows of 1024 (measured)
     assert not local_sums(1024, 256, 17_408, torch.float32)  # 17 a row
     with torch._subclasses.FakeTensorMode():  # the pass gives them one copy
         args = (torch.empty(1024, 256), torch.empty(16_384, dtype=torch.int64),
@@ -277,6 +290,13 @@ def test_block_local_sums_for_fp32_rows_few_a_row_on_smaller_outputs():
     node, = [n for n in gm.graph.nodes
              if n.target is torch.ops.commrt.partitioned_index_put.default]
     assert node.args[3] == 1 and "share an index" in rep.decisions[0], rep
+
+
+def test_block_local_sums_split_wide_rows_into_column_blocks():
+    assert local_blocks(4096, 100) == (0, 0)  # whole rows of up to 128
+    assert local_blocks(1024, 129) == (LOCAL_COLUMNS, LOCAL_WARPS)
+    assert local_blocks(1024, 1024) == (LOCAL_COLUMNS, LOCAL_WARPS)
+    assert local_blocks(8, 1024) == (LOCAL_COLUMNS, LOCAL_FEW_WARPS)  # into a few rows
 
 
 def test_copies_the_pass_gives_the_kernels():

@@ -53,6 +53,7 @@ from .scatter_rule import (
     few_rows,
     half_adds,
     inductor_partitions,
+    local_blocks,
     local_sums,
     pair_sample,
     partitions_for,
@@ -95,7 +96,9 @@ def _partitioned_index_put(self: torch.Tensor, index: torch.Tensor, values: torc
                                             half_adds=own)
                 local = local_sums(rows, width, n, dtype)
                 if partitions == 1 and local:
-                    return narrow_index_add(*args, hot=0, local=local)
+                    columns, warps = local_blocks(rows, width)
+                    return narrow_index_add(*args, hot=0, local=local, columns=columns,
+                                            warps=warps)
             return partitioned_index_add(*args)
     return _partitioned_index_put_torch(self, index, values, partitions)
 

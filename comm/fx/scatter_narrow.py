@@ -25,7 +25,9 @@ Two or three launches, no host sync; the plan is made on the GPU from the indice
    sums the block's rows that hit it and adds the sum once; every other row is added with
    an atomic to copy ``(row + program) % p``. With ``local`` (as the pass gives it: one
    copy, no hot rows, so no plan in ``_init``) the rows of a block whose index ``local``
-   of them share are summed and added once instead. An index out of range poisons the output
+   of them share are summed and added once instead, and with ``columns`` a block holds that
+   many columns of more rows (a row's blocks launched one after another). An index out of
+   range poisons the output
    with NaN (the plain op raises a device-side assert). On sm90+ it is launched as a
    programmatic dependent of ``_init``: its first block's values and indices load while
    program 0 still plans.
@@ -83,6 +85,7 @@ SUM_COPIES, SUM_TILE = 128, 8192  # _sum with copies: copies a step, and element
 VALUE_BLOCKS = (1024, 4, 4)
 ROW_BLOCKS, ROW_BLOCKS_FROM = (4096, 1, 8), 4
 LOCAL_SUB = 64  # the most rows a block for which _scatter sums rows that share an index
+MAX_GRID_Y = 65535  # CUDA's limit on a grid's second axis
 
 
 @triton.jit
@@ -236,16 +239,23 @@ def _init(self_ptr, acc, extra, idx, state, n, rows, plane, P: tl.constexpr,
 def _scatter(acc, extra, idx, vals, state, n, rows, plane, D: tl.constexpr,
              DP: tl.constexpr, SUB: tl.constexpr, ITERS: tl.constexpr, P: tl.constexpr,
              WIDE: tl.constexpr, PDL: tl.constexpr, HALF_ADDS: tl.constexpr = False,
-             H: tl.constexpr = 1, LOCAL: tl.constexpr = 0):
-    # D == 1 (1-D values) runs on 1-D blocks; wider rows on [SUB, DP] blocks. PDL: launched
+             H: tl.constexpr = 1, LOCAL: tl.constexpr = 0,
+             COLS_FIRST: tl.constexpr = False):
+    # D == 1 (1-D values) runs on 1-D blocks; wider rows on [SUB, DP] blocks, DP columns
+    # from program_id(1) * DP (a row wider than DP spans programs; COLS_FIRST: the axes
+    # swapped, so that a row's column blocks launch one after another). PDL: launched
     # while _init runs; the first block's values and indices (written before _init) load
     # before waiting for it, the plan and the copies after. LOCAL > 0: rows of a block
     # whose index LOCAL of its rows share are summed (in fp32) and added once. _sum may
     # launch as soon as every program has started (it waits for them to finish).
     if PDL:
         tl.extra.cuda.gdc_launch_dependents()
-    pid = tl.program_id(0)
-    c = tl.arange(0, DP)
+    if COLS_FIRST:  # DP columns a program from program_id(0) * DP, rows on axis 1
+        pid = tl.program_id(1)
+        c = tl.program_id(0) * DP + tl.arange(0, DP)
+    else:
+        pid = tl.program_id(0)
+        c = tl.program_id(1) * DP + tl.arange(0, DP)
     cm = c < D
     bad_any = tl.zeros([SUB], tl.int32)
     for it in tl.static_range(ITERS):
@@ -308,13 +318,16 @@ def _scatter(acc, extra, idx, vals, state, n, rows, plane, D: tl.constexpr,
     if HALF_ADDS:  # the last program done adds the hot rows' sums to the output
         if nhot > 0:
             tl.debug_barrier()
-            if tl.atomic_add(state + 3 + H, 1, sem="acq_rel") == tl.num_programs(0) - 1:
+            done = tl.atomic_add(state + 3 + H, 1, sem="acq_rel")
+            if done == tl.num_programs(0) * tl.num_programs(1) - 1:
                 for k in range(nhot):
                     h = tl.load(state + 3 + k)
-                    o = acc + h * D + c
-                    x = tl.load(o, mask=cm, cache_modifier=".cg").to(tl.float32)
-                    x += tl.load(extra + k * D + c, mask=cm, cache_modifier=".cg")
-                    tl.store(o, x.to(acc.dtype.element_ty), mask=cm)
+                    for c0 in tl.static_range(0, D, DP):  # every column of the row
+                        cc = c0 + tl.arange(0, DP)
+                        o = acc + h * D + cc
+                        x = tl.load(o, mask=cc < D, cache_modifier=".cg").to(tl.float32)
+                        x += tl.load(extra + k * D + cc, mask=cc < D, cache_modifier=".cg")
+                        tl.store(o, x.to(acc.dtype.element_ty), mask=cc < D)
 
 
 @triton.jit
@@ -354,7 +367,8 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
                      hot_min: int = HOT_MIN, hot_adds: int = HOT_ADDS,
                      state: torch.Tensor | None = None, pdl: bool = True,
                      spread: int = NARROW_SPREAD, pair_sample: int = NARROW_PAIR_SAMPLE,
-                     half_adds: bool = False, local: int = 0) -> torch.Tensor:
+                     half_adds: bool = False, local: int = 0,
+                     columns: int = 0, warps: int = 0) -> torch.Tensor:
     """``self.index_add(0, index, values)`` (a new tensor) with the scheme above.
 
     ``self`` and ``values`` contiguous, of one of ``DTYPES``, rows of at most
@@ -374,7 +388,9 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
     output's dtype straight into it (no fp32 copy and no ``_sum``; hot rows still summed in
     fp32); ``local``: sum the rows of a block that share an index with ``local - 1`` others
     or more and add each sum once (0: never; rows of over 32 elements, whose blocks hold at
-    most ``LOCAL_SUB`` rows).
+    most ``LOCAL_SUB`` rows); ``columns``: the most columns of a row a ``_scatter`` block
+    holds (a power of two; 0: the whole row), its blocks holding more rows instead;
+    ``warps``: of a ``_scatter`` program (0: ``ROW_BLOCKS``'s or ``VALUE_BLOCKS``').
     """
     rows, n, D = scatter_shape(self, index, values, partitions, DTYPES, "narrow_index_add")
     if hot and NARROW_SAMPLE // hot_min > hot:
@@ -391,14 +407,18 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
         raise ValueError(f"narrow_index_add: half_adds takes fp16/bf16 values into an output of "
                          f"their dtype, one copy; got {values.dtype} into {self.dtype}, "
                          f"{partitions} copies")
+    if columns and (columns < 16 or columns & (columns - 1)):
+        raise ValueError(f"narrow_index_add: columns={columns} must be 0 or a power of two of "
+                         "at least 16")
     H = max(1, hot)
-    DP = next_pow2(D)
-    step, iters, warps = ROW_BLOCKS if D >= ROW_BLOCKS_FROM else VALUE_BLOCKS
+    DP = min(next_pow2(D), columns) if columns else next_pow2(D)
+    step, iters, nw = ROW_BLOCKS if D >= ROW_BLOCKS_FROM else VALUE_BLOCKS
+    warps = warps or nw
     sub = max(16, step // DP)
     if local and (local < 2 or sub > LOCAL_SUB):
         raise ValueError(f"narrow_index_add: local={local} must be 0, or at least 2 on rows of "
                          f"over {ROW_BLOCKS[0] // (2 * LOCAL_SUB)} elements (blocks of at most "
-                         f"{LOCAL_SUB} rows; got rows of {D})")
+                         f"{LOCAL_SUB} rows; got rows of {D}, columns={columns})")
     if state is not None and state.numel() < state_numel(hot):
         raise ValueError(f"narrow_index_add: state holds {state.numel()} entries, needs "
                          f"{state_numel(hot)} (hot={hot})")
@@ -429,12 +449,16 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
                                    num_warps=INIT_WARPS_ONE if W == NARROW_SAMPLE and
                                    plane < ONE_SAMPLE_PLANE else INIT_WARPS)
     if n:
-        _scatter[(cdiv(n, sub * iters),)](acc, extra, index, values, state, n, rows, plane,
-                                          D=D, DP=DP, SUB=sub, ITERS=iters, P=partitions,
-                                          WIDE=wide, PDL=pdl, HALF_ADDS=half_adds, H=H,
-                                          LOCAL=local,
-                                          num_warps=warps,
-                                          **({"launch_pdl": True} if pdl else {}))
+        grid = (cdiv(n, sub * iters), cdiv(D, DP))
+        # a row's column blocks next to each other in launch order where the rows' programs
+        # fit axis 1 (docs/decisions.md, 2026-11-27: rows of 1024, skewed, 1.5x faster so)
+        cols_first = grid[1] > 1 and grid[0] <= MAX_GRID_Y
+        if cols_first:
+            grid = grid[::-1]
+        _scatter[grid](acc, extra, index, values, state, n, rows, plane, D=D, DP=DP, SUB=sub,
+                       ITERS=iters, P=partitions, WIDE=wide, PDL=pdl, HALF_ADDS=half_adds,
+                       H=H, LOCAL=local, COLS_FIRST=cols_first, num_warps=warps,
+                       **({"launch_pdl": True} if pdl else {}))
     if partitions > 1 or not (same or half_adds):
         # up to SUM_COPIES copies a step: a plane of a few thousand elements still has
         # enough programs and loads in flight

@@ -26,8 +26,9 @@ fp32 rows of up to ``ONE_COPY_ROW`` elements with few values a row on a large ou
 copy of the output, and a hot row is found on the GPU; so do fp16/bf16 rows of 4 or more
 with a few values a row on a large output (``half_copy``), added in their own dtype.
 fp32 rows of ``LOCAL_ROW`` to ``LOCAL_MAX_ROW`` elements with a few values a row on a
-smaller output (``local_sums``) go to the narrow kernels with one copy and no plan, each
-block summing its rows that share an index.
+smaller output (rows over ``LOCAL_WIDE`` also into a few rows: ``local_sums``) go to the
+narrow kernels with one copy and no plan, each block summing its rows that share an index
+(``local_blocks``: blocks of part of a row where rows are wide).
 Wide rows go to commrt's kernels where enough values land on each output row to contend
 (half-precision rows, which they sum in fp32, from fewer), except on scatters of under
 ``WIDE_MIN_VALUES`` value elements, where Inductor's partitions won; fp32 rows with tens
@@ -137,18 +138,29 @@ ONE_COPY_HOT, ONE_COPY_HOT_MIN = 4, 16
 # fp32 rows of LOCAL_ROW to LOCAL_MAX_ROW elements with at most LOCAL_PER_ROW values a row on
 # outputs under ONE_COPY_PLANE (local_sums): the narrow kernels with one copy and no plan
 # (it no longer hides behind the copy of a small output), each block summing the rows that
-# share an index, where LOCAL_MIN of them do (LOCAL_MIN_WIDE on rows over LOCAL_WIDE: blocks
-# of 16 rows, not 32), and adding each sum once. On one H200 (docs/decisions.md,
+# share an index, where LOCAL_MIN of them do, and adding each sum once. On one H200
+# (whole rows of 16 a block on rows of over 128; docs/decisions.md,
 # 2026-11-25), index_put, µs with uniform / skewed / one hot row, against Inductor's plain
 # scatter in the same run: rows of 256 into 1,024 rows 8.5 / 19.8 / 16.1 against 8.1 /
 # 21.4 / 82.2 (commrt's wide kernels 12.5 / 23.1 / 23.3); rows of 100 into 4,096 rows 8.6 /
 # 17.8 / 19.6 against 9.1 / 18.3 / 117.6, into 16,384 rows 9.8 / 11.9 / 21.0 against 9.9 /
 # 11.9 / 112.3. Left where they were: rows of 100 into 1,024 rows (41 a row, skewed: 54
-# against 47, the wide kernels 20), and rows of 1024 into 1,024 rows (9.5-9.7 µs uniform
-# against 8.7-8.8 for Inductor's scatter, 9.7-9.8 against 23.5 with a hot row). Fewer
-# sharing rows (2, 3 on blocks of 32) cost more.
-LOCAL_ROW, LOCAL_MAX_ROW, LOCAL_PER_ROW = 65, 256, 16
-LOCAL_MIN, LOCAL_WIDE, LOCAL_MIN_WIDE = 4, 128, 3
+# against 47, the wide kernels 20). Fewer sharing rows (2, 3 on blocks of 32) cost more.
+LOCAL_ROW, LOCAL_PER_ROW = 65, 16
+LOCAL_MIN = 4
+# ... and rows of over LOCAL_WIDE to LOCAL_MAX_ROW elements, also into at most
+# LOCAL_FEW_ROWS rows (a block of 32 rows holds LOCAL_MIN of each, whatever the values a
+# row), in blocks of LOCAL_COLUMNS columns of 32 rows on LOCAL_WARPS warps (LOCAL_FEW_WARPS
+# into few rows), a row's blocks launched one after another. On one H200 and one H100
+# (benchmarks/results/probe_local_columns_NVIDIA_H200.json, _NVIDIA_H100_80GB_HBM3.json),
+# µs uniform / skewed / one hot row, H200 then H100: rows of 1024 into 1,024 rows 8.8 / 12.4
+# / 8.8 and 10.2 / 12.8 / 9.1, against Inductor's best 8.6 / 13.6 / 29.2 and 10.1 / 14.1 /
+# 22.6 (whole rows of 16 a block: 10.2 / 11.9 / 9.5); into 8 rows on 1 warp 9.6 / 6.7 / 8.9
+# and 8.9 / 6.9 / 7.6 against 13.9 / 17.6 / 15.7 and 9.6 / 15.5 / 15.3; rows of 256 into
+# 1,024 rows 8.6 / 15.7 / 10.8 against 8.4 / 15.2 / 47.9 (whole rows: 8.3 / 19.6 / 15.8).
+# fp16/bf16 rows of 1024 lost there (6.2-6.9 µs uniform against 5.7).
+LOCAL_WIDE, LOCAL_MAX_ROW, LOCAL_FEW_ROWS = 128, 1024, 8
+LOCAL_COLUMNS, LOCAL_WARPS, LOCAL_FEW_WARPS = 128, 2, 1
 # Narrow rows into few output rows (few_rows: scatter_few, every row summed a program, no
 # atomics): measured on one H200 (docs/decisions.md, 2026-11-25) against Inductor's
 # partitions: into 8 rows, rows of 4 took 0.30-0.52x their time (1-D values 0.07x, and
@@ -277,10 +289,20 @@ def wide_on_one_copy(rows: int, width: int, n: int, dtype: torch.dtype) -> bool:
 def local_sums(rows: int, width: int, n: int, dtype: torch.dtype) -> int:
     """fp32 rows that the narrow kernels take with one copy and no plan, each block summing
     its rows that share an index: how many rows must share it (0: not these rows)."""
+    few = LOCAL_WIDE < width and rows <= LOCAL_FEW_ROWS
     if (dtype == torch.float32 and LOCAL_ROW <= width <= LOCAL_MAX_ROW and
-            MIN_INDICES <= n <= LOCAL_PER_ROW * rows and rows * width < ONE_COPY_PLANE):
-        return LOCAL_MIN_WIDE if width > LOCAL_WIDE else LOCAL_MIN
+            MIN_INDICES <= n and (n <= LOCAL_PER_ROW * rows or few) and
+            rows * width < ONE_COPY_PLANE):
+        return LOCAL_MIN
     return 0
+
+
+def local_blocks(rows: int, width: int) -> tuple[int, int]:
+    """(columns, warps) of the narrow ``_scatter``'s blocks for ``local_sums`` rows (0, 0:
+    whole rows, its usual warps)."""
+    if width <= LOCAL_WIDE:
+        return 0, 0
+    return LOCAL_COLUMNS, LOCAL_FEW_WARPS if rows <= LOCAL_FEW_ROWS else LOCAL_WARPS
 
 
 def one_copy(rows: int, width: int, n: int, dtype: torch.dtype) -> bool:
