@@ -152,13 +152,15 @@ LOCAL_MIN = 4
 # LOCAL_FEW_ROWS rows (a block of 32 rows holds LOCAL_MIN of each, whatever the values a
 # row), in blocks of LOCAL_COLUMNS columns of 32 rows on LOCAL_WARPS warps (LOCAL_FEW_WARPS
 # into few rows), a row's blocks launched one after another. On one H200 and one H100
-# (benchmarks/results/probe_local_columns_NVIDIA_H200.json, _NVIDIA_H100_80GB_HBM3.json),
-# µs uniform / skewed / one hot row, H200 then H100: rows of 1024 into 1,024 rows 8.8 / 12.4
-# / 8.8 and 10.2 / 12.8 / 9.1, against Inductor's best 8.6 / 13.6 / 29.2 and 10.1 / 14.1 /
-# 22.6 (whole rows of 16 a block: 10.2 / 11.9 / 9.5); into 8 rows on 1 warp 9.6 / 6.7 / 8.9
-# and 8.9 / 6.9 / 7.6 against 13.9 / 17.6 / 15.7 and 9.6 / 15.5 / 15.3; rows of 256 into
-# 1,024 rows 8.6 / 15.7 / 10.8 against 8.4 / 15.2 / 47.9 (whole rows: 8.3 / 19.6 / 15.8).
-# fp16/bf16 rows of 1024 lost there (6.2-6.9 µs uniform against 5.7).
+# (benchmarks/results/probe_local_columns_NVIDIA_H200.json, _NVIDIA_H100_80GB_HBM3.json,
+# 5039f88), µs uniform / skewed / one hot row, against the faster of Inductor's scatters:
+# rows of 1024 into 1,024 rows 8.9 / 12.3 / 8.8 against 8.6 / 13.1 / 23.9 (H100 10.0 /
+# 13.1 / 9.4 against 10.2 / 14.4 / 22.8; whole rows of 16 a block: 10.0 / 11.7 / 9.6),
+# into 8 rows 8.7 / 6.6 / 8.5 against 10.6 / 14.2 / 12.3 (H100 9.0 / 7.0 / 7.8 against 9.8
+# / 12.1 / 11.9); rows of 256 into 1,024 rows 8.8 / 15.6 / 11.0 against 8.1 / 15.3 / 27.2
+# (whole rows: 8.4 / 19.8 / 16.0; H100 9.8 / 16.0 / 11.2 against 9.1 / 15.1 / 32.2). 4
+# warps were faster uniform and up to 1.6x slower skewed. fp16/bf16 rows of 1024 lost
+# uniform (H100: 6.7 µs at best against 6.2) and stay with Inductor.
 LOCAL_WIDE, LOCAL_MAX_ROW, LOCAL_FEW_ROWS = 128, 1024, 8
 LOCAL_COLUMNS, LOCAL_WARPS, LOCAL_FEW_WARPS = 128, 2, 1
 # Narrow rows into few output rows (few_rows: scatter_few, every row summed a program, no
