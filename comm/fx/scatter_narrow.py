@@ -27,10 +27,9 @@ Two or three launches, no host sync; the plan is made on the GPU from the indice
    copy, no hot rows, so no plan in ``_init``) the rows of a block whose index ``local``
    of them share are summed and added once instead, and with ``columns`` a block holds that
    many columns of more rows (a row's blocks launched one after another). An index out of
-   range poisons the output
-   with NaN (the plain op raises a device-side assert). On sm90+ it is launched as a
-   programmatic dependent of ``_init``: its first block's values and indices load while
-   program 0 still plans.
+   range poisons the output with NaN (the plain op raises a device-side assert). On sm90+
+   it is launched as a programmatic dependent of ``_init``: its first block's values and
+   indices load while program 0 still plans.
 3. ``scatter_kernels._sum`` (only where ``P > 1`` or the output is not fp32): output :=
    ``acc`` plus the ``p - 1`` extra copies, in the output's dtype; it leaves the copies
    it read zero. On sm90+ a programmatic dependent of ``_scatter``.
