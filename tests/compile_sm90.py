@@ -82,6 +82,9 @@ def scatter_calls() -> None:
                     for warps in (1, 2):
                         narrow_index_add(self, idx, vals, 1, hot=0, local=4, columns=128,
                                          warps=warps)
+                    if dtype != torch.float32:  # ... added in their dtype
+                        narrow_index_add(self, idx, vals, 1, hot=0, local=4, columns=128,
+                                         warps=1, half_adds=True)
 
 
 def shared_calls() -> None:

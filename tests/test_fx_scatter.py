@@ -15,6 +15,7 @@ from commrt.fx.scatter import copies, partitioned_scatter, partitions_for
 from commrt.fx.scatter_rule import (
     LOCAL_COLUMNS,
     LOCAL_FEW_WARPS,
+    LOCAL_HALF_WARPS,
     LOCAL_MIN,
     LOCAL_WARPS,
     NARROW_PAIR_ROWS,
@@ -84,7 +85,9 @@ REGIMES = [  # (rows, row width, indices, dtype, index_put, choice)
     (65536, 100, 40_000, torch.bfloat16, True, "commrt"),  # ... bf16: added in bf16
     (65536, 100, 40_000, torch.bfloat16, False, "commrt"),  # ... index_add too
     (65536, 100, 600_000, torch.bfloat16, False, "inductor"),  # ... 9 a row
-    (1024, 1024, 4096, torch.bfloat16, False, "inductor"),  # 4 a row on 1M elements
+    (1024, 1024, 4096, torch.bfloat16, False, "commrt"),  # 4 a row on 1M elements: sums
+    (1024, 1024, 4096, torch.bfloat16, True, "inductor"),  # ... index_add only
+    (1024, 1024, 4096, torch.float16, False, "inductor"),  # ... bf16 only
     (4096, 1024, 8192, torch.float32, True, "commrt"),  # 2 a row on 4M elements: one copy
     (1024, 1024, 4096, torch.float32, True, "commrt"),  # 4 a row: blocks of 128 columns
     (8, 1024, 4096, torch.float32, True, "commrt"),  # 512 a row on 8 rows: ... too
@@ -121,7 +124,7 @@ REGIMES = [  # (rows, row width, indices, dtype, index_put, choice)
     (1000, 1, 4000, torch.float32, True, "inductor"),  # too few indices
     (8, 100, 40_000, torch.int64, True, "inductor_partitioned"),  # integers: Inductor's
     (8, 1, 40_000, torch.int64, False, "inductor"),
-    (1024, 256, 16_384, torch.bfloat16, True, "inductor"),  # ... fp32 only
+    (1024, 256, 16_384, torch.bfloat16, True, "inductor"),  # ... index_put: fp32 only
 ]
 
 
@@ -248,11 +251,13 @@ def test_half_adds_only_for_half_rows_of_four_or_more_few_a_row_on_one_copy():
     assert not half_adds(1 << 20, 1, 1 << 20, 1, torch.bfloat16)  # one bf16 add an element
     assert not half_adds(1 << 20, 16, 1 << 20, 2, torch.bfloat16)
     assert not half_adds(1 << 20, 16, 1 << 20, 1, torch.float32)
-    # wider rows only on a large output (half_copy)
+    # wider rows only on a large output (half_copy), or bf16 with block-local sums
     assert half_adds(1 << 20, 17, 1 << 20, 1, torch.bfloat16)
     assert half_adds(65536, 100, 40_000, 1, torch.bfloat16)
     assert half_adds(4096, 1024, 8192, 1, torch.float16)
-    assert not half_adds(1024, 1024, 4096, 1, torch.bfloat16)  # 1M elements
+    assert not half_adds(1024, 1024, 4096, 1, torch.float16)  # 1M elements
+    assert half_adds(1024, 1024, 16_384, 1, torch.bfloat16)  # ... bf16: block-local sums
+    assert not half_adds(1024, 100, 4096, 1, torch.bfloat16)  # ... of rows over 128 only
     assert not half_adds(65536, 100, 600_000, 1, torch.bfloat16)  # 9 a row
     assert not half_adds(4096, 2048, 8192, 1, torch.bfloat16)  # past ONE_COPY_ROW
 
@@ -279,7 +284,11 @@ def test_block_local_sums_for_fp32_rows_few_a_row_on_smaller_outputs():
     assert not local_sums(1024, 100, 41_943, torch.float32)  # 41 a row: the wide kernels
     assert not local_sums(65536, 100, 40_000, torch.float32)  # a large output: one_copy
     assert not local_sums(1024, 64, 40_000, torch.float32)  # blocks of 64 rows
-    assert not local_sums(1024, 256, 16_384, torch.bfloat16)  # fp32 only
+    assert local_sums(1024, 256, 16_384, torch.bfloat16) == LOCAL_MIN  # bf16 rows of over 128
+    assert not local_sums(1024, 128, 16_384, torch.bfloat16)
+    assert not local_sums(8, 1024, 1 << 20, torch.bfloat16)  # ... a few a row only
+    assert not local_sums(4096, 1024, 4096, torch.bfloat16)  # ... on under 4M elements
+    assert not local_sums(1024, 256, 16_384, torch.float16)
     assert not local_sums(1024, 256, 2048, torch.float32)  # too few indices
     assert not local_sums(1024, 256, 17_408, torch.float32)  # 17 a row
     with torch._subclasses.FakeTensorMode():  # the pass gives them one copy
@@ -297,6 +306,7 @@ def test_block_local_sums_split_wide_rows_into_column_blocks():
     assert local_blocks(1024, 129) == (LOCAL_COLUMNS, LOCAL_WARPS)
     assert local_blocks(1024, 1024) == (LOCAL_COLUMNS, LOCAL_WARPS)
     assert local_blocks(8, 1024) == (LOCAL_COLUMNS, LOCAL_FEW_WARPS)  # into a few rows
+    assert local_blocks(1024, 1024, torch.bfloat16) == (LOCAL_COLUMNS, LOCAL_HALF_WARPS)
 
 
 def test_copies_the_pass_gives_the_kernels():

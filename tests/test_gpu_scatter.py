@@ -30,6 +30,8 @@ CASES = [  # (op, dtype, row width (0: 1-D), rows, indices, expected choice)
     ("index_put", torch.float32, 256, 1024, 16_001, "commrt"),  # block-local sums, 128 columns
     ("index_put", torch.float32, 1024, 1024, 4099, "commrt"),  # ... rows of 1024
     ("index_add", torch.float32, 1024, 8, 40_009, "commrt"),  # ... into 8 rows, 1 warp
+    ("index_add", torch.bfloat16, 1024, 1024, 4099, "commrt"),  # ... bf16, added in bf16
+    ("index_add", torch.bfloat16, 300, 1031, 16_001, "commrt"),  # ... rows of 300
     ("index_add", torch.float32, 100, 4096, 40_001, "commrt"),  # ... blocks of 32 rows
 ]
 OPS = {"index_add": lambda o, i, v: o.index_add(0, i, v),
@@ -273,22 +275,23 @@ def test_one_copy_wide_rows_against_float64(dtype, width, n):
 @pytest.mark.parametrize("width,rows,n,local", [(100, 4096, 40_009, 4), (1024, 1024, 4099, 3),
                                                 (300, 1031, 16_001, 2), (1024, 8, 40_009, 4)])
 def test_block_local_sums_against_float64(dtype, width, rows, n, local):
-    """Rows of a block that share an index summed and added once, with no plan (fp32 as
-    the pass sends them, wide rows in blocks of part of a row; fp16/bf16 through an fp32
-    copy), eager and in a CUDA graph, three calls each: every index distribution and index
-    dtype against float64, no worse than torch's own scatter; an index out of range
-    poisons."""
+    """Rows of a block that share an index summed and added once, with no plan (as the
+    pass sends them: wide rows in blocks of part of a row, bf16 rows of over 128 added in
+    bf16; else fp16/bf16 through an fp32 copy), eager and in a CUDA graph, three calls
+    each: every index distribution and index dtype against float64, no worse than torch's
+    own scatter; an index out of range poisons."""
     from commrt.fx.scatter_narrow import narrow_index_add
-    from commrt.fx.scatter_rule import local_blocks
+    from commrt.fx.scatter_rule import half_adds, local_blocks
 
-    columns, warps = local_blocks(rows, width)
+    columns, warps = local_blocks(rows, width, dtype)
+    own = half_adds(rows, width, n, 1, dtype)
 
     g = torch.Generator(device="cuda").manual_seed(width + n)
     tol = TOL[dtype]
 
     def call(base, i, vals):
         return narrow_index_add(base, i, vals, 1, hot=0, local=local, columns=columns,
-                                warps=warps, pdl=i.dtype == torch.int64)
+                                warps=warps, half_adds=own, pdl=i.dtype == torch.int64)
     for dist in ("uniform", "skewed", "hot"):
         base, idx, vals, ref, scale = _case(dist, rows, n, (width,), dtype, g)
         torch_err = float((base.index_add(0, idx % rows, vals).double() - ref).norm() / scale)

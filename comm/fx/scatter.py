@@ -96,9 +96,9 @@ def _partitioned_index_put(self: torch.Tensor, index: torch.Tensor, values: torc
                                             half_adds=own)
                 local = local_sums(rows, width, n, dtype)
                 if partitions == 1 and local:
-                    columns, warps = local_blocks(rows, width)
+                    columns, warps = local_blocks(rows, width, dtype)
                     return narrow_index_add(*args, hot=0, local=local, columns=columns,
-                                            warps=warps)
+                                            warps=warps, half_adds=own)
             return partitioned_index_add(*args)
     return _partitioned_index_put_torch(self, index, values, partitions)
 

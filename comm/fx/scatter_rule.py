@@ -28,7 +28,8 @@ with a few values a row on a large output (``half_copy``), added in their own dt
 fp32 rows of ``LOCAL_ROW`` to ``LOCAL_MAX_ROW`` elements with a few values a row on a
 smaller output (rows over ``LOCAL_WIDE`` also into a few rows: ``local_sums``) go to the
 narrow kernels with one copy and no plan, each block summing its rows that share an index
-(``local_blocks``: blocks of part of a row where rows are wide).
+(``local_blocks``: blocks of part of a row where rows are wide); so do bf16 rows over
+``LOCAL_WIDE`` of an ``index_add``, added in bf16.
 Wide rows go to commrt's kernels where enough values land on each output row to contend
 (half-precision rows, which they sum in fp32, from fewer), except on scatters of under
 ``WIDE_MIN_VALUES`` value elements, where Inductor's partitions won; fp32 rows with tens
@@ -163,6 +164,13 @@ LOCAL_MIN = 4
 # uniform (H100: 6.7 µs at best against 6.2) and stay with Inductor.
 LOCAL_WIDE, LOCAL_MAX_ROW, LOCAL_FEW_ROWS = 128, 1024, 8
 LOCAL_COLUMNS, LOCAL_WARPS, LOCAL_FEW_WARPS = 128, 2, 1
+# ... and bf16 rows of over LOCAL_WIDE elements with a few values a row, but of an
+# index_add only (Inductor keeps it as aten's kernel, whose bf16 adds took 33-51 µs on rows
+# of 1024 into 1,024 rows in the grids at 5039f88), added in bf16 on LOCAL_HALF_WARPS: in
+# the probe above, µs uniform / skewed / one hot row, 6.6 / 8.2 / 6.8 on one H200 and 7.3
+# / 8.7 / 7.5 on one H100 (2 warps: 13.2 skewed; 4: 89). An index_put stays with
+# Inductor's plain scatter, which took 6.2 µs uniform on the H100.
+LOCAL_HALF_WARPS = 1
 # Narrow rows into few output rows (few_rows: scatter_few, every row summed a program, no
 # atomics): measured on one H200 (docs/decisions.md, 2026-11-25) against Inductor's
 # partitions: into 8 rows, rows of 4 took 0.30-0.52x their time (1-D values 0.07x, and
@@ -225,7 +233,7 @@ def decide(rows: int, width: int, n: int, dtype: torch.dtype,
                                           "row: Inductor's partitions")
         return COMMRT, (f"narrow rows of {width}, {per_row:.0f} values a row: hot rows and "
                         "copies chosen on the GPU")
-    if local_sums(rows, width, n, dtype):
+    if local_sums(rows, width, n, dtype) and not (dtype in HALF and index_put):
         return COMMRT, (f"rows of {width}, {per_row:.2g} values a row on {rows * width} "
                         "output elements: one copy, the rows of a block that share an index "
                         "summed")
@@ -270,9 +278,10 @@ def shared_sums(rows: int, width: int, n: int, dtype: torch.dtype) -> bool:
 
 def half_adds(rows: int, width: int, n: int, partitions: int, dtype: torch.dtype) -> bool:
     """fp16/bf16 rows that the narrow kernels add in their own dtype (one copy)."""
-    return (dtype in HALF and partitions == 1 and HALF_ADDS_ROW <= width and
-            n <= HALF_ADDS_PER_ROW * rows and
-            (width <= NARROW_ROW or half_copy(rows, width, n, dtype)))
+    return dtype in HALF and partitions == 1 and (
+        HALF_ADDS_ROW <= width and n <= HALF_ADDS_PER_ROW * rows and
+        (width <= NARROW_ROW or half_copy(rows, width, n, dtype)) or
+        local_sums(rows, width, n, dtype) > 0)
 
 
 def half_copy(rows: int, width: int, n: int, dtype: torch.dtype) -> bool:
@@ -289,21 +298,26 @@ def wide_on_one_copy(rows: int, width: int, n: int, dtype: torch.dtype) -> bool:
 
 
 def local_sums(rows: int, width: int, n: int, dtype: torch.dtype) -> int:
-    """fp32 rows that the narrow kernels take with one copy and no plan, each block summing
-    its rows that share an index: how many rows must share it (0: not these rows)."""
+    """fp32 rows (bf16 rows of over ``LOCAL_WIDE``, added in bf16) that the narrow kernels
+    take with one copy and no plan, each block summing its rows that share an index: how
+    many rows must share it (0: not these rows)."""
     few = LOCAL_WIDE < width and rows <= LOCAL_FEW_ROWS
-    if (dtype == torch.float32 and LOCAL_ROW <= width <= LOCAL_MAX_ROW and
-            MIN_INDICES <= n and (n <= LOCAL_PER_ROW * rows or few) and
-            rows * width < ONE_COPY_PLANE):
+    if dtype == torch.float32:
+        fits = LOCAL_ROW <= width and (n <= LOCAL_PER_ROW * rows or few)
+    else:
+        fits = dtype == torch.bfloat16 and LOCAL_WIDE < width and n <= LOCAL_PER_ROW * rows
+    if fits and width <= LOCAL_MAX_ROW and MIN_INDICES <= n and rows * width < ONE_COPY_PLANE:
         return LOCAL_MIN
     return 0
 
 
-def local_blocks(rows: int, width: int) -> tuple[int, int]:
+def local_blocks(rows: int, width: int, dtype: torch.dtype = torch.float32) -> tuple[int, int]:
     """(columns, warps) of the narrow ``_scatter``'s blocks for ``local_sums`` rows (0, 0:
     whole rows, its usual warps)."""
     if width <= LOCAL_WIDE:
         return 0, 0
+    if dtype in HALF:
+        return LOCAL_COLUMNS, LOCAL_HALF_WARPS
     return LOCAL_COLUMNS, LOCAL_FEW_WARPS if rows <= LOCAL_FEW_ROWS else LOCAL_WARPS
 
 
