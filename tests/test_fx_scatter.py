@@ -170,6 +170,22 @@ def test_the_pass_follows_the_rule_on_traced_graphs(rows, width, n, dtype, choic
     assert (torch.ops.commrt.partitioned_index_put.default in ops) == (choice == "commrt")
 
 
+@pytest.mark.parametrize("op,choice", [(index_add, "commrt"), (index_put, "inductor")])
+def test_bf16_index_add_of_wide_rows_few_a_row_gets_block_local_sums(op, choice):
+    """bf16 rows of 1024, 4 a row, on 1M elements: an index_add to the narrow kernels with
+    one copy (no fp32 copies needed: added in bf16), an index_put left to Inductor."""
+    with torch._subclasses.FakeTensorMode():
+        args = (torch.empty(1024, 1024, dtype=torch.bfloat16),
+                torch.empty(4096, dtype=torch.int64),
+                torch.empty(4096, 1024, dtype=torch.bfloat16))
+        gm = make_fx(op, tracing_mode="fake")(*args)
+    rep = partitioned_scatter(gm)
+    assert rep.decisions[0].split(": ")[1].startswith(choice), rep
+    new = [n for n in gm.graph.nodes
+           if n.target is torch.ops.commrt.partitioned_index_put.default]
+    assert [n.args[3] for n in new] == ([1] if choice == "commrt" else []), rep
+
+
 @pytest.mark.parametrize("width,dtype", [(32, torch.float32), (24, torch.bfloat16)])
 def test_inductor_partitioned_graph_has_no_aten_zeros_for_inductor(width, dtype):
     """The inlined graph of Inductor's partitioned scatter goes through Inductor (its C++
