@@ -24,7 +24,7 @@ from unittest import mock
 
 import torch
 import torch._inductor.config as ic
-from probe_narrow_costs import run_cells, variant_rounds
+from probe_narrow_costs import checked_rounds, run_cells
 
 import commrt.fx.scatter  # noqa: F401 (defines commrt::partitioned_index_put)
 from commrt.fx import scatter_narrow as sn
@@ -72,15 +72,7 @@ def cell(dtype, width: int, rows: int, dist: str) -> dict:
                 for name, (c, b, w) in VARIANTS.items()}
     variants["op"] = torch.ops.commrt.partitioned_index_put  # the op as the pass calls it
     variants["inductor partitioned"] = partitioned()
-    dropped = {}
-    while True:
-        try:
-            row = variant_rounds(dtype, width, rows, dist, variants, ROUNDS)
-            return {**row, "dropped": dropped}
-        except AssertionError as e:
-            name, bad = e.args[0]
-            dropped[name] = bad["err"][name]
-            del variants[name]
+    return checked_rounds(dtype, width, rows, dist, variants, ROUNDS)
 
 
 def main() -> None:

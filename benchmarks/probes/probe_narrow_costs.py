@@ -108,6 +108,21 @@ def variant_rounds(dtype, width: int, rows: int, dist: str, variants: dict, n: i
     return row
 
 
+def checked_rounds(dtype, width: int, rows: int, dist: str, variants: dict, n: int,
+                   dropped: dict | None = None) -> dict:
+    """``variant_rounds``, leaving out of ``variants`` a variant over its error bound (its
+    error under "dropped", with those in ``dropped`` already)."""
+    dropped = {} if dropped is None else dropped
+    while True:
+        try:
+            row = variant_rounds(dtype, width, rows, dist, variants, n)
+            return {**row, "dropped": dropped}
+        except AssertionError as e:
+            name, bad = e.args[0]
+            dropped[name] = bad["err"][name]
+            del variants[name]
+
+
 def meta(command: str, unit: str) -> dict:
     """The device, versions, date and commit of a probe's result (GIT_COMMIT names the
     commit where the copy is not a git checkout), its command and unit."""

@@ -28,7 +28,7 @@ import torch
 import triton
 import triton.language as tl
 from probe_local_columns import partitioned
-from probe_narrow_costs import cell_data, run_cells, variant_rounds
+from probe_narrow_costs import cell_data, checked_rounds, run_cells
 
 import commrt.fx.scatter  # noqa: F401 (defines commrt::partitioned_index_put)
 from commrt.dispatch.profile import has_pdl
@@ -155,14 +155,7 @@ def cell(dtype, width: int, rows: int, dist: str) -> dict:
         except Exception as e:  # noqa: BLE001
             dropped[name] = f"{type(e).__name__}: {str(e)[:200]}"
             del variants[name]
-    while True:
-        try:
-            row = variant_rounds(dtype, width, rows, dist, variants, ROUNDS)
-            return {**row, "dropped": dropped}
-        except AssertionError as e:
-            name, bad = e.args[0]
-            dropped[name] = bad["err"][name]
-            del variants[name]
+    return checked_rounds(dtype, width, rows, dist, variants, ROUNDS, dropped)
 
 
 def main() -> None:
