@@ -160,8 +160,8 @@ LOCAL_MIN = 4
 # into 8 rows 8.7 / 6.6 / 8.5 against 10.6 / 14.2 / 12.3 (H100 9.0 / 7.0 / 7.8 against 9.8
 # / 12.1 / 11.9); rows of 256 into 1,024 rows 8.8 / 15.6 / 11.0 against 8.1 / 15.3 / 27.2
 # (whole rows: 8.4 / 19.8 / 16.0; H100 9.8 / 16.0 / 11.2 against 9.1 / 15.1 / 32.2). 4
-# warps were faster uniform and 1.5x slower skewed. fp16/bf16 rows of 1024 lost
-# uniform (H100: 6.7 µs at best against 6.2) and stay with Inductor.
+# warps were faster uniform and 1.5x slower skewed. As an index_put, fp16/bf16 rows of
+# 1024 lost uniform (H100: 6.7 µs at best against 6.2) and stay with Inductor.
 LOCAL_WIDE, LOCAL_MAX_ROW, LOCAL_FEW_ROWS = 128, 1024, 8
 LOCAL_COLUMNS, LOCAL_WARPS, LOCAL_FEW_WARPS = 128, 2, 1
 # ... and bf16 rows of over LOCAL_WIDE elements with a few values a row, but of an
