@@ -279,8 +279,8 @@ def shared_sums(rows: int, width: int, n: int, dtype: torch.dtype) -> bool:
 def half_adds(rows: int, width: int, n: int, partitions: int, dtype: torch.dtype) -> bool:
     """fp16/bf16 rows that the narrow kernels add in their own dtype (one copy)."""
     return dtype in HALF and partitions == 1 and (
-        HALF_ADDS_ROW <= width and n <= HALF_ADDS_PER_ROW * rows and
-        (width <= NARROW_ROW or half_copy(rows, width, n, dtype)) or
+        (HALF_ADDS_ROW <= width and n <= HALF_ADDS_PER_ROW * rows and
+         (width <= NARROW_ROW or half_copy(rows, width, n, dtype))) or
         local_sums(rows, width, n, dtype) > 0)
 
 
