@@ -322,7 +322,7 @@ def test_block_local_sums_split_wide_rows_into_column_blocks():
     assert local_blocks(1024, 129) == (LOCAL_COLUMNS, LOCAL_WARPS)
     assert local_blocks(1024, 1024) == (LOCAL_COLUMNS, LOCAL_WARPS)
     assert local_blocks(8, 1024) == (LOCAL_COLUMNS, LOCAL_FEW_WARPS)  # into a few rows
-    assert local_blocks(1024, 1024, torch.bfloat16) == (LOCAL_COLUMNS, LOCAL_HALF_WARPS)
+    assert local_blocks(1024, 1024, half_adds=True) == (LOCAL_COLUMNS, LOCAL_HALF_WARPS)
 
 
 def test_copies_the_pass_gives_the_kernels():

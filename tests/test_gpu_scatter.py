@@ -283,8 +283,8 @@ def test_block_local_sums_against_float64(dtype, width, rows, n, local):
     from commrt.fx.scatter_narrow import narrow_index_add
     from commrt.fx.scatter_rule import half_adds, local_blocks
 
-    columns, warps = local_blocks(rows, width, dtype)
     own = half_adds(rows, width, n, 1, dtype)
+    columns, warps = local_blocks(rows, width, own)
 
     g = torch.Generator(device="cuda").manual_seed(width + n)
     tol = TOL[dtype]

@@ -96,7 +96,7 @@ def _partitioned_index_put(self: torch.Tensor, index: torch.Tensor, values: torc
                                             half_adds=own)
                 local = local_sums(rows, width, n, dtype)
                 if partitions == 1 and local:
-                    columns, warps = local_blocks(rows, width, dtype)
+                    columns, warps = local_blocks(rows, width, own)
                     return narrow_index_add(*args, hot=0, local=local, columns=columns,
                                             warps=warps, half_adds=own)
             return partitioned_index_add(*args)

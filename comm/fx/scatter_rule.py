@@ -311,12 +311,12 @@ def local_sums(rows: int, width: int, n: int, dtype: torch.dtype) -> int:
     return 0
 
 
-def local_blocks(rows: int, width: int, dtype: torch.dtype = torch.float32) -> tuple[int, int]:
+def local_blocks(rows: int, width: int, half_adds: bool = False) -> tuple[int, int]:
     """(columns, warps) of the narrow ``_scatter``'s blocks for ``local_sums`` rows (0, 0:
-    whole rows, its usual warps)."""
+    whole rows, its usual warps); ``half_adds``: added in the output's fp16/bf16 dtype."""
     if width <= LOCAL_WIDE:
         return 0, 0
-    if dtype in HALF:
+    if half_adds:
         return LOCAL_COLUMNS, LOCAL_HALF_WARPS
     return LOCAL_COLUMNS, LOCAL_FEW_WARPS if rows <= LOCAL_FEW_ROWS else LOCAL_WARPS
 
