@@ -204,6 +204,9 @@ HALF_ADDS_ROW, HALF_ADDS_PER_ROW = 4, 8
 # an SM, where L2's atomics add a row of 16 in one (rows of 4 into 1,024 rows: 32-41 µs,
 # Inductor's partitions 16-28; rows of 16 into 8 rows: 15-22 µs against 12-15).
 SHARED_PLANE = 16384
+# ... and scatter_shared's sums of single values over up to SHARED_ROWS rows, in interleaved
+# windows of at most SHARED_PLANE each (every window's programs read all the indices)
+SHARED_ROWS = 1 << 17
 
 COMMRT, INDUCTOR_PARTITIONED, INDUCTOR = "commrt", "inductor_partitioned", "inductor"
 HALF = (torch.float16, torch.bfloat16)

@@ -32,7 +32,7 @@ from commrt.symm_mem.launch import cdiv, next_pow2
 
 from .scatter_few import _total
 from .scatter_kernels import PARTS, _rows_of, scatter_shape
-from .scatter_rule import SHARED_PLANE
+from .scatter_rule import SHARED_PLANE, SHARED_ROWS
 
 INTERPRETER_SMS = 8  # SMs assumed without a GPU
 INTERPRETER_SHARED = 228 * 1024  # shared memory an SM is assumed to have without a GPU
@@ -46,6 +46,7 @@ SAMPLE = tl.constexpr(32)  # indices a program samples for its hot row
 HOT_MIN = tl.constexpr(6)  # ... a row that takes this many of them is hot (about a fifth)
 TOTAL_PROGRAMS = 128  # _total programs, where each takes at least TOTAL_MIN elements
 TOTAL_MIN, TOTAL_TILE = 16, 8192  # ... and the partials a _total step loads
+ZERO_STEP = 4096  # sums a _shared_partial step zeroes and reads
 MARK_TEXT = "// commrt shared sums"  # on every PTX line of the inline assembly here
 MARK = tl.constexpr(MARK_TEXT)
 
@@ -95,16 +96,20 @@ def _shared_read(addr):
 
 
 @triton.jit
-def _shared_partial(idx, vals, part, n, rows, chunk, never, D: tl.constexpr,
+def _shared_partial(idx, vals, part, n, rows, chunk, gw, never, D: tl.constexpr,
                     DP: tl.constexpr, PLANE: tl.constexpr, COPIES: tl.constexpr,
-                    RB: tl.constexpr, HOT: tl.constexpr, WIDE: tl.constexpr):
+                    RB: tl.constexpr, HOT: tl.constexpr, WIDE: tl.constexpr,
+                    W: tl.constexpr = 1, ZC: tl.constexpr = 4096):
+    # W > 1 (single values): program g sums the rows r with r % W == g % W, row r as
+    # element r // W of its window, over share g // W of the indices (gw shares); its
+    # partial is partial (g % W) * gw + g // W. ZC: sums zeroed and read a step.
     g = tl.program_id(0)
-    lo = g * chunk
+    w = g % W
+    lo = (g // W) * chunk
     if WIDE:
         lo = lo.to(tl.int64)
     hi = tl.minimum(lo + chunk, n)
-    plane = rows * D
-    o = tl.arange(0, PLANE)
+    plane = (rows + W - 1) // W * D
     oc = tl.arange(0, PLANE * COPIES)
     # Reserve PLANE * COPIES * 4 bytes of shared memory: a gather's scratch. Its result is
     # stored where `never` (0) is over an offset, so that it is not dropped.
@@ -119,9 +124,12 @@ def _shared_partial(idx, vals, part, n, rows, chunk, never, D: tl.constexpr,
         top = tl.max(cnt)
         h = tl.min(tl.where(cnt == top, si, rows))
         h = tl.where((top >= HOT_MIN) & (hi - lo >= SAMPLE), h, -1)
+        if W > 1:  # the window's own element, if the hot row is in this window
+            h = tl.where((h >= 0) & (h % W == w), h // W, -1)
     tl.debug_barrier()
     base = _shared_base()
-    _shared_zero(base + oc * 4)
+    for z in tl.static_range(0, PLANE * COPIES, ZC):
+        _shared_zero(base + (z + tl.arange(0, ZC)) * 4)
     tl.debug_barrier()
     c = tl.arange(0, DP)[None, :]
     cm = c < D
@@ -138,20 +146,27 @@ def _shared_partial(idx, vals, part, n, rows, chunk, never, D: tl.constexpr,
         bad = rm & ((i < 0) | (i >= rows))
         bad_any |= bad.to(tl.int32)
         ok = rm & (bad == 0) & cm
+        if W > 1:
+            ok = ok & (i % W == w)
+            i = i // W
         if HOT:
             hot = i == h
-            hacc += tl.where(hot, v, 0.0)
+            hacc += tl.where(hot & ok, v, 0.0)
             ok = ok & (hot == 0)
         _shared_add(base + (i * D + c).to(tl.int32) * 4, v, ok, COPIES - 1, PLANE * 4)
     tl.debug_barrier()
-    x = _shared_read(base + o * 4)
-    for k in tl.static_range(1, COPIES):
-        x += _shared_read(base + (k * PLANE + o) * 4)
+    dst = part + (w * gw + g // W) * plane
+    for z in tl.static_range(0, PLANE, ZC):
+        o = z + tl.arange(0, ZC)
+        x = _shared_read(base + o * 4)
+        for k in tl.static_range(1, COPIES):
+            x += _shared_read(base + (k * PLANE + o) * 4)
+        tl.store(dst + o, x, mask=o < plane)
     tl.debug_barrier()
     if tl.max(bad_any) > 0:  # poison: the sum of every partial is NaN
-        x = tl.full([PLANE], float("nan"), tl.float32)
-    dst = part + g * plane
-    tl.store(dst + o, x, mask=o < plane)
+        for y in range(0, plane, ZC):
+            q = y + tl.arange(0, ZC)
+            tl.store(dst + q, tl.full([ZC], float("nan"), tl.float32), mask=q < plane)
     if HOT:
         if h >= 0:  # the hot row's sums, added to what this program stored
             tl.debug_barrier()
@@ -219,21 +234,35 @@ def launch_shape(plane: int, values: int, steps: int, sms: int, shared: int,
     return max(1, min(per_sm * sms, steps, cap)), copies
 
 
+def windows(rows: int, D: int, window: int = SHARED_PLANE) -> int:
+    """Interleaved windows of at most ``window`` elements that the sums of ``rows`` rows of
+    ``D`` values take (a power of two; more than one for single values only)."""
+    if rows * D <= window:
+        return 1
+    if D != 1:
+        raise ValueError(f"shared sums over windows take single values, got rows of {D}")
+    return next_pow2(cdiv(rows, window))
+
+
 def partial_launch(index: torch.Tensor, rows: int, D: int, hot: bool = True,
                    warps: int = WARPS, tile: int = TILE, copies: int | None = None,
-                   per_sm: int | None = None) -> tuple[int, tuple, dict]:
+                   per_sm: int | None = None,
+                   window: int = SHARED_PLANE) -> tuple[int, tuple, dict]:
     """``(programs, the integer arguments, the constexprs and options)`` of
-    ``_shared_partial`` for ``len(index)`` rows of ``D`` values into ``rows`` rows."""
-    n, plane, DP = index.numel(), rows * D, next_pow2(D)
+    ``_shared_partial`` for ``len(index)`` rows of ``D`` values into ``rows`` rows, in
+    ``windows`` of at most ``window`` elements."""
+    W = windows(rows, D, window)
+    n, plane, DP = index.numel(), cdiv(rows, W) * D, next_pow2(D)
     rb = max(1, tile // DP)
     dev = index.device
     G, copies = launch_shape(plane, n * D, cdiv(n, rb), sm_count(dev) or INTERPRETER_SMS,
                              shared_memory_per_sm(dev) or INTERPRETER_SHARED, warps, copies,
                              per_sm)
+    gw = max(1, G // W)  # programs a window, each over a share of the indices
     meta = {"D": D, "DP": DP, "PLANE": next_pow2(plane), "COPIES": copies, "RB": rb,
-            "HOT": hot and D < 32, "WIDE": n * D >= 1 << 31, "num_warps": warps,
-            "num_stages": 1}
-    return G, (n, rows, cdiv(n, G), 0), meta
+            "HOT": hot and D < 32, "WIDE": n * D >= 1 << 31, "W": W,
+            "ZC": min(ZERO_STEP, next_pow2(plane)), "num_warps": warps, "num_stages": 1}
+    return gw * W, (n, rows, cdiv(n, gw), gw, 0), meta
 
 
 def shared_sums_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tensor,
@@ -247,21 +276,23 @@ def shared_sums_index_add(self: torch.Tensor, index: torch.Tensor, values: torch
     """
     rows, n, D = scatter_shape(self, index, values, 1, DTYPES, "shared_sums_index_add")
     plane = rows * D
-    if plane > SHARED_PLANE:
-        raise ValueError(f"shared_sums_index_add takes outputs of at most {SHARED_PLANE} "
-                         f"elements, got {rows} rows of {D}")
+    if plane > SHARED_ROWS or (D > 1 and plane > SHARED_PLANE):
+        raise ValueError(f"shared_sums_index_add takes at most {SHARED_PLANE} elements, or "
+                         f"{SHARED_ROWS} single values, got {rows} rows of {D}")
     if self.device.type != "cuda":
         raise ValueError(f"shared_sums_index_add runs on CUDA tensors, got {self.device}")
     out = torch.empty_like(self)
     if plane == 0:
         return out
     G, args, meta = partial_launch(index, rows, D, hot, **launch)
-    part = torch.empty(G * plane, device=self.device, dtype=torch.float32)
+    W = meta["W"]
+    part = torch.empty(G * cdiv(rows, W) * D, device=self.device, dtype=torch.float32)
     if n:
         _launch((G,), (index, values, part, *args), meta)
     else:
         part.zero_()
     pb = max(TOTAL_MIN, next_pow2(plane) // TOTAL_PROGRAMS)
-    _total[(cdiv(plane, pb),)](self, part, out, G, plane, PB=pb,
-                               GB=max(1, min(next_pow2(G), TOTAL_TILE // pb)), num_warps=4)
+    gw = G // W  # partials a window
+    _total[(cdiv(plane, pb),)](self, part, out, gw, plane, PB=pb, W=W,
+                               GB=max(1, min(next_pow2(gw), TOTAL_TILE // pb)), num_warps=4)
     return out
