@@ -90,24 +90,17 @@ def scatter_calls() -> None:
 def shared_calls() -> None:
     """The shared-sums kernel in every shape the rule gives it (``usable`` is checked on
     each compiled variant in ``main``: it runs only on the GPU)."""
-    from commrt.fx.scatter_few import _total
-    from commrt.fx.scatter_rule import FEW_ROWS, SHARED_PLANE, SHARED_ROWS
-    from commrt.fx.scatter_shared import _shared_partial, partial_launch
+    from commrt.fx.scatter_rule import FEW_ROWS, SHARED_PLANE
+    from commrt.fx.scatter_shared import WIDE_PLANE, _shared_partial, partial_launch
 
     for dtype in (torch.float32, torch.bfloat16, torch.float16):
         for itype in (torch.int64, torch.int32):
-            for rows, n, window in ((FEW_ROWS + 1, 5000, SHARED_PLANE),
-                                    (1000, 1 << 22, SHARED_PLANE),
-                                    (SHARED_PLANE, 1 << 20, SHARED_PLANE),
-                                    (SHARED_ROWS // 2 + 1, 1 << 22, SHARED_PLANE),
-                                    (SHARED_ROWS // 2, 1 << 22, 2 * SHARED_PLANE)):
+            for rows, n in ((FEW_ROWS + 1, 5000), (1000, 1 << 22), (WIDE_PLANE, 1 << 20),
+                            (WIDE_PLANE + 1, 1 << 22), (SHARED_PLANE, 1 << 22)):
                 idx, vals = torch.zeros(n, dtype=itype), torch.zeros(n, dtype=dtype)
-                _, args, meta = partial_launch(idx, rows, 1, window=window)
+                _, args, meta = partial_launch(idx, rows, 1)
                 part = torch.zeros(1, dtype=torch.float32)
                 calls.append((_shared_partial, (idx, vals, part, *args), dict(meta)))
-        x, part = torch.zeros(1000, dtype=dtype), torch.zeros(1, dtype=torch.float32)
-        for W in (1, 4):
-            calls.append((_total, (x, part, x, 7, 1000), dict(PB=16, GB=8, W=W, num_warps=4)))
 
 
 def collective_calls() -> None:

@@ -147,6 +147,27 @@ def test_shared_sums_takes_single_values_into_few_thousand_rows():
     assert not shared_sums(1024, 1, n, torch.int64)
 
 
+def test_shared_sums_launch_by_plane_and_shared_memory(monkeypatch):
+    """One program an SM on 16 warps past ``WIDE_PLANE``; ``NoRoom`` (the op falls back)
+    where an SM's shared memory cannot hold a program's sums."""
+    from commrt.fx import scatter_shared as ss
+    from commrt.fx.scatter_rule import SHARED_PLANE
+
+    idx = torch.zeros(1 << 22, dtype=torch.int64)
+    monkeypatch.setattr(ss, "sm_count", lambda dev: 132)
+    monkeypatch.setattr(ss, "shared_memory_per_sm", lambda dev: 228 * 1024)
+    G, _, meta = ss.partial_launch(idx, ss.WIDE_PLANE, 1)
+    assert meta["num_warps"] == ss.WARPS and G == 132 and meta["PLANE"] == ss.WIDE_PLANE
+    G, _, meta = ss.partial_launch(idx, SHARED_PLANE, 1)
+    assert (meta["num_warps"], meta["COPIES"], G) == (ss.WIDE_WARPS, 1, 132)
+    assert meta["PLANE"] % meta["ZC"] == 0
+    monkeypatch.setattr(ss, "shared_memory_per_sm", lambda dev: 100 * 1024)  # sm_86, sm_89
+    ss.partial_launch(idx, ss.WIDE_PLANE, 1)
+    with pytest.raises(ss.NoRoom, match="32768 rows of 1 need 131072 bytes"):
+        ss.partial_launch(idx, SHARED_PLANE, 1)
+    assert issubclass(ss.NoRoom, ss.Unusable) and issubclass(ss.Unfenced, ss.Unusable)
+
+
 @pytest.mark.parametrize("rows,width,n,dtype,choice", [
     (8, 100, 40_000, torch.float32, "inductor_partitioned"),
     (1024, 100, 200_000, torch.float32, "inductor_partitioned"),

@@ -12,6 +12,8 @@ the windowed sums in windows of 16,384 and 32,768 rows (8 and 16 warps), and Ind
 partitioned scatters (``index_put``).
 
     python benchmarks/probes/probe_shared_windows.py [--out probe_shared_windows.json]
+
+at e3454a8, the one commit whose ``shared_sums_index_add`` takes ``window``.
 """
 
 from __future__ import annotations

@@ -75,7 +75,7 @@ def _partitioned_index_put(self: torch.Tensor, index: torch.Tensor, values: torc
         from .scatter_few import few_rows_index_add
         from .scatter_kernels import PARTS, partitioned_index_add
         from .scatter_narrow import narrow_index_add
-        from .scatter_shared import Unfenced, shared_sums_index_add
+        from .scatter_shared import Unusable, shared_sums_index_add
 
         if values.dtype in PARTS:  # the value dtypes the kernels take
             args = (self.contiguous(), index.contiguous(), values.contiguous(), partitions)
@@ -85,7 +85,7 @@ def _partitioned_index_put(self: torch.Tensor, index: torch.Tensor, values: torc
                 if few_rows(rows, width):
                     return few_rows_index_add(*args[:3])
                 if shared_sums(rows, width, n, dtype):
-                    with contextlib.suppress(Unfenced):  # else the narrow kernels
+                    with contextlib.suppress(Unusable):  # else the narrow kernels
                         return shared_sums_index_add(*args[:3])
                 # fp16/bf16 added in their own dtype (one copy)
                 own = half_adds(rows, width, n, partitions, dtype) and self.dtype == dtype

@@ -9,8 +9,7 @@ deterministic:
    output row (compares and adds, a block at a time, in registers across its share) and
    stores the ``[rows, columns]`` sums as its partial. An index out of range makes its
    partial NaN (the plain op raises a device-side assert).
-2. ``_total``: output := ``self`` + the ``G`` partials, in the output's dtype (also
-   ``scatter_shared``'s, whose partials may each hold one of ``W`` interleaved windows).
+2. ``_total``: output := ``self`` + the ``G`` partials, in the output's dtype.
 """
 
 import torch
@@ -62,21 +61,13 @@ def _partial(idx, vals, part, n, rows, chunk, D: tl.constexpr, R: tl.constexpr,
 
 
 @triton.jit
-def _total(self_ptr, part, out, G, plane, PB: tl.constexpr, GB: tl.constexpr,
-           W: tl.constexpr = 1):
-    # W > 1: element e is element e // W of window e % W, whose G partials (of
-    # cdiv(plane, W) elements each) follow those of the windows before it
+def _total(self_ptr, part, out, G, plane, PB: tl.constexpr, GB: tl.constexpr):
     offs = tl.program_id(0) * PB + tl.arange(0, PB)
     m = offs < plane
-    if W == 1:
-        at, stride = offs, plane
-    else:
-        stride = (plane + W - 1) // W
-        at = (offs % W) * G * stride + offs // W
     s = tl.zeros([GB, PB], tl.float32)
     for g0 in range(0, G, GB):
         g = g0 + tl.arange(0, GB)
-        s += tl.load(part + g[:, None] * stride + at[None, :],
+        s += tl.load(part + g[:, None] * plane + offs[None, :],
                      mask=(g < G)[:, None] & m[None, :], other=0)
     x = tl.sum(s, axis=0) + tl.load(self_ptr + offs, mask=m, other=0).to(tl.float32)
     tl.store(out + offs, x.to(out.dtype.element_ty), mask=m)

@@ -203,10 +203,13 @@ HALF_ADDS_ROW, HALF_ADDS_PER_ROW = 4, 8
 # Hopper adds fp32 in shared memory with a compare-and-swap loop, about one element a cycle
 # an SM, where L2's atomics add a row of 16 in one (rows of 4 into 1,024 rows: 32-41 µs,
 # Inductor's partitions 16-28; rows of 16 into 8 rows: 15-22 µs against 12-15).
-SHARED_PLANE = 16384
-# ... and scatter_shared's sums of single values over up to SHARED_ROWS rows, in interleaved
-# windows of at most SHARED_PLANE each (every window's programs read all the indices)
-SHARED_ROWS = 1 << 17
+# Up to 32,768 rows (one program an SM on 16 warps past 16,384), against Inductor's best
+# of its two scatters, on one H200: 56.6 / 57.7 / 53.9 µs uniform / skewed / hot against
+# 64.1 / 112.6 / 106.3, where the narrow kernels took 69.8 / 122.1 / 41.1. Into 65,536
+# rows, in two windows of rows whose programs each read every index, they lost uniform
+# and hot (88 and 83 µs against 55 and 36 for the narrow kernels; skewed 88 against 123)
+# (benchmarks/results/probe_shared_windows_NVIDIA_H200.json).
+SHARED_PLANE = 32768
 
 COMMRT, INDUCTOR_PARTITIONED, INDUCTOR = "commrt", "inductor_partitioned", "inductor"
 HALF = (torch.float16, torch.bfloat16)

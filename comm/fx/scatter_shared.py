@@ -18,7 +18,8 @@ as the scratch of a ``tl.gather`` (``PLANE * COPIES * 4`` bytes of the ``global_
 every Triton kernel declares) and then uses it through inline PTX, fenced by barriers.
 That holds only where Triton's own code uses no shared memory between the barriers;
 ``usable`` checks it on every compiled variant, and a variant that fails it raises
-``Unfenced`` (the caller falls back).
+``Unfenced``; a GPU whose shared memory cannot hold a program's sums raises ``NoRoom``
+(both ``Unusable``: the caller falls back).
 """
 
 import re
@@ -32,7 +33,7 @@ from commrt.symm_mem.launch import cdiv, next_pow2
 
 from .scatter_few import _total
 from .scatter_kernels import PARTS, _rows_of, scatter_shape
-from .scatter_rule import SHARED_PLANE, SHARED_ROWS
+from .scatter_rule import SHARED_PLANE
 
 INTERPRETER_SMS = 8  # SMs assumed without a GPU
 INTERPRETER_SHARED = 228 * 1024  # shared memory an SM is assumed to have without a GPU
@@ -41,6 +42,10 @@ PROGRAMS_PER_SM = 4  # at most, where their sums fit
 COPY_BYTES = 64 * 1024  # a program's copies of the sums (one a warp) within this
 PARTIAL_SHARE = 4  # partials at most a quarter of the values (beyond one program an SM)
 WARPS = 8  # a _shared_partial program's
+# ... where its sums take over WIDE_PLANE elements (one program an SM): on one H200, 4M
+# values into 32,768 rows took 56.6 / 57.7 / 53.9 µs uniform / skewed / hot on 16 warps,
+# 69.8 / 71.2 / 63.8 on 8 (benchmarks/results/probe_shared_windows_NVIDIA_H200.json)
+WIDE_PLANE, WIDE_WARPS = 16384, 16
 TILE = 2048  # value elements a _shared_partial step loads ([rows, columns])
 SAMPLE = tl.constexpr(32)  # indices a program samples for its hot row
 HOT_MIN = tl.constexpr(6)  # ... a row that takes this many of them is hot (about a fifth)
@@ -96,20 +101,18 @@ def _shared_read(addr):
 
 
 @triton.jit
-def _shared_partial(idx, vals, part, n, rows, chunk, gw, never, D: tl.constexpr,
+def _shared_partial(idx, vals, part, n, rows, chunk, never, D: tl.constexpr,
                     DP: tl.constexpr, PLANE: tl.constexpr, COPIES: tl.constexpr,
                     RB: tl.constexpr, HOT: tl.constexpr, WIDE: tl.constexpr,
-                    W: tl.constexpr = 1, ZC: tl.constexpr = 4096):
-    # W > 1 (single values): program g sums the rows r with r % W == g % W, row r as
-    # element r // W of its window, over share g // W of the indices (gw shares); its
-    # partial is partial (g % W) * gw + g // W. ZC: sums zeroed and read a step.
+                    ZC: tl.constexpr):
+    # ZC: sums zeroed and read a step (a [PLANE] tensor would hold PLANE / threads
+    # registers a thread)
     g = tl.program_id(0)
-    w = g % W
-    lo = (g // W) * chunk
+    lo = g * chunk
     if WIDE:
         lo = lo.to(tl.int64)
     hi = tl.minimum(lo + chunk, n)
-    plane = (rows + W - 1) // W * D
+    plane = rows * D
     oc = tl.arange(0, PLANE * COPIES)
     # Reserve PLANE * COPIES * 4 bytes of shared memory: a gather's scratch. Its result is
     # stored where `never` (0) is over an offset, so that it is not dropped.
@@ -124,8 +127,6 @@ def _shared_partial(idx, vals, part, n, rows, chunk, gw, never, D: tl.constexpr,
         top = tl.max(cnt)
         h = tl.min(tl.where(cnt == top, si, rows))
         h = tl.where((top >= HOT_MIN) & (hi - lo >= SAMPLE), h, -1)
-        if W > 1:  # the window's own element, if the hot row is in this window
-            h = tl.where((h >= 0) & (h % W == w), h // W, -1)
     tl.debug_barrier()
     base = _shared_base()
     for z in tl.static_range(0, PLANE * COPIES, ZC):
@@ -146,16 +147,13 @@ def _shared_partial(idx, vals, part, n, rows, chunk, gw, never, D: tl.constexpr,
         bad = rm & ((i < 0) | (i >= rows))
         bad_any |= bad.to(tl.int32)
         ok = rm & (bad == 0) & cm
-        if W > 1:
-            ok = ok & (i % W == w)
-            i = i // W
         if HOT:
             hot = i == h
-            hacc += tl.where(hot & ok, v, 0.0)
+            hacc += tl.where(hot, v, 0.0)
             ok = ok & (hot == 0)
         _shared_add(base + (i * D + c).to(tl.int32) * 4, v, ok, COPIES - 1, PLANE * 4)
     tl.debug_barrier()
-    dst = part + (w * gw + g // W) * plane
+    dst = part + g * plane
     for z in tl.static_range(0, PLANE, ZC):
         o = z + tl.arange(0, ZC)
         x = _shared_read(base + o * 4)
@@ -188,8 +186,16 @@ def fenced(ptx: str) -> bool:
                    for k in range(ours[0], ours[-1] + 1))
 
 
-class Unfenced(RuntimeError):
+class Unusable(RuntimeError):
+    """The shared sums cannot run here; the caller falls back."""
+
+
+class Unfenced(Unusable):
     """This Triton's code for ``_shared_partial`` uses shared memory beside its sums."""
+
+
+class NoRoom(Unusable):
+    """This GPU's shared memory cannot hold one program's sums."""
 
 
 def usable(kernel, meta: dict) -> bool:
@@ -234,35 +240,28 @@ def launch_shape(plane: int, values: int, steps: int, sms: int, shared: int,
     return max(1, min(per_sm * sms, steps, cap)), copies
 
 
-def windows(rows: int, D: int, window: int = SHARED_PLANE) -> int:
-    """Interleaved windows of at most ``window`` elements that the sums of ``rows`` rows of
-    ``D`` values take (a power of two; more than one for single values only)."""
-    if rows * D <= window:
-        return 1
-    if D != 1:
-        raise ValueError(f"shared sums over windows take single values, got rows of {D}")
-    return next_pow2(cdiv(rows, window))
-
-
 def partial_launch(index: torch.Tensor, rows: int, D: int, hot: bool = True,
-                   warps: int = WARPS, tile: int = TILE, copies: int | None = None,
-                   per_sm: int | None = None,
-                   window: int = SHARED_PLANE) -> tuple[int, tuple, dict]:
+                   warps: int | None = None, tile: int = TILE, copies: int | None = None,
+                   per_sm: int | None = None) -> tuple[int, tuple, dict]:
     """``(programs, the integer arguments, the constexprs and options)`` of
-    ``_shared_partial`` for ``len(index)`` rows of ``D`` values into ``rows`` rows, in
-    ``windows`` of at most ``window`` elements."""
-    W = windows(rows, D, window)
-    n, plane, DP = index.numel(), cdiv(rows, W) * D, next_pow2(D)
+    ``_shared_partial`` for ``len(index)`` rows of ``D`` values into ``rows`` rows."""
+    n, plane, DP = index.numel(), rows * D, next_pow2(D)
+    if warps is None:
+        warps = WARPS if plane <= WIDE_PLANE else WIDE_WARPS
     rb = max(1, tile // DP)
     dev = index.device
+    shared = shared_memory_per_sm(dev) or INTERPRETER_SHARED
     G, copies = launch_shape(plane, n * D, cdiv(n, rb), sm_count(dev) or INTERPRETER_SMS,
-                             shared_memory_per_sm(dev) or INTERPRETER_SHARED, warps, copies,
-                             per_sm)
-    gw = max(1, G // W)  # programs a window, each over a share of the indices
+                             shared, warps, copies, per_sm)
+    if next_pow2(plane) * copies * 4 > SHARED_SHARE * shared:
+        raise NoRoom(f"shared_sums_index_add: {rows} rows of {D} need "
+                     f"{next_pow2(plane) * copies * 4} bytes of shared memory a program; "
+                     f"{dev} has {shared} an SM")
     meta = {"D": D, "DP": DP, "PLANE": next_pow2(plane), "COPIES": copies, "RB": rb,
-            "HOT": hot and D < 32, "WIDE": n * D >= 1 << 31, "W": W,
-            "ZC": min(ZERO_STEP, next_pow2(plane)), "num_warps": warps, "num_stages": 1}
-    return gw * W, (n, rows, cdiv(n, gw), gw, 0), meta
+            "HOT": hot and D < 32, "WIDE": n * D >= 1 << 31,
+            "ZC": min(ZERO_STEP, next_pow2(plane)), "num_warps": warps,
+            "num_stages": 1}
+    return G, (n, rows, cdiv(n, G), 0), meta
 
 
 def shared_sums_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tensor,
@@ -276,23 +275,21 @@ def shared_sums_index_add(self: torch.Tensor, index: torch.Tensor, values: torch
     """
     rows, n, D = scatter_shape(self, index, values, 1, DTYPES, "shared_sums_index_add")
     plane = rows * D
-    if plane > SHARED_ROWS or (D > 1 and plane > SHARED_PLANE):
-        raise ValueError(f"shared_sums_index_add takes at most {SHARED_PLANE} elements, or "
-                         f"{SHARED_ROWS} single values, got {rows} rows of {D}")
+    if plane > SHARED_PLANE:
+        raise ValueError(f"shared_sums_index_add takes outputs of at most {SHARED_PLANE} "
+                         f"elements, got {rows} rows of {D}")
     if self.device.type != "cuda":
         raise ValueError(f"shared_sums_index_add runs on CUDA tensors, got {self.device}")
     out = torch.empty_like(self)
     if plane == 0:
         return out
     G, args, meta = partial_launch(index, rows, D, hot, **launch)
-    W = meta["W"]
-    part = torch.empty(G * cdiv(rows, W) * D, device=self.device, dtype=torch.float32)
+    part = torch.empty(G * plane, device=self.device, dtype=torch.float32)
     if n:
         _launch((G,), (index, values, part, *args), meta)
     else:
         part.zero_()
     pb = max(TOTAL_MIN, next_pow2(plane) // TOTAL_PROGRAMS)
-    gw = G // W  # partials a window
-    _total[(cdiv(plane, pb),)](self, part, out, gw, plane, PB=pb, W=W,
-                               GB=max(1, min(next_pow2(gw), TOTAL_TILE // pb)), num_warps=4)
+    _total[(cdiv(plane, pb),)](self, part, out, G, plane, PB=pb,
+                               GB=max(1, min(next_pow2(G), TOTAL_TILE // pb)), num_warps=4)
     return out
