@@ -105,7 +105,8 @@ REGIMES = [  # (rows, row width, indices, dtype, index_put, choice)
     (8, 16, 262_144, torch.bfloat16, True, "inductor_partitioned"),  # narrow, 32K a row
     (1024, 16, 262_144, torch.bfloat16, False, "commrt"),  # Inductor keeps it as aten's
     (1000, 1, 4_000_000, torch.float32, True, "commrt"),  # 1-D, 4,000 a row: shared memory
-    (20_000, 1, 40_000_000, torch.float32, True, "inductor_partitioned"),  # past it
+    (20_000, 1, 40_000_000, torch.float32, True, "commrt"),  # ... on 16 warps
+    (40_000, 1, 80_000_000, torch.float32, True, "inductor_partitioned"),  # past it
     (8, 1, 4_000_000, torch.float32, True, "commrt"),  # 1-D on 8 rows: few rows
     (8, 4, 1 << 20, torch.float32, True, "commrt"),  # rows of 4 on 8 rows: few rows
     (16, 4, 1 << 20, torch.bfloat16, True, "commrt"),  # ... on 16 rows
