@@ -253,10 +253,10 @@ def partial_launch(index: torch.Tensor, rows: int, D: int, hot: bool = True,
     shared = shared_memory_per_sm(dev) or INTERPRETER_SHARED
     G, copies = launch_shape(plane, n * D, cdiv(n, rb), sm_count(dev) or INTERPRETER_SMS,
                              shared, warps, copies, per_sm)
-    if next_pow2(plane) * copies * 4 > SHARED_SHARE * shared:
-        raise NoRoom(f"shared_sums_index_add: {rows} rows of {D} need "
-                     f"{next_pow2(plane) * copies * 4} bytes of shared memory a program; "
-                     f"{dev} has {shared} an SM")
+    need = next_pow2(plane) * copies * 4
+    if need > SHARED_SHARE * shared:
+        raise NoRoom(f"shared_sums_index_add: {rows} rows of {D} need {need} bytes of "
+                     f"shared memory a program; {dev} has {shared} an SM")
     meta = {"D": D, "DP": DP, "PLANE": next_pow2(plane), "COPIES": copies, "RB": rb,
             "HOT": hot and D < 32, "WIDE": n * D >= 1 << 31,
             "ZC": min(ZERO_STEP, next_pow2(plane)), "num_warps": warps,
