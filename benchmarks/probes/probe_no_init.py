@@ -102,9 +102,10 @@ def _scatter_np(extra, idx, vals, state, sync, n, rows, plane, D: tl.constexpr,
                     ready = tl.load(sync + 1, volatile=True)
                     while ready == 0:
                         ready = tl.load(sync + 1, volatile=True)
-                    tl.atomic_add(sync + 1, 0, sem="acquire")
-                    p = tl.load(state, cache_modifier=".cg")
-                    nhot = tl.load(state + 2, cache_modifier=".cg")
+                    # an acquire whose value is used, so that the plan's loads stay after it
+                    ready = tl.atomic_add(sync + 1, 0, sem="acquire")
+                    p = tl.where(ready != 0, tl.load(state, cache_modifier=".cg"), 1)
+                    nhot = tl.where(ready != 0, tl.load(state + 2, cache_modifier=".cg"), 0)
                 else:
                     ready = tl.atomic_add(sync + 1, 0, sem="acquire")
                     p = tl.where(ready != 0, tl.load(state, cache_modifier=".cg"), P0)
