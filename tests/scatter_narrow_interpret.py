@@ -210,24 +210,26 @@ def column_blocks(g) -> None:
 
 def scratch_left_zero(g) -> None:
     """The extra copies come zero from ``scatter_scratch`` and go back zero: after calls
-    with many copies, with an index out of range, and with copies but nothing to add; the
-    call after each is right."""
+    with many copies (read in steps, and up to 64 allowed, the few chosen in one tile),
+    with an index out of range, and with copies but nothing to add; the call after each is
+    right."""
     rows, n = 50, 4000
     base = torch.randn(rows, 3, generator=g)
-    for idx in (indices("few", rows, n, g), torch.tensor([0, 1, 99] * 50),
-                torch.zeros(0, dtype=torch.int64), indices("uniform", rows, n, g)):
-        vals = torch.randn(idx.numel(), 3, generator=g)
-        state = torch.zeros(state_numel(16), dtype=torch.int32)
-        got = narrow_index_add(base, idx, vals, 16, per_address=1, min_copies=2, hot=0,
-                               state=state)
-        if int(state[1]):
-            assert got.isnan().all(), "an index out of range must poison the result"
-        else:
-            ref = base.double().index_add(0, idx, vals.double())
-            assert float((got.double() - ref).norm() / ref.norm()) < TOL[torch.float32]
-            assert idx.numel() == 0 or state[0] > 1, state  # contended: copies
-        left = zeroed(torch.device("cpu"), 15 * rows * 3)
-        assert not left.any(), f"{int(left.count_nonzero())} scratch elements left nonzero"
+    for copies in (16, 64):
+        for idx in (indices("few", rows, n, g), torch.tensor([0, 1, 99] * 50),
+                    torch.zeros(0, dtype=torch.int64), indices("uniform", rows, n, g)):
+            vals = torch.randn(idx.numel(), 3, generator=g)
+            state = torch.zeros(state_numel(16), dtype=torch.int32)
+            got = narrow_index_add(base, idx, vals, copies, per_address=1, min_copies=2,
+                                   hot=0, state=state)
+            if int(state[1]):
+                assert got.isnan().all(), "an index out of range must poison the result"
+            else:
+                ref = base.double().index_add(0, idx, vals.double())
+                assert float((got.double() - ref).norm() / ref.norm()) < TOL[torch.float32]
+                assert idx.numel() == 0 or state[0] > 1, state  # contended: copies
+            left = zeroed(torch.device("cpu"), (copies - 1) * rows * 3)
+            assert not left.any(), f"{int(left.count_nonzero())} scratch elements left nonzero"
 
 
 def main() -> None:
@@ -286,6 +288,13 @@ def main() -> None:
                                hot_adds=1 << 20, spread=spread, state=state)
         assert float((got.double() - ref).norm() / ref.norm()) < TOL[torch.float32]
         assert state[0] == want_p, (spread, state)
+    # up to 64 copies allowed: _sum reads few copies in one tile, many in steps
+    for spread, fit in ((64, True), (8, False)):
+        state = torch.zeros(state_numel(16), dtype=torch.int32)
+        got = narrow_index_add(base, idx, vals, 64, per_address=512, min_copies=2,
+                               hot_adds=1 << 20, spread=spread, state=state)
+        assert float((got.double() - ref).norm() / ref.norm()) < TOL[torch.float32]
+        assert (2 <= state[0] <= 33) if fit else state[0] == 64, (spread, state)
     # every add on 64 rows (256 each), but the strided sample sees each of them once: its
     # pairs with the second sample show the contention (by itself it would say one copy)
     n = 64 * 256

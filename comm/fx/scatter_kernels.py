@@ -167,14 +167,26 @@ def _scatter(acc, extra, idx, vals, state, n, rows, D: tl.constexpr, R: tl.const
 
 
 @triton.jit
+def _copies(extra, plane, offs, m, c0, p, T: tl.constexpr, BLOCK: tl.constexpr):
+    # the sum of extra copies c0 .. c0 + T - 1 (those under p - 1) at offs, left zero
+    c = (c0 + tl.arange(0, T)).to(tl.int64)
+    at = extra + c[:, None] * plane + offs[None, :]
+    cm = (c[:, None] < p - 1) & m[None, :]
+    s = tl.sum(tl.load(at, mask=cm, other=0), axis=0)
+    tl.store(at, tl.zeros([T, BLOCK], tl.float32), mask=cm)
+    return s
+
+
+@triton.jit
 def _sum(acc, extra, out, state, plane, SAME: tl.constexpr, BLOCK: tl.constexpr,
-         CP: tl.constexpr, PDL: tl.constexpr = False):
+         CP: tl.constexpr, PDL: tl.constexpr = False, FIT: tl.constexpr = 0):
     # out := acc + the p - 1 extra copies (NaN where state[1] flags an index out of range);
     # nothing to do where acc is out and p == 1 (a capped grid, so that doing nothing costs
     # little). CP copies a step, so that up to 127 copies are read with enough loads in
-    # flight; the extra copies read are left zero (scatter_scratch). Also the narrow
-    # kernels' last step (their state starts with p and the flag). PDL: launched while
-    # the narrow _scatter runs, it waits for it before reading anything.
+    # flight; FIT > 0: where the plan chose at most FIT + 1 copies, they are read in one
+    # [FIT, BLOCK] tile instead. The extra copies read are left zero (scatter_scratch).
+    # Also the narrow kernels' last step (their state starts with p and the flag). PDL:
+    # launched while the narrow _scatter runs, it waits for it before reading anything.
     if PDL:
         tl.extra.cuda.gdc_wait()
     p = tl.load(state)
@@ -185,12 +197,16 @@ def _sum(acc, extra, out, state, plane, SAME: tl.constexpr, BLOCK: tl.constexpr,
             offs = start + tl.arange(0, BLOCK)
             m = offs < plane
             x = tl.load(acc + offs, mask=m, other=0)
-            for c0 in range(0, p - 1, CP):
-                c = (c0 + tl.arange(0, CP)).to(tl.int64)
-                at = extra + c[:, None] * plane + offs[None, :]
-                cm = (c[:, None] < p - 1) & m[None, :]
-                x += tl.sum(tl.load(at, mask=cm, other=0), axis=0)
-                tl.store(at, tl.zeros([CP, BLOCK], tl.float32), mask=cm)
+            if FIT > 0:
+                if p - 1 <= FIT:
+                    if p > 1:
+                        x += _copies(extra, plane, offs, m, 0, p, FIT, BLOCK)
+                else:
+                    for c0 in range(0, p - 1, CP):
+                        x += _copies(extra, plane, offs, m, c0, p, CP, BLOCK)
+            else:
+                for c0 in range(0, p - 1, CP):
+                    x += _copies(extra, plane, offs, m, c0, p, CP, BLOCK)
             x = tl.where(bad, float("nan"), x)
             tl.store(out + offs, x.to(out.dtype.element_ty), mask=m)
 

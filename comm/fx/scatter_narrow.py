@@ -76,6 +76,11 @@ HALF_BLOCK = 8192
 # longer (the copy of 16M elements), and sorted two samples 0.3-0.7 µs longer.
 INIT_WARPS, INIT_WARPS_ONE, ONE_SAMPLE_PLANE = 4, 2, 1 << 22
 SUM_COPIES, SUM_TILE = 128, 8192  # _sum with copies: copies a step, and elements a step
+# ... but where the plan chose at most SUM_FIT + 1 copies, those in one tile: on one H200
+# (benchmarks/results/probe_sum_tiles_NVIDIA_H200.json) fp32 rows of 16 into 1,024 rows,
+# uniform (16 copies), took 11.3 µs so against 11.8, bf16 11.8 against 12.8; more copies
+# within the rounds' spread.
+SUM_FIT = 32
 # _scatter's blocks (SUB rows of DP columns): (value elements a block, blocks a program,
 # warps). Rows of ROW_BLOCKS_FROM elements or more take one block of 4,096 on 8 warps (a
 # hot row's sum once a program): in an A/B on one H200 (docs/decisions.md, 2026-11-25)
@@ -464,6 +469,8 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
         cp = min(partitions, SUM_COPIES)
         blk = BLOCK if partitions == 1 else max(64, SUM_TILE // cp)
         _sum[(min(cdiv(plane, blk), SUM_PROGRAMS),)](acc, extra, out, state, plane, SAME=same,
-                                                     BLOCK=blk, CP=cp, PDL=pdl, num_warps=4,
+                                                     BLOCK=blk, CP=cp, PDL=pdl,
+                                                     FIT=SUM_FIT if cp > SUM_FIT else 0,
+                                                     num_warps=4,
                                                      **({"launch_pdl": True} if pdl else {}))
     return out
