@@ -9,14 +9,18 @@ plan chose at most ``SMALL + 1`` (a branch on the GPU), as shipped otherwise. Fo
 grid cells (4M value elements), µs a call in a CUDA graph of 20 calls (median of five
 rounds taken in turn) of the op as the pass calls it with the shipped ``_sum`` and with
 ``_sum_fit`` at ``SMALL`` 16 and 32, Inductor's plain scatter (``index_put``), and the
-copies each plan chose.
+copies each plan chose. ``--twins`` (once ``_sum_fit`` was shipped as ``SUM_FIT``): cells with 16
+copies only, ``_sum`` with and without ``SUM_FIT``, each twice (its twin captured in its
+own graph, as every variant is), so that a difference between two variants can be told
+from one between two captures of the same kernels.
 
-    python benchmarks/probes/probe_sum_tiles.py [--out probe_sum_tiles.json]
+    python benchmarks/probes/probe_sum_tiles.py [--out probe_sum_tiles.json] [--twins]
 """
 
 from __future__ import annotations
 
 import contextlib
+import sys
 
 import torch
 import triton
@@ -99,8 +103,24 @@ def variant(small: int):
     return fn
 
 
+TWINS = "--twins" in sys.argv
+TWIN_CELLS = ((F32, 16, 1024, "uniform"), (BF16, 16, 1024, "uniform"), (F32, 4, 1024, "uniform"))
+
+
+def looped(out, idx, vals, P):
+    shipped = scatter_narrow.SUM_FIT
+    scatter_narrow.SUM_FIT = 1 << 20
+    try:
+        return pass_scatter._partitioned_index_put(out, idx, vals, P)
+    finally:
+        scatter_narrow.SUM_FIT = shipped
+
+
 def cell(dtype, width: int, rows: int, dist: str) -> dict:
     variants = {"shipped": variant(0), "fit16": variant(16), "fit32": variant(32)}
+    if TWINS:  # "loop": the copies in steps of CP whatever the plan (SUM_FIT out of reach)
+        variants = {"loop": looped, "fit": variant(0), "loop twin": looped,
+                    "fit twin": variant(0)}
     row = checked_rounds(dtype, width, rows, dist, variants, ROUNDS)
     out, idx, vals = cell_data(dtype, width, rows, dist)
     P = pass_scatter.copies(rows, max(1, width), idx.numel(), dtype,
@@ -112,7 +132,9 @@ def cell(dtype, width: int, rows: int, dist: str) -> dict:
 
 
 def main() -> None:
-    run_cells(__doc__, "probe_sum_tiles.json", CELLS, cell,
+    if TWINS:
+        sys.argv.remove("--twins")
+    run_cells(__doc__, "probe_sum_tiles.json", TWIN_CELLS if TWINS else CELLS, cell,
               f"µs a call (median of {ROUNDS} rounds, each a CUDA graph of 20 calls); "
               "spread: the least and most of the rounds; copies: the plan's")
 
