@@ -7,7 +7,8 @@ rows of 16 into 1,024 rows, uniform: ``_sum`` took 2.4 µs of a 12.2 µs call on
 The variant (``_sum_fit``) reads the copies in one ``[SMALL, BLOCK]`` tile where the
 plan chose at most ``SMALL + 1`` (a branch on the GPU), as shipped otherwise. For a few
 grid cells (4M value elements), µs a call in a CUDA graph of 20 calls (median of five
-rounds taken in turn) of the op as the pass calls it with the shipped ``_sum`` and with
+rounds taken in turn) of the op as the pass calls it with the shipped ``_sum`` (steps of
+``CP`` until 2d95fa7; since then ``SUM_FIT``, this probe's variant at 32) and with
 ``_sum_fit`` at ``SMALL`` 16 and 32, Inductor's plain scatter (``index_put``), and the
 copies each plan chose. ``--twins`` (once ``_sum_fit`` was shipped as ``SUM_FIT``): cells with 16
 copies only, ``_sum`` with and without ``SUM_FIT``, each twice (its twin captured in its

@@ -77,9 +77,9 @@ HALF_BLOCK = 8192
 INIT_WARPS, INIT_WARPS_ONE, ONE_SAMPLE_PLANE = 4, 2, 1 << 22
 SUM_COPIES, SUM_TILE = 128, 8192  # _sum with copies: copies a step, and elements a step
 # ... but where the plan chose at most SUM_FIT + 1 copies, those in one tile: on one H200
-# (benchmarks/results/probe_sum_tiles_NVIDIA_H200.json) fp32 rows of 16 into 1,024 rows,
-# uniform (16 copies), took 11.3 µs so against 11.8, bf16 11.8 against 12.8; more copies
-# within the rounds' spread.
+# (benchmarks/results/probe_sum_tiles_twins_NVIDIA_H200.json) fp32 rows of 16 into 1,024
+# rows, uniform (16 copies), took 11.3 µs so against 11.8, bf16 11.8 against 12.9; more
+# copies within the rounds' spread (docs/decisions.md, 2026-11-28).
 SUM_FIT = 32
 # _scatter's blocks (SUB rows of DP columns): (value elements a block, blocks a program,
 # warps). Rows of ROW_BLOCKS_FROM elements or more take one block of 4,096 on 8 warps (a
