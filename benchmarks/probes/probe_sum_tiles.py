@@ -2,18 +2,18 @@
 
 One GPU. Where copies are allowed, the narrow kernels launch ``_sum`` with a tile of
 ``CP = min(partitions, SUM_COPIES)`` copies by ``SUM_TILE // CP`` elements: with up to
-128 copies allowed it loads ``[128, 64]`` tiles even where the plan chose 16 copies (fp32
+128 copies allowed it loaded ``[128, 64]`` tiles even where the plan chose 16 copies (fp32
 rows of 16 into 1,024 rows, uniform: ``_sum`` took 2.4 µs of a 12.2 µs call on one H200).
-The variant (``_sum_fit``) reads the copies in one ``[SMALL, BLOCK]`` tile where the
-plan chose at most ``SMALL + 1`` (a branch on the GPU), as shipped otherwise. For a few
-grid cells (4M value elements), µs a call in a CUDA graph of 20 calls (median of five
-rounds taken in turn) of the op as the pass calls it with the shipped ``_sum`` (steps of
-``CP`` until 2d95fa7; since then ``SUM_FIT``, this probe's variant at 32) and with
-``_sum_fit`` at ``SMALL`` 16 and 32, Inductor's plain scatter (``index_put``), and the
-copies each plan chose. ``--twins`` (once ``_sum_fit`` was shipped as ``SUM_FIT``): cells with 16
-copies only, ``_sum`` with and without ``SUM_FIT``, each twice (its twin captured in its
-own graph, as every variant is), so that a difference between two variants can be told
-from one between two captures of the same kernels.
+With ``scatter_narrow.SUM_FIT`` it reads the copies in one ``[SUM_FIT, BLOCK]`` tile
+where the plan chose at most ``SUM_FIT + 1`` (a branch on the GPU), in steps of ``CP``
+otherwise. For a few grid cells (4M value elements), µs a call in a CUDA graph of 20
+calls (median of five rounds taken in turn) of the op as the pass calls it with steps
+only (``SUM_FIT`` out of reach) and with ``SUM_FIT`` 16 and 32, Inductor's plain scatter
+(``index_put``), and the copies each plan chose. ``--twins``: cells with 16 copies only,
+steps and ``SUM_FIT`` 32, each twice (its twin captured in its own graph, as every
+variant is), so that a difference between two variants can be told from one between two
+captures of the same kernels. (The results at 2d95fa7 and 6990e99 came from the probe's
+own copy of ``_sum`` with the one tile, before it was shipped; their columns say which.)
 
     python benchmarks/probes/probe_sum_tiles.py [--out probe_sum_tiles.json] [--twins]
 """
@@ -25,7 +25,6 @@ import sys
 
 import torch
 import triton
-import triton.language as tl
 from probe_narrow_costs import cell_data, checked_rounds, plan, run_cells
 
 from commrt.fx import scatter as pass_scatter
@@ -40,88 +39,29 @@ CELLS = ((F32, 16, 1024, "uniform"), (F32, 16, 1024, "skewed"), (F32, 16, 1024, 
          (F32, 1, 65536, "skewed"), (F32, 4, 1024, "uniform"), (F32, 4, 1024, "skewed"),
          (BF16, 16, 1024, "uniform"), (BF16, 16, 1024, "skewed"), (BF16, 0, 65536, "uniform"),
          (BF16, 0, 65536, "skewed"))
+TWINS = "--twins" in sys.argv
+TWIN_CELLS = ((F32, 16, 1024, "uniform"), (BF16, 16, 1024, "uniform"), (F32, 4, 1024, "uniform"))
+STEPS = 1 << 20  # a SUM_FIT that no tile of copies is over: steps only
 
 
-@triton.jit
-def _sum_fit(acc, extra, out, state, plane, SAME: tl.constexpr, BLOCK: tl.constexpr,
-             CP: tl.constexpr, PDL: tl.constexpr = False, SMALL: tl.constexpr = 16):
-    # scatter_kernels._sum, with the p - 1 extra copies read in one [SMALL, BLOCK] tile
-    # where they fit
-    if PDL:
-        tl.extra.cuda.gdc_wait()
-    p = tl.load(state)
-    bad = tl.load(state + 1) != 0
-    if (p > 1) | bad | (not SAME):
-        step = tl.num_programs(0).to(tl.int64) * BLOCK
-        for start in range(tl.program_id(0).to(tl.int64) * BLOCK, plane, step):
-            offs = start + tl.arange(0, BLOCK)
-            m = offs < plane
-            x = tl.load(acc + offs, mask=m, other=0)
-            if p - 1 <= SMALL:
-                c = tl.arange(0, SMALL).to(tl.int64)
-                at = extra + c[:, None] * plane + offs[None, :]
-                cm = (c[:, None] < p - 1) & m[None, :]
-                x += tl.sum(tl.load(at, mask=cm, other=0), axis=0)
-                tl.store(at, tl.zeros([SMALL, BLOCK], tl.float32), mask=cm)
-            else:
-                for c0 in range(0, p - 1, CP):
-                    c = (c0 + tl.arange(0, CP)).to(tl.int64)
-                    at = extra + c[:, None] * plane + offs[None, :]
-                    cm = (c[:, None] < p - 1) & m[None, :]
-                    x += tl.sum(tl.load(at, mask=cm, other=0), axis=0)
-                    tl.store(at, tl.zeros([CP, BLOCK], tl.float32), mask=cm)
-            x = tl.where(bad, float("nan"), x)
-            tl.store(out + offs, x.to(out.dtype.element_ty), mask=m)
-
-
-class _Fit:
-    def __init__(self, small: int):
-        self.small = small
-
-    def __getitem__(self, grid):
-        def launch(*args, **kw):
-            return _sum_fit[grid](*args, SMALL=self.small, **kw)
-        return launch
-
-
-@contextlib.contextmanager
-def fitted(small: int):
-    shipped = scatter_narrow._sum
-    scatter_narrow._sum = _Fit(small)
-    try:
-        yield
-    finally:
-        scatter_narrow._sum = shipped
-
-
-def variant(small: int):
+def variant(fit: int):
+    """The op as the pass calls it with ``SUM_FIT`` set to ``fit`` (over ``SUM_COPIES``:
+    steps only)."""
     def fn(out, idx, vals, P):
-        args = (out, idx, vals, P)
-        if not small:
-            return pass_scatter._partitioned_index_put(*args)
-        with fitted(small):
-            return pass_scatter._partitioned_index_put(*args)
+        shipped = scatter_narrow.SUM_FIT
+        scatter_narrow.SUM_FIT = fit
+        try:
+            return pass_scatter._partitioned_index_put(out, idx, vals, P)
+        finally:
+            scatter_narrow.SUM_FIT = shipped
     return fn
 
 
-TWINS = "--twins" in sys.argv
-TWIN_CELLS = ((F32, 16, 1024, "uniform"), (BF16, 16, 1024, "uniform"), (F32, 4, 1024, "uniform"))
-
-
-def looped(out, idx, vals, P):
-    shipped = scatter_narrow.SUM_FIT
-    scatter_narrow.SUM_FIT = 1 << 20
-    try:
-        return pass_scatter._partitioned_index_put(out, idx, vals, P)
-    finally:
-        scatter_narrow.SUM_FIT = shipped
-
-
 def cell(dtype, width: int, rows: int, dist: str) -> dict:
-    variants = {"shipped": variant(0), "fit16": variant(16), "fit32": variant(32)}
-    if TWINS:  # "loop": the copies in steps of CP whatever the plan (SUM_FIT out of reach)
-        variants = {"loop": looped, "fit": variant(0), "loop twin": looped,
-                    "fit twin": variant(0)}
+    variants = {"steps": variant(STEPS), "fit16": variant(16), "fit32": variant(32)}
+    if TWINS:
+        variants = {"loop": variant(STEPS), "fit": variant(32), "loop twin": variant(STEPS),
+                    "fit twin": variant(32)}
     row = checked_rounds(dtype, width, rows, dist, variants, ROUNDS)
     out, idx, vals = cell_data(dtype, width, rows, dist)
     P = pass_scatter.copies(rows, max(1, width), idx.numel(), dtype,
