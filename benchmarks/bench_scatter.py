@@ -19,6 +19,7 @@ import datetime
 import json
 import os
 import queue
+import statistics
 import sys
 import threading
 import time
@@ -140,6 +141,9 @@ COLUMNS = ("eager", "compiled", "inductor partitioned", "commrt")
 _STUCK = {"compiled": "one call did not finish in 8 minutes (bf16 atomics on 8 addresses)",
           "inductor partitioned": "not measured, left out with the compiled column"}
 UNRUN = {("index_put", "bfloat16", w, 8): _STUCK for w in (0, 1)}
+# graphs of one call timed apart, each with its own memory: two captures of the same
+# kernels differed by up to 1.9x where their tensors lay (H100 grid at 89f4a66)
+GRAPHS = 5
 SLOW_MS = 1000.0  # a call this slow is not timed again: its call while compiling stands
 TOL = {"float32": 1e-4, "bfloat16": 2e-2}  # commrt's error: at most this or 1.5x compiled's
 # ... or 3x where the commrt column is the compiled column's own graph (the rule left the
@@ -320,12 +324,13 @@ def _compile_column(name: str, fn, cells: list, data: tuple, compiled=None):
     return f
 
 
-def time_call(fn) -> tuple[float, str]:
-    """(median ms of one call, how): in a CUDA graph of as many calls as fill about 2 ms,
-    replayed 10 times (3 for calls over 20 ms); ``eager`` events where a call cannot be
+def time_call(fn) -> tuple[float, str, list[float]]:
+    """(median ms of one call, how, ms of each graph): ``GRAPHS`` CUDA graphs of as many
+    calls as fill about 2 ms, captured apart, replayed in turn 10 times (3 for calls over
+    20 ms), the median of their medians; ``eager`` events where a call cannot be
     captured; ``once``, one call's events, for a call over 50 ms (a contended scatter
     hundreds of times slower than the others in its cell)."""
-    from commrt.timing import time_eager, time_graph
+    from commrt.timing import time_eager, time_graphs
 
     dev = torch.device("cuda", torch.cuda.current_device())
     fn()
@@ -336,14 +341,16 @@ def time_call(fn) -> tuple[float, str]:
     end.synchronize()
     once = start.elapsed_time(end)
     if once > 50:
-        return once, "once"
+        return once, "once", [once]
     ops = max(1, min(50, int(2.0 / max(once, 1e-3))))
     replays = 3 if once > 20 else 10
     try:
-        return time_graph(fn, dev, ops=ops, replays=replays) / 1e3, "graph"
+        each = [us / 1e3 for us in time_graphs(fn, dev, ops, replays, GRAPHS)]
+        return statistics.median(each), "graph", each
     except Exception:  # noqa: BLE001 (a call that syncs or allocates outside the pool)
         torch.cuda.synchronize()
-        return time_eager(fn, dev, iters=max(3, ops * replays)) / 1e3, "eager"
+        ms = time_eager(fn, dev, iters=max(3, ops * replays)) / 1e3
+        return ms, "eager", [ms]
 
 
 def time_group(state: dict) -> list[dict]:
@@ -356,10 +363,11 @@ def time_group(state: dict) -> list[dict]:
                 for cell, d in zip(cells, DISTS, strict=True):
                     first = cell.get("first_ms", {}).get(name, 0.0)
                     if first > SLOW_MS:  # seconds a call: its one call while compiling
-                        cell["ms"][name], how = first, "first call"
+                        cell["ms"][name], how, each = first, "first call", [first]
                     else:
-                        cell["ms"][name], how = time_call(
+                        cell["ms"][name], how, each = time_call(
                             lambda f=f, i=idxs[d]: f(out, i, vals))
+                    cell.setdefault("graphs_ms", {})[name] = each
                     cell.setdefault("timed", {})[name] = how
         except Exception as exc:  # noqa: BLE001 (recorded in the cells, the group goes on)
             _failed(cells, name, exc)
@@ -494,8 +502,8 @@ def grid_meta(args, columns: tuple, start: float, groups: list) -> dict:
             "date": datetime.date.today().isoformat(), "columns": list(columns),
             "command": "python " + " ".join(sys.argv), "values_a_cell": VALUES,
             "commit": os.environ.get("GIT_COMMIT") or _git_commit(),
-            "max_output_elements": MAX_OUT, "workers": args.workers, "start": start,
-            "groups": [list(g) for g in groups],
+            "max_output_elements": MAX_OUT, "workers": args.workers, "graphs": GRAPHS,
+            "start": start, "groups": [list(g) for g in groups],
             "file": f"scatter_grid_{name.replace(' ', '_')}"}
 
 
@@ -563,13 +571,17 @@ def grid_markdown(cells: list, meta: dict, elapsed: float, status: dict) -> str:
     failed = [c for c in cells if c.get("failed")]
     need = [c for c in cells if c["needs_1.3x"]]
     won = [c for c in need if c["commrt_over_best_compiled"] <= 1 / 1.3]
+    spread = [c for c in cells if any(max(v) > 1.1 * min(v)
+                                      for v in c.get("graphs_ms", {}).values())]
     lines = [
         f"# Scatter grid: {meta['device']}", "",
         f"torch {meta['torch']}, Triton {meta['triton']}, {meta['date']}, commit "
         f"{meta['commit']}, `{meta['command']}`, {elapsed:.0f} s"
         + "".join(f"; cells of other widths/ops from `{r['command']}` ({r['date']}, torch "
                   f"{r['torch']}, Triton {r['triton']})" for r in meta.get("merged", []))
-        + ". Median ms of a call, timed in a CUDA graph of calls (`time_call`); `*`: a "
+        + f". Median ms of a call: the median of {meta.get('graphs', 1)} CUDA graphs of "
+        "calls, captured apart and replayed in turn (`time_call`; `graphs_ms` in the json: "
+        "each graph's); `*`: a "
         f"call over {SLOW_MS / 1e3:.0f} s, its one call while the other groups compiled "
         "(Inductor's bf16 index_put on contended indices), not timed again. "
         f"{VALUES} value elements a cell; outputs over {MAX_OUT} elements left out. "
@@ -582,7 +594,8 @@ def grid_markdown(cells: list, meta: dict, elapsed: float, status: dict) -> str:
         f"{TOL['float32']:g}.", "",
         f"Cells: {len(cells)}; commrt over 1.05x the faster compiled column: {len(over)}; "
         f"cells where Inductor's columns are slow (need 1.3x): {len(need)}, commrt 1.3x "
-        f"faster in {len(won)}; wrong: {sum(c['wrong'] for c in cells)}; cells with a "
+        f"faster in {len(won)}; wrong: {sum(c['wrong'] for c in cells)}; cells where one "
+        f"column's graphs differ by over 10%: {len(spread)}; cells with a "
         f"column that failed (FAILED, its error in the commrt path column): {len(failed)}; "
         + "; ".join(f"groups {k}: {len(v)}" for k, v in status.items()) + ".", "",
         "| op | dtype | width | rows | dist | " + " | ".join(cols)

@@ -104,19 +104,31 @@ def time_graph(fn: Callable[[], None], device: torch.device, ops: int = 20,
     """Median µs per call of ``ops`` calls captured in one CUDA graph, the replays queued
     back to back with an event between two (the first, in which the ranks fall into
     step, not counted)."""
-    graph = _capture(fn, device, ops)
+    return time_graphs(fn, device, ops, replays, 1, group)[0]
+
+
+def time_graphs(fn: Callable[[], None], device: torch.device, ops: int = 20,
+                replays: int = 10, graphs: int = 1,
+                group: dist.ProcessGroup | None = None) -> list[float]:
+    """``time_graph`` of ``graphs`` graphs of the same calls, captured one after the other
+    and all kept alive (each allocates its tensors apart from the others'), then replayed
+    in turn, back to back: median µs per call of each graph. The graphs differ only in
+    where their tensors lie."""
+    captured = [_capture(fn, device, ops) for _ in range(graphs)]
     _meet(device, group)
-    graph.replay()  # the first replay uploads the graph
-    events = [torch.cuda.Event(enable_timing=True) for _ in range(replays + 2)]
+    for graph in captured:
+        graph.replay()  # the first replay uploads the graph
+    events = [torch.cuda.Event(enable_timing=True) for _ in range(graphs * (replays + 1) + 1)]
     _meet(device, group)
     events[0].record()
-    for i in range(1, replays + 2):
-        graph.replay()
-        events[i].record()
+    for i in range(graphs * (replays + 1)):
+        captured[i % graphs].replay()
+        events[i + 1].record()
     events[-1].synchronize()
-    del graph
-    return statistics.median(events[i].elapsed_time(events[i + 1]) * 1e3 / ops
-                             for i in range(1, replays + 1))
+    del captured
+    return [statistics.median(events[i].elapsed_time(events[i + 1]) * 1e3 / ops
+                              for i in range(graphs * 1 + g, graphs * (replays + 1), graphs))
+            for g in range(graphs)]
 
 
 def time_pair(fa: Callable[[], None], fb: Callable[[], None], device: torch.device,
