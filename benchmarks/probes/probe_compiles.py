@@ -11,7 +11,7 @@ itself), with Inductor's pointwise autotuning on (its default) and off. Each pro
 times its column as the grid does (``time_call``) and records, for every kernel that
 Inductor autotuned, each config's benchmarked ms and the one it chose.
 
-    python benchmarks/probes/probe_compiles.py [--out probe_compiles.json] [--reps 3]
+    python benchmarks/probes/probe_compiles.py [--out probe_compiles.json] [--reps 3] [--groups 2]
 """
 
 from __future__ import annotations
@@ -76,6 +76,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="probe_compiles.json")
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--groups", type=int, default=len(GROUPS), help="the first N groups")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one:
@@ -88,7 +89,7 @@ def main() -> None:
     results = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
                "triton": triton.__version__, "commit": os.environ.get("GIT_COMMIT", ""),
                "command": "python " + " ".join(sys.argv), "runs": []}
-    for group, columns, tunes in GROUPS:
+    for group, columns, tunes in GROUPS[:args.groups]:
         for tune in tunes:
             for column in columns:
                 for rep in range(args.reps):
