@@ -83,10 +83,13 @@ def main() -> None:
         group, column, tune = json.loads(args.one)
         print("RESULT " + json.dumps(one(tuple(group), column, tune)), flush=True)
         return
+    import datetime
+
     import torch
     import triton
 
-    results = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+    results = {"date": datetime.date.today().isoformat(),
+               "device": torch.cuda.get_device_name(), "torch": torch.__version__,
                "triton": triton.__version__, "commit": os.environ.get("GIT_COMMIT", ""),
                "command": "python " + " ".join(sys.argv), "runs": []}
     for group, columns, tunes in GROUPS[:args.groups]:

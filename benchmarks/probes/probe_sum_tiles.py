@@ -77,7 +77,8 @@ def main() -> None:
         sys.argv.remove("--twins")
     run_cells(__doc__, "probe_sum_tiles.json", TWIN_CELLS if TWINS else CELLS, cell,
               f"µs a call (median of {ROUNDS} rounds, each a CUDA graph of 20 calls); "
-              "spread: the least and most of the rounds; copies: the plan's")
+              "spread: the least and most of the rounds; copies: the plan's",
+              " --twins" if TWINS else "")
 
 
 if __name__ == "__main__":
