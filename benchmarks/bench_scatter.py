@@ -254,8 +254,11 @@ def compile_group(group: tuple, columns: tuple) -> dict:
                 cell["ms"][name] = cell["err"][name] = float("nan")
             continue
         try:
-            fns[name] = _compile_column(name, fn, cells, (out, vals, idxs, refs),
-                                        fns.get("compiled"))
+            with autotune_log() as tuned:
+                fns[name] = _compile_column(name, fn, cells, (out, vals, idxs, refs),
+                                            fns.get("compiled"))
+            for cell in cells:
+                cell.setdefault("autotuned", {})[name] = tuned
         except Exception as exc:  # noqa: BLE001 (recorded in the cells, the group goes on)
             _failed(cells, name, exc)
         print(f"  {grid_name(group)}: {name} ready in {time.perf_counter() - t0:.1f} s",
@@ -269,6 +272,31 @@ def compile_group(group: tuple, columns: tuple) -> dict:
             err["commrt"] <= max(TOL[dt], (SAME_GRAPH_SLACK if same else 1.5) * compiled)
             and (dt != "float32" or max(ran) <= TOL[dt]))
     return {"group": group, "cells": cells, "fns": fns, "data": (out, vals, idxs)}
+
+
+@contextlib.contextmanager
+def autotune_log():
+    """The Triton kernels Inductor autotunes meanwhile (at a compiled graph's first call),
+    as ``{"kernel", "chose", "ms"}`` (each config's benchmarked ms): Inductor times its
+    pointwise configs far from the speed they run at in a graph, and two compiles of one
+    graph can choose differently (``probe_compiles.py``). Empty where nothing was
+    autotuned, or where Inductor's cache held a choice made before."""
+    from torch._inductor.runtime import triton_heuristics as th
+
+    tuned, base = [], th.CachingAutotuner.benchmark_all_configs
+
+    def record(self, *args, **kwargs):
+        timings = base(self, *args, **kwargs)
+        ms = {str(launcher.config): t for launcher, t in timings.items()}
+        tuned.append({"kernel": self.inductor_meta.get("kernel_name"),
+                      "chose": min(ms, key=ms.get) if ms else None, "ms": ms})
+        return timings
+
+    th.CachingAutotuner.benchmark_all_configs = record
+    try:
+        yield tuned
+    finally:
+        th.CachingAutotuner.benchmark_all_configs = base
 
 
 def _static_choice(group: tuple) -> tuple[str, str]:
@@ -582,7 +610,8 @@ def grid_markdown(cells: list, meta: dict, elapsed: float, status: dict) -> str:
                   f"{r['torch']}, Triton {r['triton']})" for r in meta.get("merged", []))
         + f". Median ms of a call: the median of {meta.get('graphs', 1)} CUDA graphs of "
         "calls, captured apart and replayed in turn (`time_call`; `graphs_ms` in the json: "
-        "each graph's); `*`: a "
+        "each graph's; `autotuned`: the kernels Inductor autotuned in each column's first "
+        "call, each config's benchmarked ms and the one chosen); `*`: a "
         f"call over {SLOW_MS / 1e3:.0f} s, its one call while the other groups compiled "
         "(Inductor's bf16 index_put on contended indices), not timed again. "
         f"{VALUES} value elements a cell; outputs over {MAX_OUT} elements left out. "

@@ -18,3 +18,33 @@ def test_the_seed_and_the_grid_share_one_rows_option():
                                       "--ops", "index_put", "--dtypes", "bfloat16"])
     assert bench.selected_groups(args) == [("index_put", "bfloat16", 4, 1024),
                                            ("index_put", "bfloat16", 4, 8)]
+
+
+def test_autotune_log_records_each_autotuned_kernel_and_puts_the_method_back():
+    from torch._inductor.runtime import triton_heuristics as th
+
+    class Launcher:
+        def __init__(self, config):
+            self.config = config
+
+    fast, slow = Launcher("XBLOCK: 1024, num_warps: 4"), Launcher("XBLOCK: 512, num_warps: 8")
+
+    class Tuner:
+        inductor_meta = {"kernel_name": "triton_poi_fused_index_put_1"}
+
+    base = th.CachingAutotuner.benchmark_all_configs
+    th.CachingAutotuner.benchmark_all_configs = lambda self: {fast: 0.12, slow: 0.10}
+    try:
+        with bench.autotune_log() as tuned:
+            timings = th.CachingAutotuner.benchmark_all_configs(Tuner())
+        assert timings == {fast: 0.12, slow: 0.10}  # Inductor still gets its timings
+        assert tuned == [{"kernel": "triton_poi_fused_index_put_1",
+                          "chose": "XBLOCK: 512, num_warps: 8",
+                          "ms": {"XBLOCK: 1024, num_warps: 4": 0.12,
+                                 "XBLOCK: 512, num_warps: 8": 0.10}}]
+        stub = th.CachingAutotuner.benchmark_all_configs
+        with pytest.raises(RuntimeError), bench.autotune_log():
+            raise RuntimeError("a column that fails")
+        assert th.CachingAutotuner.benchmark_all_configs is stub
+    finally:
+        th.CachingAutotuner.benchmark_all_configs = base
