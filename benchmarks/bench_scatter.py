@@ -225,6 +225,17 @@ def _rel_err(got: torch.Tensor, ref: torch.Tensor) -> float:
     return float((got.double() - ref).norm() / ref.norm())
 
 
+def group_data(group: tuple) -> tuple:
+    """A group's output, values and indices of each distribution (seeded by the group)."""
+    op, dt, width, rows = group
+    dtype, n = DTYPES[dt], VALUES // max(1, width)
+    g = torch.Generator(device="cuda").manual_seed(zlib.crc32(repr(group).encode()))
+    shape = (rows,) if width == 0 else (rows, width)
+    out = torch.randn(shape, device="cuda", generator=g).to(dtype)
+    vals = torch.randn((n, *shape[1:]), device="cuda", generator=g).to(dtype)
+    return out, vals, {d: grid_indices(d, rows, n, g) for d in DISTS}
+
+
 def compile_group(group: tuple, columns: tuple) -> dict:
     """A group's data, its columns compiled (one function each, so that Dynamo keeps one
     graph a column) and its cells' errors against float64. Where commrt's rule leaves the
@@ -232,12 +243,8 @@ def compile_group(group: tuple, columns: tuple) -> dict:
     callable (the pass changes nothing). A column that raises is recorded in each cell's
     ``failed`` (its times and errors NaN); the others go on."""
     op, dt, width, rows = group
-    dtype, n = DTYPES[dt], VALUES // max(1, width)
-    g = torch.Generator(device="cuda").manual_seed(zlib.crc32(repr(group).encode()))
-    shape = (rows,) if width == 0 else (rows, width)
-    out = torch.randn(shape, device="cuda", generator=g).to(dtype)
-    vals = torch.randn((n, *shape[1:]), device="cuda", generator=g).to(dtype)
-    idxs = {d: grid_indices(d, rows, n, g) for d in DISTS}
+    n = VALUES // max(1, width)
+    out, vals, idxs = group_data(group)
     # index_put(accumulate) and index_add sum alike; float64 index_add is the faster
     refs = {d: out.double().index_add(0, idxs[d], vals.double()) for d in DISTS}
     cells = [{"op": op, "dtype": dt, "width": width, "rows": rows, "n": n, "dist": d,

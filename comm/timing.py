@@ -127,7 +127,7 @@ def time_graphs(fn: Callable[[], None], device: torch.device, ops: int = 20,
     events[-1].synchronize()
     del captured
     return [statistics.median(events[i].elapsed_time(events[i + 1]) * 1e3 / ops
-                              for i in range(graphs * 1 + g, graphs * (replays + 1), graphs))
+                              for i in range(graphs + g, graphs * (replays + 1), graphs))
             for g in range(graphs)]
 
 

@@ -9,7 +9,9 @@ grid group is compiled again and again, each time in a fresh process with a fres
 Inductor cache (no autotuning result carried over), one process at a time (the GPU to
 itself), with Inductor's pointwise autotuning on (its default) and off. Each process
 times its column as the grid does (``time_call``) and records, for every kernel that
-Inductor autotuned, each config's benchmarked ms and the one it chose.
+Inductor autotuned, each config's benchmarked ms and the one it chose
+(``bench_scatter.autotune_log``; the results at 11c5bc7 and 114ab69 name those ms
+``configs``).
 
     python benchmarks/probes/probe_compiles.py [--out probe_compiles.json] [--reps 3] [--groups 2]
 """
@@ -22,7 +24,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import zlib
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 GROUPS = (  # (group, columns, autotuning on / off)
@@ -34,34 +35,16 @@ def one(group: tuple, column: str, tune: bool) -> dict:
     """In this process: the column compiled, its autotuning recorded, each dist timed."""
     import torch
     import torch._inductor.config as ic
-    from torch._inductor.runtime import triton_heuristics as th
 
     sys.path.insert(0, os.path.dirname(HERE))
     import bench_scatter as bs
 
-    tuned = []
-    base = th.CachingAutotuner.benchmark_all_configs
-
-    def record(self, *args, **kwargs):
-        timings = base(self, *args, **kwargs)
-        best = min(timings, key=timings.get)
-        tuned.append({"kernel": self.inductor_meta.get("kernel_name"),
-                      "configs": {str(k.config): v for k, v in timings.items()},
-                      "chose": str(best.config)})
-        return timings
-
-    th.CachingAutotuner.benchmark_all_configs = record
-    op, dt, width, rows = group
-    dtype, n = bs.DTYPES[dt], bs.VALUES // max(1, width)
-    g = torch.Generator(device="cuda").manual_seed(zlib.crc32(repr(group).encode()))
-    shape = (rows,) if width == 0 else (rows, width)
-    out = torch.randn(shape, device="cuda", generator=g).to(dtype)
-    vals = torch.randn((n, *shape[1:]), device="cuda", generator=g).to(dtype)
-    idxs = {d: bs.grid_indices(d, rows, n, g) for d in bs.DISTS}
-    f = bs._column(column, bs.OPS[op])
+    out, vals, idxs = bs.group_data(group)
+    f = bs._column(column, bs.OPS[group[0]])
     res = {"group": list(group), "column": column, "autotune_pointwise": tune, "ms": {},
            "graphs_ms": {}}
-    with ic.patch({"triton.autotune_pointwise": tune}), bs._context(column):
+    with ic.patch({"triton.autotune_pointwise": tune}), bs._context(column), \
+            bs.autotune_log() as tuned:
         f(out, idxs["uniform"], vals)
         torch.cuda.synchronize()
         for d in bs.DISTS:
@@ -110,7 +93,7 @@ def main() -> None:
                     r["rep"] = rep
                     results["runs"].append(r)
                     print(group, column, "tune" if tune else "no-tune", rep, r["ms"],
-                          [(t["kernel"], t["chose"][:60]) for t in r["tuned"]], flush=True)
+                          [(t["kernel"], (t["chose"] or "")[:60]) for t in r["tuned"]], flush=True)
                     with open(args.out, "w") as f:
                         json.dump(results, f, indent=1)
 
