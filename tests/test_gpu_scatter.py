@@ -208,6 +208,43 @@ def test_few_rows_kernels_against_float64(dtype, shape, rows):
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("shape", [(), (4,), (16,), (100,)])  # 1-D values, rows
+@pytest.mark.parametrize("rows,copies", [(1024, 128), (8, 64), (1031, 16)])
+def test_spread_kernels_against_float64(dtype, shape, rows, copies):
+    """The spread kernels (value j to copy j % p) on the GPU, eager and in a CUDA graph,
+    three calls each: every index distribution, index dtype and negative indices against
+    float64, with and without PDL; an index out of range poisons that call only; the
+    scratch is left zero."""
+    from commrt.fx.scatter_scratch import zeroed
+    from commrt.fx.scatter_spread import spread_index_add
+
+    g = torch.Generator(device="cuda").manual_seed(rows + copies + len(shape))
+    tol = TOL[dtype]
+    plane = rows * (shape[0] if shape else 1)
+    for n, dist in ((1_000_003, "uniform"), (300_007, "skewed"), (200_001, "hot"),
+                    (4097, "uniform")):
+        base, idx, vals, ref, scale = _case(dist, rows, n, shape, dtype, g)
+        for itype, pdl in ((torch.int64, True), (torch.int32, False)):
+            i = idx.to(itype)
+            outs = _eager_and_graph(lambda *a, pdl=pdl: spread_index_add(*a, pdl=pdl),
+                                    (base, i, vals, copies), 3)
+            for out in outs:
+                err = float((out.double() - ref).norm() / scale)
+                assert out.dtype == dtype and out.shape == base.shape and err < tol, (
+                    n, dist, itype, pdl, err)
+            assert not zeroed(base.device, copies * plane + 2).any()
+    idx[n // 2] = rows
+    assert spread_index_add(base, idx, vals, copies).isnan().all()
+    idx[n // 2] = 0
+    err = float((spread_index_add(base, idx, vals, copies).double() -
+                 base.double().index_add(0, idx % rows, vals.double())).norm() / scale)
+    assert err < tol, err
+    assert not zeroed(base.device, copies * plane + 2).any()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("shape", [(), (1,)])  # 1-D values, rows of 1
 @pytest.mark.parametrize("rows", [17, 1000, 16384, 20011, 32768])
 def test_shared_sums_kernels_against_float64(dtype, shape, rows):

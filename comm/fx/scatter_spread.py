@@ -1,0 +1,119 @@
+"""Triton kernels for an accumulating scatter spread over a fixed number of fp32 copies
+(``scatter_rule.spread``: narrow rows with many values a row, where the copies always
+pay) behind ``commrt::partitioned_index_put`` on CUDA.
+
+The scheme of Inductor's partitioned scatter, with its launch shape fixed instead of
+autotuned (Inductor's autotuner picks one of two configs by timings about ten times the
+kernel's, so that its speed changes from one compile to the next: docs/decisions.md,
+2026-11-28), with no launch to zero the copies and an index out of range caught. Two
+launches, no plan, no host sync:
+
+1. ``_spread``: element ``e`` of value ``j`` (of ``n``) is added with an atomic to copy
+   ``j % P`` (``P`` a power of two), element-wise, ``XBLOCK`` elements a program. The
+   copies are ``scatter_scratch``'s, zero on entry. An index out of range sets a flag
+   that follows the copies.
+2. ``_spread_sum``: output := ``self`` + the ``P`` copies, in the output's dtype, leaving
+   the copies zero; NaN everywhere where the flag is set (the plain op raises a
+   device-side assert). The last program to finish clears the flag. On sm90+ a
+   programmatic dependent of ``_spread``.
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+from commrt.dispatch.profile import has_pdl
+from commrt.symm_mem.launch import cdiv
+
+from .scatter_kernels import PARTS, SUM_PROGRAMS, _copies, scatter_shape
+from .scatter_scratch import zeroed
+
+# _spread's launch shape: the first of the two configs Inductor's pointwise autotuner
+# chooses between for this kernel; on fp32 rows of 4 into 1,024 rows it ran 19.5 µs on
+# one H100 and 17.1 on one H200 where the other (512 on 8 warps) ran 23.0 and 20.3
+# (benchmarks/results/probe_compiles_NVIDIA_H100_80GB_HBM3.json, _NVIDIA_H200.json).
+XBLOCK, WARPS = 1024, 4
+SUM_COPIES, SUM_TILE = 128, 8192  # _spread_sum: copies a step, and elements a step
+DTYPES = tuple(PARTS)
+
+
+@triton.jit
+def _spread(extra, idx, vals, total, rows, plane, D: tl.constexpr, P: tl.constexpr,
+            XBLOCK: tl.constexpr, WIDE: tl.constexpr, PDL: tl.constexpr):
+    # total = n * D value elements; the flag at extra + P * plane (fp32)
+    if PDL:  # _spread_sum's programs may start (they wait for this grid to finish)
+        tl.extra.cuda.gdc_launch_dependents()
+    pid = tl.program_id(0)
+    if WIDE:
+        pid = pid.to(tl.int64)
+    offs = pid * XBLOCK + tl.arange(0, XBLOCK)
+    m = offs < total
+    j = offs // D
+    v = tl.load(vals + offs, mask=m, other=0).to(tl.float32)
+    i = tl.load(idx + j, mask=m, other=0)
+    i = tl.where(i < 0, i + rows, i)
+    bad = m & ((i < 0) | (i >= rows))
+    if not WIDE:
+        i = i.to(tl.int32)  # the rows in range fit
+    dst = extra + (j & (P - 1)) * plane + i * D + (offs - j * D)
+    tl.atomic_add(dst, v, mask=m & (bad == 0), sem="relaxed")
+    tl.store(extra + tl.full([], P, tl.int64) * plane + 0 * offs, 1.0, mask=bad)
+
+
+@triton.jit
+def _spread_sum(self_ptr, extra, out, plane, P: tl.constexpr, CP: tl.constexpr,
+                BLOCK: tl.constexpr, PDL: tl.constexpr):
+    # out := self + copies 0 .. P - 1 (left zero); the flag and a count of programs done
+    # at extra + P * plane and the element after it (fp32), both left zero
+    if PDL:
+        tl.extra.cuda.gdc_wait()
+    flag = extra + tl.full([], P, tl.int64) * plane
+    bad = tl.load(flag) != 0
+    step = tl.num_programs(0).to(tl.int64) * BLOCK
+    for start in range(tl.program_id(0).to(tl.int64) * BLOCK, plane, step):
+        offs = start + tl.arange(0, BLOCK)
+        m = offs < plane
+        x = tl.load(self_ptr + offs, mask=m, other=0).to(tl.float32)
+        for c0 in tl.static_range(0, P, CP):
+            x += _copies(extra, plane, offs, m, c0, P + 1, CP, BLOCK)
+        x = tl.where(bad, float("nan"), x)
+        tl.store(out + offs, x.to(out.dtype.element_ty), mask=m)
+    # every program read the flag before it counts itself done: the last one clears both
+    done = tl.atomic_add(flag + 1, 1.0, sem="acq_rel")
+    if done == tl.num_programs(0) - 1:
+        tl.store(flag, 0.0)
+        tl.store(flag + 1, 0.0)
+
+
+def spread_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tensor,
+                     partitions: int, pdl: bool = True, xblock: int = XBLOCK,
+                     warps: int = WARPS, sum_tile: int = SUM_TILE) -> torch.Tensor:
+    """``self.index_add(0, index, values)`` (a new tensor), value ``j`` added to fp32 copy
+    ``j % partitions`` of the output.
+
+    ``self`` and ``values`` contiguous, of one of ``DTYPES``, ``values`` shaped
+    ``[len(index), *self.shape[1:]]``; ``partitions``: the copies (a power of two);
+    ``pdl``: launch ``_spread_sum`` as a programmatic dependent of ``_spread`` where the GPU
+    has it; ``xblock``, ``warps``: ``_spread``'s launch shape; ``sum_tile``: the copies'
+    elements a ``_spread_sum`` step loads.
+    """
+    rows, n, D = scatter_shape(self, index, values, partitions, DTYPES, "spread_index_add")
+    out = torch.empty_like(self)
+    plane = rows * D
+    if plane == 0:
+        return out
+    # the copies, then the flag and the count: zero on entry, and _spread_sum leaves them so
+    extra = zeroed(self.device, partitions * plane + 2)
+    pdl = pdl and has_pdl(self.device)
+    launch = {"launch_pdl": True} if pdl else {}
+    if n * D:
+        wide = max(n * D, partitions * plane + 2) >= 1 << 31
+        _spread[(cdiv(n * D, xblock),)](extra, index, values, n * D, rows, plane, D=D,
+                                        P=partitions, XBLOCK=xblock, WIDE=wide, PDL=pdl,
+                                        num_warps=warps)
+    cp = min(partitions, SUM_COPIES)
+    blk = max(64, sum_tile // cp)
+    _spread_sum[(min(cdiv(plane, blk), SUM_PROGRAMS),)](self, extra, out, plane, P=partitions,
+                                                        CP=cp, BLOCK=blk, PDL=pdl, num_warps=4,
+                                                        **launch)
+    return out
