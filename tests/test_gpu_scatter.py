@@ -213,8 +213,8 @@ def test_few_rows_kernels_against_float64(dtype, shape, rows):
 def test_spread_kernels_against_float64(dtype, shape, rows, copies):
     """The spread kernels (value j to copy j % p) on the GPU, eager and in a CUDA graph,
     three calls each: every index distribution, index dtype and negative indices against
-    float64, with and without PDL; an index out of range poisons that call only; the
-    scratch is left zero."""
+    float64, with and without PDL, flat or in blocks of rows with hot rows summed; an index
+    out of range poisons that call only; the scratch is left zero."""
     from commrt.fx.scatter_scratch import zeroed
     from commrt.fx.scatter_spread import spread_index_add
 
@@ -224,17 +224,20 @@ def test_spread_kernels_against_float64(dtype, shape, rows, copies):
     for n, dist in ((1_000_003, "uniform"), (300_007, "skewed"), (200_001, "hot"),
                     (4097, "uniform")):
         base, idx, vals, ref, scale = _case(dist, rows, n, shape, dtype, g)
-        for itype, pdl in ((torch.int64, True), (torch.int32, False)):
+        for itype, kw in ((torch.int64, {}), (torch.int32, dict(pdl=False)),
+                          (torch.int32, dict(rows_blocks=True)),
+                          (torch.int64, dict(rows_blocks=True, hot=4, hot_min=4))):
             i = idx.to(itype)
-            outs = _eager_and_graph(lambda *a, pdl=pdl: spread_index_add(*a, pdl=pdl),
+            outs = _eager_and_graph(lambda *a, kw=kw: spread_index_add(*a, **kw),
                                     (base, i, vals, copies), 3)
             for out in outs:
                 err = float((out.double() - ref).norm() / scale)
                 assert out.dtype == dtype and out.shape == base.shape and err < tol, (
-                    n, dist, itype, pdl, err)
+                    n, dist, itype, kw, err)
             assert not zeroed(base.device, copies * plane + 2).any()
     idx[n // 2] = rows
     assert spread_index_add(base, idx, vals, copies).isnan().all()
+    assert spread_index_add(base, idx, vals, copies, rows_blocks=True, hot=4).isnan().all()
     idx[n // 2] = 0
     err = float((spread_index_add(base, idx, vals, copies).double() -
                  base.double().index_add(0, idx % rows, vals.double())).norm() / scale)

@@ -4,16 +4,17 @@ to fp32 copy j % p, no zeroing launch) run as fast as Inductor's own at its fast
 One GPU. Where the rule hands narrow rows with many values a row to Inductor's partitions,
 Inductor's autotuner picks the scatter kernel's config by a coin toss, and the slower one
 costs up to 18% (docs/decisions.md, 2026-11-28). Here ``spread_index_add`` with Inductor's
-partition count, as shipped ("spread": 1,024 elements a program on 4 warps, ``_spread_sum``
-a programmatic dependent), without PDL, on 512 elements and 8 warps, and with half the
-copies; the op as the pass calls it today ("op"); against Inductor's partitioned scatter
+partition count: element-wise as Inductor's kernel ("flat": 1,024 elements a program on 4
+warps, ``_spread_sum`` a programmatic dependent; "flat no pdl"), on blocks of whole rows
+("rows"), and so with the rows that a few candidates of a block take summed first where
+enough of its rows take them ("rows hot k of m": k candidates, m rows); the op as the pass
+calls it with its copies ("op": the narrow kernels); against Inductor's partitioned scatter
 compiled with its defaults ("inductor partitioned") and with pointwise autotuning off
-("partitioned first": its first config) and its plain scatter ("inductor"). Grid cells (4M
-value elements a cell), fp32 and bf16, where the rule gives Inductor's partitions or the
-narrow kernels lose to them: µs a call in a CUDA graph of 20 calls (median of five rounds
-taken in turn; spread: the least and most of the rounds); each variant's error against
-float64 is checked first (a variant over the bound is left out, its error under
-"dropped")::
+("partitioned first": its first config) and its plain scatter ("inductor"). fp32 grid
+cells (4M value elements a cell) where the rule gives Inductor's partitions or the narrow
+kernels lose to them: µs a call in a CUDA graph of 20 calls (median of five rounds taken
+in turn; spread: the least and most of the rounds); each variant's error against float64
+is checked first (a variant over the bound is left out, its error under "dropped")::
 
     python benchmarks/probes/probe_spread.py [--out probe_spread.json]
 """
@@ -31,10 +32,10 @@ from commrt.fx.scatter_spread import spread_index_add
 ROUNDS = 5
 F32, BF16 = torch.float32, torch.bfloat16
 # (dtype, row width (0: 1-D), output rows, indices)
-CELLS = [(F32, 4, 1024, d) for d in ("uniform", "skewed", "hot")] + \
-    [(F32, 16, 8, "uniform"), (F32, 100, 8, "uniform"), (F32, 1, 65536, "skewed"),
-     (F32, 16, 1024, "skewed"), (BF16, 4, 1024, "uniform"), (BF16, 100, 8, "uniform"),
-     (BF16, 1024, 8, "uniform")]
+CELLS = [(F32, w, rows, d) for w, rows in ((4, 1024), (16, 8))
+         for d in ("uniform", "skewed", "hot")] + \
+    [(F32, 16, 1024, "uniform"), (F32, 16, 1024, "skewed"), (F32, 1, 65536, "skewed"),
+     (F32, 1, 65536, "uniform")]
 
 
 def copies(out, idx) -> int:
@@ -43,9 +44,8 @@ def copies(out, idx) -> int:
 
 
 def spread(**kw):
-    def run(out, idx, vals, P, half: bool = False):
-        p = copies(out, idx) // (2 if half else 1)
-        return spread_index_add(out, idx, vals, max(1, p), **kw)
+    def run(out, idx, vals, P):
+        return spread_index_add(out, idx, vals, copies(out, idx), **kw)
     return run
 
 
@@ -70,9 +70,10 @@ def partitioned(tune: bool):
 
 
 def cell(dtype, width: int, rows: int, dist: str) -> dict:
-    variants = {"spread": spread(), "spread no pdl": spread(pdl=False),
-                "spread 512 w8": spread(xblock=512, warps=8),
-                "spread half": lambda *a: spread()(*a, half=True),
+    variants = {"flat": spread(), "flat no pdl": spread(pdl=False),
+                "rows": spread(rows_blocks=True),
+                "rows hot 4 of 8": spread(rows_blocks=True, hot=4, hot_min=8),
+                "rows hot 2 of 16": spread(rows_blocks=True, hot=2, hot_min=16),
                 "op": torch.ops.commrt.partitioned_index_put,  # with the pass's copies
                 "inductor partitioned": partitioned(True),
                 "partitioned first": partitioned(False)}

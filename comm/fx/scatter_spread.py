@@ -23,9 +23,9 @@ import triton
 import triton.language as tl
 
 from commrt.dispatch.profile import has_pdl
-from commrt.symm_mem.launch import cdiv
+from commrt.symm_mem.launch import cdiv, next_pow2
 
-from .scatter_kernels import PARTS, SUM_PROGRAMS, _copies, scatter_shape
+from .scatter_kernels import PARTS, SUM_PROGRAMS, _copies, _rows_of, scatter_shape
 from .scatter_scratch import zeroed
 
 # _spread's launch shape: the first of the two configs Inductor's pointwise autotuner
@@ -61,6 +61,41 @@ def _spread(extra, idx, vals, total, rows, plane, D: tl.constexpr, P: tl.constex
 
 
 @triton.jit
+def _spread_rows(extra, idx, vals, n, rows, plane, D: tl.constexpr, DP: tl.constexpr,
+                 R: tl.constexpr, P: tl.constexpr, HOT: tl.constexpr, HOT_MIN: tl.constexpr,
+                 WIDE: tl.constexpr, PDL: tl.constexpr):
+    # _spread on [R, DP] blocks of R value rows; HOT > 0: the rows at HOT evenly spaced
+    # places of the block are candidates, and a candidate that HOT_MIN or more of the
+    # block's rows hit has their sum added once (to copy pid % P)
+    if PDL:
+        tl.extra.cuda.gdc_launch_dependents()
+    pid = tl.program_id(0)
+    if WIDE:
+        pid = pid.to(tl.int64)
+    r = pid * R + tl.arange(0, R)
+    c = tl.arange(0, DP)
+    cm = c < D
+    v = tl.load(vals + r[:, None] * D + c[None, :], mask=(r < n)[:, None] & cm[None, :],
+                other=0).to(tl.float32)
+    i, ok, bad = _rows_of(idx, r, n, rows, WIDE)
+    plain = ok
+    for k in tl.static_range(HOT):
+        at = pid * R + k * (R // HOT)
+        h = tl.load(idx + at, mask=at < n, other=-1)
+        h = tl.where(h < -rows, -1, tl.where(h < 0, h + rows, h))
+        hit = plain & (i == h)
+        if tl.sum(hit.to(tl.int32)) >= HOT_MIN:
+            s = tl.sum(tl.where(hit[:, None], v, 0.0), axis=0)
+            tl.atomic_add(extra + (pid & (P - 1)) * plane + h * D + c, s, mask=cm,
+                          sem="relaxed")
+            plain = plain & (hit == 0)
+    dst = extra + (r & (P - 1)) * plane + i * D
+    tl.atomic_add(dst[:, None] + c[None, :], v, mask=plain[:, None] & cm[None, :],
+                  sem="relaxed")
+    tl.store(extra + tl.full([], P, tl.int64) * plane + 0 * r, 1.0, mask=bad)
+
+
+@triton.jit
 def _spread_sum(self_ptr, extra, out, plane, P: tl.constexpr, CP: tl.constexpr,
                 BLOCK: tl.constexpr, PDL: tl.constexpr):
     # out := self + copies 0 .. P - 1 (left zero); the flag and a count of programs done
@@ -87,7 +122,8 @@ def _spread_sum(self_ptr, extra, out, plane, P: tl.constexpr, CP: tl.constexpr,
 
 def spread_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tensor,
                      partitions: int, pdl: bool = True, xblock: int = XBLOCK,
-                     warps: int = WARPS, sum_tile: int = SUM_TILE) -> torch.Tensor:
+                     warps: int = WARPS, sum_tile: int = SUM_TILE, rows_blocks: bool = False,
+                     hot: int = 0, hot_min: int = 8) -> torch.Tensor:
     """``self.index_add(0, index, values)`` (a new tensor), value ``j`` added to fp32 copy
     ``j % partitions`` of the output.
 
@@ -95,7 +131,8 @@ def spread_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
     ``[len(index), *self.shape[1:]]``; ``partitions``: the copies (a power of two);
     ``pdl``: launch ``_spread_sum`` as a programmatic dependent of ``_spread`` where the GPU
     has it; ``xblock``, ``warps``: ``_spread``'s launch shape; ``sum_tile``: the copies'
-    elements a ``_spread_sum`` step loads.
+    elements a ``_spread_sum`` step loads; ``rows_blocks``: blocks of whole rows
+    (``_spread_rows``), ``hot`` candidates a block that ``hot_min`` of its rows must hit.
     """
     rows, n, D = scatter_shape(self, index, values, partitions, DTYPES, "spread_index_add")
     out = torch.empty_like(self)
@@ -108,9 +145,16 @@ def spread_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
     launch = {"launch_pdl": True} if pdl else {}
     if n * D:
         wide = max(n * D, partitions * plane + 2) >= 1 << 31
-        _spread[(cdiv(n * D, xblock),)](extra, index, values, n * D, rows, plane, D=D,
-                                        P=partitions, XBLOCK=xblock, WIDE=wide, PDL=pdl,
-                                        num_warps=warps)
+        if rows_blocks:
+            dp = next_pow2(D)
+            r = max(1, xblock // dp)
+            _spread_rows[(cdiv(n, r),)](extra, index, values, n, rows, plane, D=D, DP=dp, R=r,
+                                        P=partitions, HOT=hot, HOT_MIN=hot_min, WIDE=wide,
+                                        PDL=pdl, num_warps=warps)
+        else:
+            _spread[(cdiv(n * D, xblock),)](extra, index, values, n * D, rows, plane, D=D,
+                                            P=partitions, XBLOCK=xblock, WIDE=wide, PDL=pdl,
+                                            num_warps=warps)
     cp = min(partitions, SUM_COPIES)
     blk = max(64, sum_tile // cp)
     _spread_sum[(min(cdiv(plane, blk), SUM_PROGRAMS),)](self, extra, out, plane, P=partitions,
