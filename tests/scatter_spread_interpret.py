@@ -29,11 +29,11 @@ def main() -> None:
                 idx[::7] -= rows  # negative indices count from the end
                 vals = torch.randn(n, *shape, generator=g).to(dtype)
                 ref = base.double().index_add(0, idx % rows, vals.double())
-                for itype, xblock, tile, kw in (
+                for itype, block, tile, kw in (
                         (torch.int64, 1024, 8192, {}), (torch.int32, 64, 256, {}),
-                        (torch.int64, 256, 8192, dict(rows_blocks=True)),
-                        (torch.int32, 256, 256, dict(rows_blocks=True, hot=4, hot_min=2))):
-                    got = spread_index_add(base, idx.to(itype), vals, p, xblock=xblock,
+                        (torch.int64, 256, 8192, dict(hot=2, hot_min=16)),
+                        (torch.int32, 256, 256, dict(hot=4, hot_min=2))):
+                    got = spread_index_add(base, idx.to(itype), vals, p, block=block,
                                            sum_tile=tile, **kw)
                     err = float((got.double() - ref).norm() / ref.norm())
                     assert got.dtype == dtype and got.shape == base.shape and \
@@ -55,7 +55,7 @@ def main() -> None:
         err = finite_error(spread_index_add(base, idx, vals, 32), ref, dtype)
         assert err < TOL[dtype], (dtype, err)
     # an index out of range poisons that call only, and the next call is right again
-    for bad, kw in ((8, {}), (-9, {}), (8, dict(rows_blocks=True, hot=2, hot_min=1))):
+    for bad, kw in ((8, {}), (-9, {}), (8, dict(hot=2, hot_min=1))):
         out = spread_index_add(torch.zeros(8, 2), torch.tensor([0, 1, bad]), torch.ones(3, 2), 2,
                                **kw)
         assert out.isnan().all(), "an index out of range must poison the result"

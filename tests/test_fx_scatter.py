@@ -106,12 +106,14 @@ REGIMES = [  # (rows, row width, indices, dtype, index_put, choice)
     (1024, 16, 262_144, torch.bfloat16, False, "commrt"),  # Inductor keeps it as aten's
     (1000, 1, 4_000_000, torch.float32, True, "commrt"),  # 1-D, 4,000 a row: shared memory
     (20_000, 1, 40_000_000, torch.float32, True, "commrt"),  # ... on 16 warps
-    (40_000, 1, 80_000_000, torch.float32, True, "inductor_partitioned"),  # past it
+    (40_000, 1, 80_000_000, torch.float32, True, "commrt"),  # past it: spread copies
     (8, 1, 4_000_000, torch.float32, True, "commrt"),  # 1-D on 8 rows: few rows
     (8, 4, 1 << 20, torch.float32, True, "commrt"),  # rows of 4 on 8 rows: few rows
     (16, 4, 1 << 20, torch.bfloat16, True, "commrt"),  # ... on 16 rows
-    (17, 4, 1 << 20, torch.float32, True, "inductor_partitioned"),  # past few rows
-    (8, 5, 1 << 20, torch.float32, True, "inductor_partitioned"),  # past few rows' width
+    (17, 4, 1 << 20, torch.float32, True, "commrt"),  # past few rows: spread copies
+    (8, 5, 1 << 20, torch.float32, True, "commrt"),  # past few rows' width: spread
+    (17, 4, 1 << 20, torch.bfloat16, True, "inductor_partitioned"),  # bf16: Inductor's
+    (40_000, 1, 80_000_000, torch.float16, True, "commrt"),  # fp16 1-D: the narrow kernels
     (1024, 1, 4_000_000, torch.bfloat16, True, "commrt"),  # bf16 1-D: fp32 sums
     (1 << 20, 1, 4_000_000, torch.float32, True, "commrt"),  # narrow rows: the GPU chooses
     (1 << 20, 16, 262_144, torch.bfloat16, True, "commrt"),  # bf16, fewer than the rows
@@ -132,6 +134,30 @@ REGIMES = [  # (rows, row width, indices, dtype, index_put, choice)
 @pytest.mark.parametrize("rows,width,n,dtype,index_put,choice", REGIMES)
 def test_rule_per_regime(rows, width, n, dtype, index_put, choice):
     assert decide(rows, width, n, dtype, index_put)[0] == choice
+
+
+def test_spread_takes_fp32_narrow_rows_with_many_values_a_row():
+    """fp32 rows that Inductor's partitions would take go to commrt's copy of them, with
+    Inductor's partition count of fp32 copies, halved to fit the memory fraction."""
+    from commrt.fx.scatter import copies
+    from commrt.fx.scatter_rule import MEMORY_FRACTION, inductor_partitions, spread
+
+    gib = 1 << 30
+    assert spread(1024, 4, 1 << 20, torch.float32) and spread(8, 16, 262_144, torch.float32)
+    assert "fp32 copies" in decide(1024, 4, 1 << 20, torch.float32)[1]
+    assert not spread(1024, 4, 1 << 20, torch.bfloat16)  # Inductor's, added in bf16
+    assert not spread(1024, 4, 1023 * 1024, torch.float32)  # under 1,024 a row
+    assert not spread(1024, 1, 1 << 22, torch.float32)  # shared-memory sums
+    assert not spread(8, 4, 1 << 20, torch.float32)  # few rows
+    assert not spread(16, 1, 1 << 20, torch.float32)  # 1-D values on HOT rows
+    assert not spread(1024, 100, 1 << 22, torch.float32)  # wide rows
+    assert copies(1024, 4, 1 << 20, torch.float32, 80 * gib) == \
+        inductor_partitions(4096, 1 << 20, 4, 80 * gib) == 128
+    # 40,000 rows of 1, 2,000 a row: 128 copies of 160 KB; on 1 GiB at most 64 KB... fit
+    big = copies(1 << 22, 16, 1 << 33, torch.float32, 80 * gib)
+    assert big * (1 << 26) * 4 <= MEMORY_FRACTION * 80 * gib and big >= 1
+    assert copies(40_000, 1, 80_000_000, torch.float32, gib) * 40_000 * 4 <= \
+        MEMORY_FRACTION * gib
 
 
 def test_shared_sums_takes_single_values_into_few_thousand_rows():

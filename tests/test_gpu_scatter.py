@@ -15,7 +15,8 @@ CASES = [  # (op, dtype, row width (0: 1-D), rows, indices, expected choice)
     ("index_put", torch.float32, 4, 8, (1 << 20) + 3, "commrt"),  # rows of 4: few rows
     ("index_add", torch.bfloat16, 3, 16, 300_007, "commrt"),  # ... 16 rows, bf16
     ("index_add", torch.float32, 4, 1 << 20, 1 << 20, "commrt"),  # narrow, spread
-    ("index_put", torch.float32, 4, 1024, 1 << 20, "inductor_partitioned"),  # narrow, 1024
+    ("index_put", torch.float32, 4, 1024, 1 << 20, "commrt"),  # narrow, 1024 a row: spread
+    ("index_put", torch.bfloat16, 4, 1024, 1 << 20, "inductor_partitioned"),  # ... bf16
     ("index_put", torch.bfloat16, 16, 1 << 16, 1 << 15, "inductor"),  # bf16, half a row
     ("index_put", torch.float32, 100, 1024, 200_000, "inductor_partitioned"),  # wide
     ("index_put", torch.float32, 1024, 1 << 14, 1024, "inductor"),  # wide, no contention
@@ -213,7 +214,7 @@ def test_few_rows_kernels_against_float64(dtype, shape, rows):
 def test_spread_kernels_against_float64(dtype, shape, rows, copies):
     """The spread kernels (value j to copy j % p) on the GPU, eager and in a CUDA graph,
     three calls each: every index distribution, index dtype and negative indices against
-    float64, with and without PDL, flat or in blocks of rows with hot rows summed; an index
+    float64, with and without PDL, with and without hot rows summed first; an index
     out of range poisons that call only; the scratch is left zero."""
     from commrt.fx.scatter_scratch import zeroed
     from commrt.fx.scatter_spread import spread_index_add
@@ -225,8 +226,8 @@ def test_spread_kernels_against_float64(dtype, shape, rows, copies):
                     (4097, "uniform")):
         base, idx, vals, ref, scale = _case(dist, rows, n, shape, dtype, g)
         for itype, kw in ((torch.int64, {}), (torch.int32, dict(pdl=False)),
-                          (torch.int32, dict(rows_blocks=True)),
-                          (torch.int64, dict(rows_blocks=True, hot=4, hot_min=4))):
+                          (torch.int32, dict(hot=2, hot_min=16)),
+                          (torch.int64, dict(hot=4, hot_min=4, block=4096))):
             i = idx.to(itype)
             outs = _eager_and_graph(lambda *a, kw=kw: spread_index_add(*a, **kw),
                                     (base, i, vals, copies), 3)
@@ -237,7 +238,7 @@ def test_spread_kernels_against_float64(dtype, shape, rows, copies):
             assert not zeroed(base.device, copies * plane + 2).any()
     idx[n // 2] = rows
     assert spread_index_add(base, idx, vals, copies).isnan().all()
-    assert spread_index_add(base, idx, vals, copies, rows_blocks=True, hot=4).isnan().all()
+    assert spread_index_add(base, idx, vals, copies, hot=4, hot_min=2).isnan().all()
     idx[n // 2] = 0
     err = float((spread_index_add(base, idx, vals, copies).double() -
                  base.double().index_add(0, idx % rows, vals.double())).norm() / scale)

@@ -4,17 +4,18 @@ to fp32 copy j % p, no zeroing launch) run as fast as Inductor's own at its fast
 One GPU. Where the rule hands narrow rows with many values a row to Inductor's partitions,
 Inductor's autotuner picks the scatter kernel's config by a coin toss, and the slower one
 costs up to 18% (docs/decisions.md, 2026-11-28). Here ``spread_index_add`` with Inductor's
-partition count: element-wise as Inductor's kernel ("flat": 1,024 elements a program on 4
-warps, ``_spread_sum`` a programmatic dependent; "flat no pdl"), on blocks of whole rows
-("rows"), and so with the rows that a few candidates of a block take summed first where
-enough of its rows take them ("rows hot k of m": k candidates, m rows); the op as the pass
-calls it with its copies ("op": the narrow kernels); against Inductor's partitioned scatter
-compiled with its defaults ("inductor partitioned") and with pointwise autotuning off
-("partitioned first": its first config) and its plain scatter ("inductor"). fp32 grid
-cells (4M value elements a cell) where the rule gives Inductor's partitions or the narrow
-kernels lose to them: µs a call in a CUDA graph of 20 calls (median of five rounds taken
-in turn; spread: the least and most of the rounds); each variant's error against float64
-is checked first (a variant over the bound is left out, its error under "dropped")::
+partition count, on blocks of whole rows (1,024 elements a block on 4 warps,
+``_spread_sum`` a programmatic dependent: "blocks"), and so with the rows that a few
+candidates of a block take summed first where enough of its rows take them ("hot k of m": k
+candidates, m rows; element-wise blocks as Inductor's kernel, with and without PDL, ran at
+93b0b4a, and with bf16 and wide rows at fe1ff21); the op as the pass calls it with its
+copies ("op": the narrow kernels); against Inductor's partitioned scatter compiled with its
+defaults ("inductor partitioned") and with pointwise autotuning off ("partitioned first":
+its first config) and its plain scatter ("inductor"). fp32 grid cells (4M value elements a
+cell) where the rule gives Inductor's partitions or the narrow kernels lose to them: µs a
+call in a CUDA graph of 20 calls (median of five rounds taken in turn; spread: the least
+and most of the rounds); each variant's error against float64 is checked first (a variant
+over the bound is left out, its error under "dropped")::
 
     python benchmarks/probes/probe_spread.py [--out probe_spread.json]
 """
@@ -70,10 +71,8 @@ def partitioned(tune: bool):
 
 
 def cell(dtype, width: int, rows: int, dist: str) -> dict:
-    variants = {"flat": spread(), "flat no pdl": spread(pdl=False),
-                "rows": spread(rows_blocks=True),
-                "rows hot 4 of 8": spread(rows_blocks=True, hot=4, hot_min=8),
-                "rows hot 2 of 16": spread(rows_blocks=True, hot=2, hot_min=16),
+    variants = {"blocks": spread(), "hot 4 of 8": spread(hot=4, hot_min=8),
+                "hot 2 of 16": spread(hot=2, hot_min=16),
                 "op": torch.ops.commrt.partitioned_index_put,  # with the pass's copies
                 "inductor partitioned": partitioned(True),
                 "partitioned first": partitioned(False)}

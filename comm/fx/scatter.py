@@ -24,8 +24,9 @@ with one copy) add a hot row's values once a block (fp32 rows on a smaller outpu
 rows of a block that share an index, with no plan), and those of ``scatter_few`` (narrow
 rows into a few output rows) sum every output row a program, no copies, and those of
 ``scatter_shared`` (single values into up to ``SHARED_PLANE`` rows) sum every output
-element a program in shared memory; elsewhere, and for integer values, the copies are
-torch ops.
+element a program in shared memory, and those of ``scatter_spread`` (fp32 narrow rows with
+many values a row: ``spread``) add value ``j`` to copy ``j % partitions``, a block's hot rows
+summed first; elsewhere, and for integer values, the copies are torch ops.
 """
 
 from __future__ import annotations
@@ -49,6 +50,8 @@ from .scatter_rule import (
     PER_ADDRESS,
     SAMPLE,
     SHIFTS,
+    SPREAD_HOT,
+    SPREAD_HOT_MIN,
     decide,
     few_rows,
     half_adds,
@@ -58,6 +61,8 @@ from .scatter_rule import (
     pair_sample,
     partitions_for,
     shared_sums,
+    spread,
+    spread_copies,
     wide_on_one_copy,
 )
 
@@ -76,6 +81,7 @@ def _partitioned_index_put(self: torch.Tensor, index: torch.Tensor, values: torc
         from .scatter_kernels import PARTS, partitioned_index_add
         from .scatter_narrow import narrow_index_add
         from .scatter_shared import Unusable, shared_sums_index_add
+        from .scatter_spread import spread_index_add
 
         if values.dtype in PARTS:  # the value dtypes the kernels take
             args = (self.contiguous(), index.contiguous(), values.contiguous(), partitions)
@@ -87,6 +93,8 @@ def _partitioned_index_put(self: torch.Tensor, index: torch.Tensor, values: torc
                 if shared_sums(rows, width, n, dtype):
                     with contextlib.suppress(Unusable):  # else the narrow kernels
                         return shared_sums_index_add(*args[:3])
+                if partitions > 1 and spread(rows, width, n, dtype):
+                    return spread_index_add(*args, hot=SPREAD_HOT, hot_min=SPREAD_HOT_MIN)
                 # fp16/bf16 added in their own dtype (one copy)
                 own = half_adds(rows, width, n, partitions, dtype) and self.dtype == dtype
                 if width <= NARROW_ROW:
@@ -223,6 +231,8 @@ def copies(rows: int, width: int, n: int, dtype: torch.dtype, memory: int,
     if few_rows(rows, width) or shared_sums(rows, width, n, dtype) or \
             local_sums(rows, width, n, dtype):
         return 1
+    if spread(rows, width, n, dtype):
+        return spread_copies(rows * width, n, memory, fraction)
     acc_bytes = 4 if dtype in HALF else dtype.itemsize
     return partitions_for(rows, n, acc_bytes * width, memory, fraction,
                           _narrow(rows, width, n, dtype))

@@ -19,8 +19,9 @@ commrt's narrow kernels: whether they contend depends on the indices
 (one hot row among a million is as common as a histogram of eight bins), which only the
 GPU sees. Two exceptions, measured: rows of 4 or more (and fp32 1-D values on more than
 ``HOT`` rows) with ``NARROW_PARTITIONED`` values a row or more (``_HALF`` for fp16/bf16),
-where Inductor's partitions won, and half-precision outputs with fewer indices than rows,
-left to Inductor.
+where Inductor's partitions won (fp32 rows go to commrt's copy of them, ``spread``:
+``scatter_spread``), and half-precision outputs with fewer indices than rows, left to
+Inductor.
 fp32 rows of up to ``ONE_COPY_ROW`` elements with few values a row on a large output
 (``one_copy``) go to the narrow kernels with one copy: there the plan hides behind the
 copy of the output, and a hot row is found on the GPU; so do fp16/bf16 rows of 4 or more
@@ -122,6 +123,18 @@ INDUCTOR_CONTENDED = 64  # values per output row from which Inductor's partition
 # scatter saved.
 NARROW_PARTITIONED, NARROW_PARTITIONED_HALF = 1024, 256  # values per output row
 NARROW_PARTITIONED_ROW = 4  # from this row width, or fp32 on more than HOT rows
+# ... of those, fp32 rows go to commrt's copy of Inductor's partitions (spread:
+# scatter_spread, Inductor's partition count of fp32 copies, a block's rows summed first
+# where SPREAD_HOT_MIN of its rows hit one of SPREAD_HOT candidates): Inductor's autotuner
+# draws one of two configs, the slower up to 18% slower. On one H100
+# (benchmarks/results/probe_spread_NVIDIA_H100_80GB_HBM3.json, 93b0b4a), µs uniform /
+# skewed / one hot row, against Inductor's partitions at their faster config: rows of 4
+# into 1,024 rows 19.1 / 26.2 / 16.3 against 19.3 / 29.7 / 25.1 (the narrow kernels 21.6 /
+# 31.7 / 14.8), rows of 16 into 8 rows 12.6 / 10.5 / 10.5 against 12.5 / 18.7 / 16.0; on
+# one H200 (_NVIDIA_H200.json, fe1ff21) element-wise blocks without hot sums matched them
+# (rows of 4 into 1,024 rows, uniform: 16.5 against 16.4), but fp16/bf16 rows lost 6% (its
+# partitions add in their dtype) and wide rows 24-84%.
+SPREAD_HOT, SPREAD_HOT_MIN = 2, 16
 INDUCTOR_MIN_INDICES = 4096  # Inductor's partitioned_scatter_min_index_size
 INDUCTOR_MEMORY = 0.10  # Inductor's partitioned_scatter_memory_budget
 # fp32 rows wider than NARROW_ROW that the narrow kernels take with one copy (one_copy):
@@ -232,6 +245,9 @@ def decide(rows: int, width: int, n: int, dtype: torch.dtype,
         if dtype in HALF and n < rows and not half_copy(rows, width, n, dtype):
             return INDUCTOR, (f"{dtype} rows of {width}, fewer indices than rows: an fp32 copy "
                               "of the output costs more than the scatter")
+        if spread(rows, width, n, dtype):
+            return COMMRT, (f"narrow rows of {width}, {per_row:.0f} values a row: Inductor's "
+                            "partitions in fp32 copies, a block's hot rows summed first")
         crowded = NARROW_PARTITIONED_HALF if dtype in HALF else NARROW_PARTITIONED
         if index_put and per_row >= crowded and (
                 width >= NARROW_PARTITIONED_ROW or dtype not in HALF and rows > HOT):
@@ -273,6 +289,23 @@ def decide(rows: int, width: int, n: int, dtype: torch.dtype,
 def few_rows(rows: int, width: int) -> bool:
     """Rows of ``width`` elements into so few output rows that each is summed a program."""
     return 0 < rows <= FEW_ROWS and width <= FEW_WIDTH
+
+
+def spread(rows: int, width: int, n: int, dtype: torch.dtype) -> bool:
+    """fp32 narrow rows with so many values a row that copies always pay: commrt's copy of
+    Inductor's partitions (``scatter_spread``)."""
+    return (dtype == torch.float32 and width <= NARROW_ROW and n >= MIN_INDICES and
+            not few_rows(rows, width) and not shared_sums(rows, width, n, dtype) and
+            n >= NARROW_PARTITIONED * rows and (width >= NARROW_PARTITIONED_ROW or rows > HOT))
+
+
+def spread_copies(plane: int, n: int, memory: int, fraction: float = MEMORY_FRACTION) -> int:
+    """``spread``'s fp32 copies of a ``plane``-element output: Inductor's partition count,
+    within ``fraction`` of ``memory`` (1: too large for two)."""
+    p = max(1, inductor_partitions(plane, n, 4, memory))
+    while p > 1 and p * plane * 4 > fraction * memory:
+        p //= 2
+    return p
 
 
 def shared_sums(rows: int, width: int, n: int, dtype: torch.dtype) -> bool:

@@ -1,17 +1,18 @@
 """Triton kernels for an accumulating scatter spread over a fixed number of fp32 copies
-(``scatter_rule.spread``: narrow rows with many values a row, where the copies always
+(``scatter_rule.spread``: narrow fp32 rows with many values a row, where copies always
 pay) behind ``commrt::partitioned_index_put`` on CUDA.
 
-The scheme of Inductor's partitioned scatter, with its launch shape fixed instead of
-autotuned (Inductor's autotuner picks one of two configs by timings about ten times the
-kernel's, so that its speed changes from one compile to the next: docs/decisions.md,
-2026-11-28), with no launch to zero the copies and an index out of range caught. Two
-launches, no plan, no host sync:
+The scheme of Inductor's partitioned scatter (value ``j`` to copy ``j % P``), with its
+launch shape fixed instead of autotuned (Inductor's autotuner picks one of two configs by
+timings about ten times the kernel's, so that its speed changes from one compile to the
+next: docs/decisions.md, 2026-11-28), no launch to zero the copies, a block's hot rows
+summed first, and an index out of range caught. Two launches, no plan, no host sync:
 
-1. ``_spread``: element ``e`` of value ``j`` (of ``n``) is added with an atomic to copy
-   ``j % P`` (``P`` a power of two), element-wise, ``XBLOCK`` elements a program. The
-   copies are ``scatter_scratch``'s, zero on entry. An index out of range sets a flag
-   that follows the copies.
+1. ``_spread``: a program takes a block of ``R`` value rows. The rows at ``HOT`` evenly
+   spaced places of the block are candidates; the block's rows that hit a candidate, where
+   ``HOT_MIN`` or more do, are summed and added once, to copy ``program % P``; every other
+   row is added with atomics to copy ``j % P``. The copies are ``scatter_scratch``'s,
+   zero on entry. An index out of range sets a flag that follows the copies.
 2. ``_spread_sum``: output := ``self`` + the ``P`` copies, in the output's dtype, leaving
    the copies zero; NaN everywhere where the flag is set (the plain op raises a
    device-side assert). The last program to finish clears the flag. On sm90+ a
@@ -28,46 +29,23 @@ from commrt.symm_mem.launch import cdiv, next_pow2
 from .scatter_kernels import PARTS, SUM_PROGRAMS, _copies, _rows_of, scatter_shape
 from .scatter_scratch import zeroed
 
-# _spread's launch shape: the first of the two configs Inductor's pointwise autotuner
-# chooses between for this kernel; on fp32 rows of 4 into 1,024 rows it ran 19.5 µs on
-# one H100 and 17.1 on one H200 where the other (512 on 8 warps) ran 23.0 and 20.3
-# (benchmarks/results/probe_compiles_NVIDIA_H100_80GB_HBM3.json, _NVIDIA_H200.json).
-XBLOCK, WARPS = 1024, 4
+# _spread's blocks: value elements a block (whole rows), warps. On one H100 (fp32 rows of 4
+# into 1,024 rows, uniform) blocks of 1,024 on 4 warps ran 19.4 µs, element-wise as
+# Inductor's kernel 19.7; on one H200 element-wise blocks of 512 on 8 warps ran 19.6
+# against 17.0 (benchmarks/results/probe_spread_NVIDIA_H100_80GB_HBM3.json, _H200.json).
+BLOCK, WARPS = 1024, 4
 SUM_COPIES, SUM_TILE = 128, 8192  # _spread_sum: copies a step, and elements a step
 DTYPES = tuple(PARTS)
 
 
 @triton.jit
-def _spread(extra, idx, vals, total, rows, plane, D: tl.constexpr, P: tl.constexpr,
-            XBLOCK: tl.constexpr, WIDE: tl.constexpr, PDL: tl.constexpr):
-    # total = n * D value elements; the flag at extra + P * plane (fp32)
-    if PDL:  # _spread_sum's programs may start (they wait for this grid to finish)
-        tl.extra.cuda.gdc_launch_dependents()
-    pid = tl.program_id(0)
-    if WIDE:
-        pid = pid.to(tl.int64)
-    offs = pid * XBLOCK + tl.arange(0, XBLOCK)
-    m = offs < total
-    j = offs // D
-    v = tl.load(vals + offs, mask=m, other=0).to(tl.float32)
-    i = tl.load(idx + j, mask=m, other=0)
-    i = tl.where(i < 0, i + rows, i)
-    bad = m & ((i < 0) | (i >= rows))
-    if not WIDE:
-        i = i.to(tl.int32)  # the rows in range fit
-    dst = extra + (j & (P - 1)) * plane + i * D + (offs - j * D)
-    tl.atomic_add(dst, v, mask=m & (bad == 0), sem="relaxed")
-    tl.store(extra + tl.full([], P, tl.int64) * plane + 0 * offs, 1.0, mask=bad)
-
-
-@triton.jit
-def _spread_rows(extra, idx, vals, n, rows, plane, D: tl.constexpr, DP: tl.constexpr,
+def _spread(extra, idx, vals, n, rows, plane, D: tl.constexpr, DP: tl.constexpr,
                  R: tl.constexpr, P: tl.constexpr, HOT: tl.constexpr, HOT_MIN: tl.constexpr,
                  WIDE: tl.constexpr, PDL: tl.constexpr):
-    # _spread on [R, DP] blocks of R value rows; HOT > 0: the rows at HOT evenly spaced
-    # places of the block are candidates, and a candidate that HOT_MIN or more of the
-    # block's rows hit has their sum added once (to copy pid % P)
-    if PDL:
+    # [R, DP] blocks of R value rows; HOT > 0: the rows at HOT evenly spaced places of the
+    # block are candidates, and a candidate that HOT_MIN or more of the block's rows hit
+    # has their sum added once (to copy pid % P); the flag at extra + P * plane (fp32)
+    if PDL:  # _spread_sum's programs may start (they wait for this grid to finish)
         tl.extra.cuda.gdc_launch_dependents()
     pid = tl.program_id(0)
     if WIDE:
@@ -121,18 +99,19 @@ def _spread_sum(self_ptr, extra, out, plane, P: tl.constexpr, CP: tl.constexpr,
 
 
 def spread_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tensor,
-                     partitions: int, pdl: bool = True, xblock: int = XBLOCK,
-                     warps: int = WARPS, sum_tile: int = SUM_TILE, rows_blocks: bool = False,
-                     hot: int = 0, hot_min: int = 8) -> torch.Tensor:
+                     partitions: int, hot: int = 0, hot_min: int = 1, pdl: bool = True,
+                     block: int = BLOCK, warps: int = WARPS,
+                     sum_tile: int = SUM_TILE) -> torch.Tensor:
     """``self.index_add(0, index, values)`` (a new tensor), value ``j`` added to fp32 copy
     ``j % partitions`` of the output.
 
     ``self`` and ``values`` contiguous, of one of ``DTYPES``, ``values`` shaped
     ``[len(index), *self.shape[1:]]``; ``partitions``: the copies (a power of two);
-    ``pdl``: launch ``_spread_sum`` as a programmatic dependent of ``_spread`` where the GPU
-    has it; ``xblock``, ``warps``: ``_spread``'s launch shape; ``sum_tile``: the copies'
-    elements a ``_spread_sum`` step loads; ``rows_blocks``: blocks of whole rows
-    (``_spread_rows``), ``hot`` candidates a block that ``hot_min`` of its rows must hit.
+    ``hot``: candidates a block (0: none), whose rows are summed first where ``hot_min``
+    or more of the block's rows hit one; ``pdl``: launch ``_spread_sum`` as a programmatic
+    dependent of ``_spread`` where the GPU has it; ``block``, ``warps``: ``_spread``'s
+    value elements a block and warps; ``sum_tile``: the copies' elements a ``_spread_sum``
+    step loads.
     """
     rows, n, D = scatter_shape(self, index, values, partitions, DTYPES, "spread_index_add")
     out = torch.empty_like(self)
@@ -142,22 +121,16 @@ def spread_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
     # the copies, then the flag and the count: zero on entry, and _spread_sum leaves them so
     extra = zeroed(self.device, partitions * plane + 2)
     pdl = pdl and has_pdl(self.device)
-    launch = {"launch_pdl": True} if pdl else {}
-    if n * D:
+    if n:
+        dp = next_pow2(D)
+        r = max(1, block // dp)
         wide = max(n * D, partitions * plane + 2) >= 1 << 31
-        if rows_blocks:
-            dp = next_pow2(D)
-            r = max(1, xblock // dp)
-            _spread_rows[(cdiv(n, r),)](extra, index, values, n, rows, plane, D=D, DP=dp, R=r,
-                                        P=partitions, HOT=hot, HOT_MIN=hot_min, WIDE=wide,
-                                        PDL=pdl, num_warps=warps)
-        else:
-            _spread[(cdiv(n * D, xblock),)](extra, index, values, n * D, rows, plane, D=D,
-                                            P=partitions, XBLOCK=xblock, WIDE=wide, PDL=pdl,
-                                            num_warps=warps)
+        _spread[(cdiv(n, r),)](extra, index, values, n, rows, plane, D=D, DP=dp, R=r,
+                               P=partitions, HOT=hot, HOT_MIN=hot_min, WIDE=wide, PDL=pdl,
+                               num_warps=warps)
     cp = min(partitions, SUM_COPIES)
     blk = max(64, sum_tile // cp)
     _spread_sum[(min(cdiv(plane, blk), SUM_PROGRAMS),)](self, extra, out, plane, P=partitions,
                                                         CP=cp, BLOCK=blk, PDL=pdl, num_warps=4,
-                                                        **launch)
+                                                        **({"launch_pdl": True} if pdl else {}))
     return out
