@@ -9,13 +9,14 @@ partition count, on blocks of whole rows (1,024 elements a block on 4 warps,
 candidates of a block take summed first where enough of its rows take them ("hot k of m": k
 candidates, m rows; element-wise blocks as Inductor's kernel, with and without PDL, ran at
 93b0b4a, and with bf16 and wide rows at fe1ff21); the op as the pass calls it with its
-copies ("op": the narrow kernels); against Inductor's partitioned scatter compiled with its
-defaults ("inductor partitioned") and with pointwise autotuning off ("partitioned first":
-its first config) and its plain scatter ("inductor"). fp32 grid cells (4M value elements a
-cell) where the rule gives Inductor's partitions or the narrow kernels lose to them: µs a
-call in a CUDA graph of 20 calls (median of five rounds taken in turn; spread: the least
-and most of the rounds); each variant's error against float64 is checked first (a variant
-over the bound is left out, its error under "dropped")::
+copies ("op": the narrow kernels, or from f0bd61e on ``scatter_spread`` where the rule
+gives it); against Inductor's partitioned scatter compiled with its defaults ("inductor
+partitioned") and with pointwise autotuning off ("partitioned first": its first config) and
+its plain scatter ("inductor"). fp32 grid cells (4M value elements a cell) where the rule
+gives Inductor's partitions or the narrow kernels lose to them: µs a call in a CUDA graph
+of 20 calls (median of five rounds taken in turn; spread: the least and most of the
+rounds); each variant's error against float64 is checked first (a variant over the bound is
+left out, its error under "dropped")::
 
     python benchmarks/probes/probe_spread.py [--out probe_spread.json]
 """

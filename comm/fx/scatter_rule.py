@@ -131,9 +131,10 @@ NARROW_PARTITIONED_ROW = 4  # from this row width, or fp32 on more than HOT rows
 # skewed / one hot row, against Inductor's partitions at their faster config: rows of 4
 # into 1,024 rows 19.1 / 26.2 / 16.3 against 19.3 / 29.7 / 25.1 (the narrow kernels 21.6 /
 # 31.7 / 14.8), rows of 16 into 8 rows 12.6 / 10.5 / 10.5 against 12.5 / 18.7 / 16.0; on
-# one H200 (_NVIDIA_H200.json, fe1ff21) element-wise blocks without hot sums matched them
-# (rows of 4 into 1,024 rows, uniform: 16.5 against 16.4), but fp16/bf16 rows lost 6% (its
-# partitions add in their dtype) and wide rows 24-84%.
+# one H200 (_NVIDIA_H200.json, f0bd61e) 16.5 / 27.2 / 14.9 against 16.4 / 29.6 / 22.9 and
+# 12.5 / 10.4 / 10.4 against 12.2 / 15.2 / 13.9. There (fe1ff21: the file at 93b0b4a)
+# fp16/bf16 rows lost 6% in element-wise blocks (Inductor's partitions add in their
+# dtype) and wide rows 24-84%: those stay with Inductor.
 SPREAD_HOT, SPREAD_HOT_MIN = 2, 16
 INDUCTOR_MIN_INDICES = 4096  # Inductor's partitioned_scatter_min_index_size
 INDUCTOR_MEMORY = 0.10  # Inductor's partitioned_scatter_memory_budget
