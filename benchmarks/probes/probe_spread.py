@@ -19,9 +19,15 @@ rounds); each variant's error against float64 is checked first (a variant over t
 left out, its error under "dropped")::
 
     python benchmarks/probes/probe_spread.py [--out probe_spread.json]
+
+``--blocks``: the shipped spread's block (1,024, 2,048 or 4,096 value elements on 4 or 8
+warps) and hot candidates (1 or 2, none) on the cells the rule gives it, against Inductor's
+partitions at their first config (default out ``probe_spread_blocks.json``).
 """
 
 from __future__ import annotations
+
+import sys
 
 import torch
 import torch._inductor.config as ic
@@ -80,9 +86,30 @@ def cell(dtype, width: int, rows: int, dist: str) -> dict:
     return checked_rounds(dtype, width, rows, dist, variants, ROUNDS)
 
 
+# --blocks: the shipped spread's block (value elements, warps) and candidates, on the cells
+# the rule gives it
+BLOCK_CELLS = [(F32, w, rows, d) for w, rows in ((16, 8), (4, 1024))
+               for d in ("uniform", "skewed", "hot")]
+
+
+def block_cell(dtype, width: int, rows: int, dist: str) -> dict:
+    variants = {"hot 2 of 16": spread(hot=2, hot_min=16),  # as shipped: 1,024 on 4 warps
+                "hot 1 of 16": spread(hot=1, hot_min=16), "no hot": spread(),
+                "2048 w4 hot 2 of 32": spread(hot=2, hot_min=32, block=2048),
+                "2048 w8 hot 2 of 32": spread(hot=2, hot_min=32, block=2048, warps=8),
+                "4096 w8 hot 2 of 64": spread(hot=2, hot_min=64, block=4096, warps=8),
+                "partitioned first": partitioned(False)}
+    return checked_rounds(dtype, width, rows, dist, variants, ROUNDS)
+
+
 def main() -> None:
-    run_cells(__doc__, "probe_spread.json", CELLS, cell,
-              f"µs a call (median of {ROUNDS} rounds, each a CUDA graph of 20 calls)")
+    unit = f"µs a call (median of {ROUNDS} rounds, each a CUDA graph of 20 calls)"
+    if "--blocks" in sys.argv:
+        sys.argv.remove("--blocks")
+        run_cells(__doc__, "probe_spread_blocks.json", BLOCK_CELLS, block_cell, unit,
+                  flags=" --blocks")
+    else:
+        run_cells(__doc__, "probe_spread.json", CELLS, cell, unit)
 
 
 if __name__ == "__main__":
