@@ -132,14 +132,16 @@ def meta(command: str, unit: str) -> dict:
             "unit": unit}
 
 
-def run_cells(doc: str, default_out: str, cells, cell, unit: str, flags: str = "") -> None:
+def run_cells(doc: str, default_out: str, cells, cell, unit: str, flags: str = "",
+              script: str = "") -> None:
     """A probe's main: ``cell(*c)`` for each of ``cells``, each row printed and the rows
     written to ``--out`` (with ``meta``; ``flags``: the probe's own options, for its
-    command) as they come, so that a time limit keeps them."""
+    command; ``script``: its name, where ``default_out`` does not give it) as they come,
+    so that a time limit keeps them."""
     ap = argparse.ArgumentParser(description=doc.splitlines()[0])
     ap.add_argument("--out", default=default_out)
     args = ap.parse_args()
-    name = default_out.removesuffix(".json")
+    name = script or default_out.removesuffix(".json")
     result = {"meta": meta(f"python benchmarks/probes/{name}.py{flags}", unit), "cells": []}
     for c in cells:
         result["cells"].append(cell(*c))

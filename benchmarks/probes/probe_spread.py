@@ -107,7 +107,7 @@ def main() -> None:
     if "--blocks" in sys.argv:
         sys.argv.remove("--blocks")
         run_cells(__doc__, "probe_spread_blocks.json", BLOCK_CELLS, block_cell, unit,
-                  flags=" --blocks")
+                  flags=" --blocks", script="probe_spread")
     else:
         run_cells(__doc__, "probe_spread.json", CELLS, cell, unit)
 
