@@ -8,7 +8,8 @@ stream share its buffer: replay them in turn, not at once on two streams). A buf
 never freed (a CUDA graph captured with it keeps its address) until ``release``; a larger
 need allocates a larger one, zeroed on the current stream before the kernels that use it.
 The copies of a scatter take at most twice its values in fp32
-(``scatter_rule.partitions_for``).
+(``scatter_rule.partitions_for``; ``spread_copies``: an eighth of them, and a flag and a
+count).
 """
 
 from __future__ import annotations
