@@ -30,9 +30,10 @@ from .scatter_kernels import PARTS, SUM_PROGRAMS, _copies, _rows_of, scatter_sha
 from .scatter_scratch import zeroed
 
 # _spread's blocks: value elements a block (whole rows), warps. On one H100 (fp32 rows of 4
-# into 1,024 rows, uniform) blocks of 1,024 on 4 warps ran 19.4 µs, element-wise as
-# Inductor's kernel 19.7; on one H200 element-wise blocks of 512 on 8 warps ran 19.6
-# against 17.0 (benchmarks/results/probe_spread_NVIDIA_H100_80GB_HBM3.json, _H200.json).
+# into 1,024 rows, uniform) blocks of 1,024 on 4 warps ran 19.4 µs, element-wise blocks as
+# Inductor's kernel 19.7 (benchmarks/results/probe_spread_NVIDIA_H100_80GB_HBM3.json,
+# 93b0b4a); blocks of 2,048 and 4,096 on 4 or 8 warps were no better
+# (probe_spread_blocks_NVIDIA_H100_80GB_HBM3.json, b208be1).
 BLOCK, WARPS = 1024, 4
 SUM_COPIES, SUM_TILE = 128, 8192  # _spread_sum: copies a step, and elements a step
 DTYPES = tuple(PARTS)
@@ -40,8 +41,8 @@ DTYPES = tuple(PARTS)
 
 @triton.jit
 def _spread(extra, idx, vals, n, rows, plane, D: tl.constexpr, DP: tl.constexpr,
-                 R: tl.constexpr, P: tl.constexpr, HOT: tl.constexpr, HOT_MIN: tl.constexpr,
-                 WIDE: tl.constexpr, PDL: tl.constexpr):
+            R: tl.constexpr, P: tl.constexpr, HOT: tl.constexpr, HOT_MIN: tl.constexpr,
+            WIDE: tl.constexpr, PDL: tl.constexpr):
     # [R, DP] blocks of R value rows; HOT > 0: the rows at HOT evenly spaced places of the
     # block are candidates, and a candidate that HOT_MIN or more of the block's rows hit
     # has their sum added once (to copy pid % P); the flag at extra + P * plane (fp32)
