@@ -243,8 +243,8 @@ def compile_group(group: tuple, columns: tuple) -> dict:
     callable (the pass changes nothing). A column that raises is recorded in each cell's
     ``failed`` (its times and errors NaN); the others go on."""
     op, dt, width, rows = group
-    n = VALUES // max(1, width)
     out, vals, idxs = group_data(group)
+    n = vals.shape[0]
     # index_put(accumulate) and index_add sum alike; float64 index_add is the faster
     refs = {d: out.double().index_add(0, idxs[d], vals.double()) for d in DISTS}
     cells = [{"op": op, "dtype": dt, "width": width, "rows": rows, "n": n, "dist": d,

@@ -249,9 +249,8 @@ def decide(rows: int, width: int, n: int, dtype: torch.dtype,
         if spread(rows, width, n, dtype):
             return COMMRT, (f"narrow rows of {width}, {per_row:.0f} values a row: Inductor's "
                             "partitions in fp32 copies, a block's hot rows summed first")
-        crowded = NARROW_PARTITIONED_HALF if dtype in HALF else NARROW_PARTITIONED
-        if index_put and per_row >= crowded and (
-                width >= NARROW_PARTITIONED_ROW or dtype not in HALF and rows > HOT):
+        if dtype in HALF and index_put and per_row >= NARROW_PARTITIONED_HALF and \
+                width >= NARROW_PARTITIONED_ROW:  # fp32 rows: spread
             return INDUCTOR_PARTITIONED, (f"narrow rows of {width}, {per_row:.0f} values a "
                                           "row: Inductor's partitions")
         return COMMRT, (f"narrow rows of {width}, {per_row:.0f} values a row: hot rows and "
@@ -303,10 +302,8 @@ def spread(rows: int, width: int, n: int, dtype: torch.dtype) -> bool:
 def spread_copies(plane: int, n: int, memory: int, fraction: float = MEMORY_FRACTION) -> int:
     """``spread``'s fp32 copies of a ``plane``-element output: Inductor's partition count,
     within ``fraction`` of ``memory`` (1: too large for two)."""
-    p = max(1, inductor_partitions(plane, n, 4, memory))
-    while p > 1 and p * plane * 4 > fraction * memory:
-        p //= 2
-    return p
+    return _within(max(1, inductor_partitions(plane, n, 4, memory)), plane * 4, memory,
+                   fraction)
 
 
 def shared_sums(rows: int, width: int, n: int, dtype: torch.dtype) -> bool:
@@ -394,7 +391,12 @@ def partitions_for(rows: int, n: int, row_bytes: int, memory: int,
     if narrow and per_row < NARROW_COPIES_PER_ROW:
         return 1
     p = 1 << max(0, int(math.log2(max(1, per_row))) + narrow)
-    p = min(p, MAX_PARTITIONS)
-    while p > 1 and p * rows * row_bytes > fraction * memory:
+    return _within(min(p, MAX_PARTITIONS), rows * row_bytes, memory, fraction)
+
+
+def _within(p: int, copy_bytes: int, memory: int, fraction: float) -> int:
+    """``p`` copies of ``copy_bytes`` each, halved until they take at most ``fraction`` of
+    ``memory`` (at least 1)."""
+    while p > 1 and p * copy_bytes > fraction * memory:
         p //= 2
     return p
