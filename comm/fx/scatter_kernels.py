@@ -38,8 +38,9 @@ from .scatter_scratch import zeroed
 def _prepare(self_ptr, acc, idx, state, n, rows, plane, P: tl.constexpr,
              SAMPLE: tl.constexpr, SHIFTS: tl.constexpr, PER_ADDRESS: tl.constexpr,
              MIN_COPIES: tl.constexpr, R: tl.constexpr, LEADERS: tl.constexpr,
-             BLOCK: tl.constexpr, PDL: tl.constexpr):
+             BLOCK: tl.constexpr, PDL: tl.constexpr, PLAN: tl.constexpr = True):
     # Program 0 estimates p, every other program copies a block of self into acc (fp32).
+    # PLAN False (one copy): no estimate; every program may combine its rows.
     if PDL:  # _scatter's programs may start (they load their indices, then wait)
         tl.extra.cuda.gdc_launch_dependents()
     pid = tl.program_id(0)
@@ -47,6 +48,10 @@ def _prepare(self_ptr, acc, idx, state, n, rows, plane, P: tl.constexpr,
         offs = (pid - 1).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
         v = tl.load(self_ptr + offs, mask=offs < plane).to(tl.float32)
         tl.store(acc + offs, v, mask=offs < plane)
+    elif not PLAN:
+        tl.store(state, 1)
+        tl.store(state + 1, 0)
+        tl.store(state + 2, 1)
     else:
         # The chance that two indices share a row: equal pairs among SAMPLE strided indices
         # and the same sample shifted by SHIFTS spread offsets (spread, so that sorted
@@ -125,10 +130,12 @@ def _rows_of(idx, r, n, rows, WIDE: tl.constexpr):
 @triton.jit
 def _scatter(acc, extra, idx, vals, state, n, rows, D: tl.constexpr, R: tl.constexpr,
              BD: tl.constexpr, LEADERS: tl.constexpr, PARTS: tl.constexpr,
-             WIDE: tl.constexpr, PDL: tl.constexpr):
+             WIDE: tl.constexpr, PDL: tl.constexpr, POISON: tl.constexpr = False):
     # D is a compile-time constant; offsets are int32 unless an operand holds 2**31
     # elements or more (WIDE). LEADERS < 0: never combine. PDL: launched while _prepare
-    # runs; the indices load (written before it) before waiting for it.
+    # runs; the indices load (written before it) before waiting for it. POISON (one copy,
+    # acc the output, no _sum): a program that meets an index out of range fills acc with
+    # NaN itself (NaN plus anything added before or after is NaN).
     pid = tl.program_id(0)
     j = tl.arange(0, R)
     r = pid * R + j
@@ -164,6 +171,13 @@ def _scatter(acc, extra, idx, vals, state, n, rows, D: tl.constexpr, R: tl.const
         else:
             tl.atomic_add(dst[:, None] + c[None, :], v,
                           mask=ok[:, None] & cm[None, :], sem="relaxed")
+    if POISON:
+        if tl.max(bad.to(tl.int32)) > 0:
+            plane = rows * D
+            for start in range(0, plane, 1024):
+                offs = start + tl.arange(0, 1024)
+                tl.store(acc + offs, tl.full([1024], float("nan"), tl.float32),
+                         mask=offs < plane)
 
 
 @triton.jit
@@ -237,15 +251,22 @@ def scatter_shape(self: torch.Tensor, index: torch.Tensor, values: torch.Tensor,
 def partitioned_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tensor,
                           partitions: int, per_address: int = PER_ADDRESS,
                           min_copies: int = MIN_COPIES, leaders: int = LEADERS,
-                          state: torch.Tensor | None = None) -> torch.Tensor:
+                          state: torch.Tensor | None = None,
+                          plan: bool | None = None) -> torch.Tensor:
     """``self.index_add(0, index, values)`` (a new tensor) with the scheme above.
 
     ``self`` and ``values`` contiguous floating tensors, ``values`` shaped
     ``[len(index), *self.shape[1:]]``; ``state``: int32 ``[3]`` on the device to hold the
-    plan (copies, error, whether programs may combine rows), for a caller that reads it.
+    plan (copies, error, whether programs may combine rows), for a caller that reads it;
+    ``plan``: estimate the contention in ``_prepare`` (None: where ``partitions > 1``).
+    Without it (one copy) every program combines its rows where they hold at most
+    ``leaders`` distinct indices, and an fp32 output needs no ``_sum``.
     """
     rows, n, D = scatter_shape(self, index, values, partitions, tuple(PARTS),
                                "partitioned_index_add")
+    plan = partitions > 1 if plan is None else plan
+    if not plan and partitions > 1:
+        raise ValueError(f"partitioned_index_add: plan=False takes one copy, got {partitions}")
     out = torch.empty_like(self)
     if out.numel() == 0:
         return out
@@ -261,12 +282,15 @@ def partitioned_index_add(self: torch.Tensor, index: torch.Tensor, values: torch
     _prepare[(1 + cdiv(plane, PREPARE_BLOCK),)](
         self, acc, index, state, n, rows, plane, P=partitions, SAMPLE=SAMPLE,
         SHIFTS=SHIFTS, PER_ADDRESS=per_address, MIN_COPIES=min(min_copies, partitions),
-        R=cfg["R"], LEADERS=leaders, BLOCK=PREPARE_BLOCK, PDL=pdl)
+        R=cfg["R"], LEADERS=leaders, BLOCK=PREPARE_BLOCK, PDL=pdl, PLAN=plan)
+    poison = same and not plan  # no _sum: _scatter poisons the output itself
     if n * D:
         wide = max(n * D, partitions * plane) >= 1 << 31
         _scatter[(cdiv(n, cfg["R"]),)](acc, extra, index, values, state, n, rows,
-                                       WIDE=wide, PDL=pdl, num_warps=4, **cfg,
+                                       WIDE=wide, PDL=pdl, POISON=poison, num_warps=4, **cfg,
                                        **({"launch_pdl": True} if pdl else {}))
+    if poison:
+        return out
     # not a programmatic dependent, as the narrow kernels' is: rows of 1024 on 1,024 rows
     # took 1.8 µs longer so (docs/decisions.md, 2026-11-25), rows of 100 0.3 µs shorter
     _sum[(min(cdiv(plane, 256), SUM_PROGRAMS),)](acc, extra, out, state, plane, SAME=same,
