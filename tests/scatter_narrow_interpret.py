@@ -134,6 +134,40 @@ def half_adds(g) -> None:
             assert word in str(e), e
 
 
+def own_adds(g) -> None:
+    """fp16 rows on one copy that the plan adds in their own dtype where it finds no hot
+    row and few adds an address, else through the fp32 copy (``_sum`` a no-op on the
+    first): the plan's choice, against float64, no worse than torch's own fp16
+    ``index_add``; an index out of range poisons either way; refused cases."""
+    for rows, width, n, dist, own in ((300, 4, 2003, "uniform", 1), (1031, 16, 9001, "uniform", 1),
+                                      (57, 16, 1500, "hot", 0), (400, 5, 4000, "few", 0)):
+        base = torch.randn(rows, width, generator=g).half()
+        idx = indices(dist, rows, n, g)
+        vals = torch.randn(n, width, generator=g).half()
+        ref = base.double().index_add(0, idx, vals.double())
+        torch_err = float((base.index_add(0, idx, vals).double() - ref).norm() / ref.norm())
+        state = torch.full((state_numel(16),), -7, dtype=torch.int32)
+        got = narrow_index_add(base, idx, vals, 1, state=state, pair_sample=0, own_adds=32)
+        err = float((got.double() - ref).norm() / ref.norm())
+        assert got.dtype == torch.float16 and err < max(TOL[torch.float16], 2 * torch_err), \
+            (rows, width, dist, err, torch_err)
+        assert int(state[4 + 16]) == own, (dist, state)
+        bad = idx.clone()
+        bad[n // 2] = rows
+        out = narrow_index_add(base, bad, vals, 1, pair_sample=0, own_adds=32)
+        assert out.isnan().all(), (dist, "an index out of range must poison the result")
+    for args, word in (((torch.zeros(4, 4), torch.ones(3, 4), 1, {}), "float32"),
+                       ((torch.zeros(4, 4).half(), torch.ones(3, 4).half(), 2, {}), "2 copies"),
+                       ((torch.zeros(4, 4).half(), torch.ones(3, 4).half(), 1,
+                         {"half_adds": True}), "half_adds")):
+        try:
+            narrow_index_add(args[0], torch.tensor([0, 1, 2]), args[1], args[2], own_adds=32,
+                             **args[3])
+            raise AssertionError(f"own_adds must refuse {word}")
+        except ValueError as e:
+            assert word in str(e), e
+
+
 def local_sums(g) -> None:
     """Rows of a block that share an index summed and added once (no plan, one copy):
     against float64 for rows of blocks of 32 and of 16 rows, fp32 and fp16 (in fp32 or in
@@ -341,6 +375,7 @@ def main() -> None:
             assert err < TOL[dtype], (dtype, rule, err)
     cases += plans(g)
     half_adds(g)
+    own_adds(g)
     local_sums(g)
     column_blocks(g)
     scratch_left_zero(g)

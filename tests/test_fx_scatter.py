@@ -24,6 +24,7 @@ from commrt.fx.scatter_rule import (
     half_adds,
     local_blocks,
     local_sums,
+    own_adds,
     pair_sample,
     wide_on_one_copy,
 )
@@ -324,6 +325,17 @@ def test_half_adds_only_for_half_rows_of_four_or_more_few_a_row_on_one_copy():
     assert not half_adds(1024, 100, 4096, 1, torch.bfloat16)  # ... of rows over 128 only
     assert not half_adds(65536, 100, 600_000, 1, torch.bfloat16)  # 9 a row
     assert not half_adds(4096, 2048, 8192, 1, torch.bfloat16)  # past ONE_COPY_ROW
+
+
+def test_own_adds_for_narrow_half_rows_past_half_adds_on_one_copy_of_a_modest_output():
+    assert own_adds(65536, 4, 1 << 20, 1, torch.bfloat16) == 32  # 16 a row
+    assert own_adds(16384, 16, 1 << 18, 1, torch.float16) == 32
+    assert own_adds(65536, 16, 262_144, 1, torch.bfloat16) == 0  # half_adds: 4 a row
+    assert own_adds(65536, 4, 1 << 20, 2, torch.bfloat16) == 0  # copies
+    assert own_adds(65536, 4, 1 << 20, 1, torch.float32) == 0
+    assert own_adds(65536, 1, 1 << 20, 1, torch.bfloat16) == 0  # one bf16 add an element
+    assert own_adds(16384, 17, 1 << 18, 1, torch.bfloat16) == 0  # not a narrow row
+    assert own_adds(1 << 20, 4, 1 << 24, 1, torch.bfloat16) == 0  # 4M elements: two copies
 
 
 def test_wide_rows_on_one_copy_in_fp32_and_half_precision_only_past_narrow_rows():

@@ -18,6 +18,7 @@ CASES = [  # (op, dtype, row width (0: 1-D), rows, indices, expected choice)
     ("index_put", torch.float32, 4, 1024, 1 << 20, "commrt"),  # narrow, 1024 a row: spread
     ("index_put", torch.bfloat16, 4, 1024, 1 << 20, "inductor_partitioned"),  # ... bf16
     ("index_put", torch.bfloat16, 16, 1 << 16, 1 << 15, "inductor"),  # bf16, half a row
+    ("index_put", torch.bfloat16, 4, 1 << 16, 1 << 20, "commrt"),  # bf16 adds where uncontended
     ("index_put", torch.float32, 100, 1024, 200_000, "inductor_partitioned"),  # wide
     ("index_put", torch.float32, 1024, 1 << 14, 1024, "inductor"),  # wide, no contention
     ("index_put", torch.float32, 100, 1 << 16, 40_000, "commrt"),  # wide, one copy
@@ -344,6 +345,51 @@ def test_block_local_sums_against_float64(dtype, width, rows, n, local):
                     dist, itype, err, torch_err)
     idx[n // 2] = rows
     assert call(base, idx, vals).isnan().all()
+
+
+def _plan_adds(idx: torch.Tensor, rows: int, n: int) -> float:
+    """The adds an address the narrow plan expects from its one sample where no row is
+    hot: equal ordered pairs among NARROW_SAMPLE strided indices, no fewer than an even
+    spread."""
+    from commrt.fx.scatter_rule import NARROW_SAMPLE
+
+    a = (idx[::max(n // NARROW_SAMPLE, 1)][:NARROW_SAMPLE] % rows).tolist()
+    same = sum(a.count(x) - 1 for x in a)
+    return max(n * same / (len(a) * (len(a) - 1)), n / rows)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("width,rows,n", [(4, 65_537, 1 << 20), (16, 16_411, 262_147),
+                                          (7, 4099, 50_001)])
+def test_own_adds_against_float64(dtype, width, rows, n):
+    """fp16/bf16 narrow rows on one copy as the pass sends them past ``half_adds``: the
+    plan adds uniform indices in their dtype and skewed or hot ones through the fp32 copy,
+    eager and in a CUDA graph, three calls each, every index dtype, against float64, no
+    worse than torch's own scatter; an index out of range poisons either way."""
+    from commrt.fx.scatter_narrow import narrow_index_add, state_numel
+    from commrt.fx.scatter_rule import HOT, OWN_ADDS
+
+    g = torch.Generator(device="cuda").manual_seed(width + rows)
+    tol = TOL[dtype]
+
+    def call(base, i, vals, state=None):
+        return narrow_index_add(base, i, vals, 1, state=state, own_adds=OWN_ADDS,
+                                pdl=i.dtype == torch.int64)
+    for dist in ("uniform", "skewed", "hot"):
+        base, idx, vals, ref, scale = _case(dist, rows, n, (width,), dtype, g)
+        torch_err = float((base.index_add(0, idx % rows, vals).double() - ref).norm() / scale)
+        for itype in (torch.int64, torch.int32):
+            state = torch.empty(state_numel(), device="cuda", dtype=torch.int32)
+            for out in _eager_and_graph(call, (base, idx.to(itype), vals, state), 3):
+                err = float((out.double() - ref).norm() / scale)
+                assert out.dtype == dtype and err < max(tol, 1.5 * torch_err), (
+                    dist, itype, err, torch_err)
+            want = dist == "uniform" and _plan_adds(idx, rows, n) <= OWN_ADDS
+            assert state[4 + HOT].item() == want, (dist, state)
+        idx[n // 2] = rows
+        assert call(base, idx, vals).isnan().all(), dist
 
 
 @pytest.mark.gpu

@@ -91,7 +91,7 @@ def _scatter_np(extra, idx, vals, state, sync, n, rows, plane, D: tl.constexpr,
             if PLAN:
                 if tl.atomic_add(sync, 1, sem="relaxed") == 0:  # the planner
                     a, first = _sample(idx, n, rows, S, W)
-                    pp, hot, nh = _plan(a, first, state + 4 + H, n, rows, W, P, H, HOT_MIN,
+                    pp, hot, nh, _ = _plan(a, first, state + 5 + H, n, rows, W, P, H, HOT_MIN,
                                         HOT_ADDS, HOT_SHARE, PER_ADDRESS, MIN_COPIES,
                                         SPREAD, W != S)
                     tl.store(state + 3 + tl.arange(0, H), hot)

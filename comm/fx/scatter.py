@@ -58,6 +58,7 @@ from .scatter_rule import (
     inductor_partitions,
     local_blocks,
     local_sums,
+    own_adds,
     pair_sample,
     partitions_for,
     shared_sums,
@@ -98,7 +99,11 @@ def _partitioned_index_put(self: torch.Tensor, index: torch.Tensor, values: torc
                 # fp16/bf16 added in their own dtype (one copy)
                 own = half_adds(rows, width, n, partitions, dtype) and self.dtype == dtype
                 if width <= NARROW_ROW:
-                    return narrow_index_add(*args, half_adds=own, pair_sample=pair_sample(rows))
+                    # ... or, one copy, where the plan finds the adds uncontended
+                    switch = own_adds(rows, width, n, partitions, dtype) \
+                        if self.dtype == dtype else 0
+                    return narrow_index_add(*args, half_adds=own, pair_sample=pair_sample(rows),
+                                            own_adds=switch)
                 if partitions == 1 and wide_on_one_copy(rows, width, n, dtype):
                     return narrow_index_add(*args, hot=ONE_COPY_HOT, hot_min=ONE_COPY_HOT_MIN,
                                             half_adds=own)

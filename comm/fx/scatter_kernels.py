@@ -193,7 +193,8 @@ def _copies(extra, plane, offs, m, c0, p, T: tl.constexpr, BLOCK: tl.constexpr):
 
 @triton.jit
 def _sum(acc, extra, out, state, plane, SAME: tl.constexpr, BLOCK: tl.constexpr,
-         CP: tl.constexpr, PDL: tl.constexpr = False, FIT: tl.constexpr = 0):
+         CP: tl.constexpr, PDL: tl.constexpr = False, FIT: tl.constexpr = 0,
+         OWN: tl.constexpr = 0):
     # out := acc + the p - 1 extra copies (NaN where state[1] flags an index out of range);
     # nothing to do where acc is out and p == 1 (a capped grid, so that doing nothing costs
     # little). CP copies a step, so that up to 127 copies are read with enough loads in
@@ -201,11 +202,15 @@ def _sum(acc, extra, out, state, plane, SAME: tl.constexpr, BLOCK: tl.constexpr,
     # [FIT, BLOCK] tile instead. The extra copies read are left zero (scatter_scratch).
     # Also the narrow kernels' last step (their state starts with p and the flag). PDL:
     # launched while the narrow _scatter runs, it waits for it before reading anything.
+    # OWN > 0: nothing to do where state[OWN] says the narrow _scatter added into out.
     if PDL:
         tl.extra.cuda.gdc_wait()
     p = tl.load(state)
     bad = tl.load(state + 1) != 0
-    if (p > 1) | bad | (not SAME):
+    own = 0
+    if OWN > 0:
+        own = tl.load(state + OWN)
+    if ((p > 1) | bad | (not SAME)) & (own == 0):
         step = tl.num_programs(0).to(tl.int64) * BLOCK
         for start in range(tl.program_id(0).to(tl.int64) * BLOCK, plane, step):
             offs = start + tl.arange(0, BLOCK)

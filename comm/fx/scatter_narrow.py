@@ -37,7 +37,11 @@ Two or three launches, no host sync; the plan is made on the GPU from the indice
 With ``HALF_ADDS`` (fp16/bf16, one copy) ``acc`` is the output in its own dtype: ``_init``
 copies ``self`` into it, ``_scatter`` adds the values with atomics of that dtype (as
 Inductor's scatter does) and each hot row's block sums in fp32 to a side buffer, which the
-last ``_scatter`` program to finish adds to the output; there is no ``_sum``.
+last ``_scatter`` program to finish adds to the output; there is no ``_sum``. With
+``OWN_ADDS`` (fp16/bf16, one copy) the plan makes that choice on the GPU: ``_init`` copies
+``self`` into the output and into ``acc``, and where the plan finds no hot row and at most
+``OWN_ADDS`` adds an address ``_scatter`` adds in the output's dtype and ``_sum`` does
+nothing; else they run through ``acc`` as above.
 """
 
 import torch
@@ -130,7 +134,8 @@ def _plan(a, first, scr, n, rows, W: tl.constexpr, P: tl.constexpr, H: tl.conste
           HOT_MIN: tl.constexpr, HOT_ADDS: tl.constexpr, HOT_SHARE: tl.constexpr,
           PER_ADDRESS: tl.constexpr, MIN_COPIES: tl.constexpr, SPREAD: tl.constexpr,
           PAIRS: tl.constexpr):
-    """(copies p, hot rows [H] (-1: none), how many hot) from the sample ``a`` of ``W``
+    """(copies p, hot rows [H] (-1: none), how many hot, the adds an address expects
+    off the hot rows) from the sample ``a`` of ``W``
     entries (``first``: those of its first sample). ``PAIRS``: ``a``'s second half is a
     second sample (``_sample``), whose pairs with the first count too; the entries are
     sorted, each tagged with its sample, and two segmented scans (forward and back) count
@@ -197,7 +202,7 @@ def _plan(a, first, scr, n, rows, W: tl.constexpr, P: tl.constexpr, H: tl.conste
     if adds <= PER_ADDRESS:
         p = 1
     p = tl.minimum(p, P)
-    return p, hot, nhot
+    return p, hot, nhot, adds
 
 
 @triton.jit
@@ -214,19 +219,25 @@ def _init(self_ptr, acc, extra, idx, state, n, rows, plane, P: tl.constexpr,
           HOT_ADDS: tl.constexpr, HOT_SHARE: tl.constexpr, PER_ADDRESS: tl.constexpr,
           MIN_COPIES: tl.constexpr, SPREAD: tl.constexpr, BLOCK: tl.constexpr,
           WIDE: tl.constexpr, PDL: tl.constexpr, HALF_ADDS: tl.constexpr = False,
-          HD: tl.constexpr = 1):
+          HD: tl.constexpr = 1, out=None, OWN_ADDS: tl.constexpr = 0):
     # Program 0 makes the plan, every other program copies one block of self into acc.
+    # OWN_ADDS > 0 (fp16/bf16, one copy): self is copied into out too, and the plan adds
+    # in out's dtype (state[4 + H] = 1) where no row is hot and an address expects at
+    # most OWN_ADDS adds.
     if PDL:  # _scatter's programs may start (they load values and indices, then wait)
         tl.extra.cuda.gdc_launch_dependents()
     pid = tl.program_id(0)
     if pid == 0:
-        if (P == 1) & (HOT_MIN > S):  # one copy and no hot rows: nothing to plan
+        if (P == 1) & (HOT_MIN > S) & (OWN_ADDS == 0):  # one copy, no hot rows: no plan
             _plan_store(state, 1, tl.full([H], -1, tl.int32), 0, H)
         else:
             a, first = _sample(idx, n, rows, S, W)
-            p, hot, nhot = _plan(a, first, state + 4 + H, n, rows, W, P, H, HOT_MIN, HOT_ADDS,
-                                 HOT_SHARE, PER_ADDRESS, MIN_COPIES, SPREAD, W != S)
+            p, hot, nhot, adds = _plan(a, first, state + 5 + H, n, rows, W, P, H, HOT_MIN,
+                                       HOT_ADDS, HOT_SHARE, PER_ADDRESS, MIN_COPIES, SPREAD,
+                                       W != S)
             _plan_store(state, p, hot, nhot, H)
+            if OWN_ADDS > 0:
+                tl.store(state + 4 + H, ((nhot == 0) & (adds <= OWN_ADDS)).to(tl.int32))
         if HALF_ADDS:  # the hot rows' fp32 sums, and the programs done
             tl.store(extra + tl.arange(0, HD), tl.zeros([HD], tl.float32))
             tl.store(state + 3 + H, 0)
@@ -235,8 +246,10 @@ def _init(self_ptr, acc, extra, idx, state, n, rows, plane, P: tl.constexpr,
             pid = pid.to(tl.int64)
         offs = (pid - 1) * BLOCK + tl.arange(0, BLOCK)
         m = offs < plane
-        tl.store(acc + offs, tl.load(self_ptr + offs, mask=m).to(acc.dtype.element_ty),
-                 mask=m)
+        x = tl.load(self_ptr + offs, mask=m)
+        tl.store(acc + offs, x.to(acc.dtype.element_ty), mask=m)
+        if OWN_ADDS > 0:
+            tl.store(out + offs, x, mask=m)
 
 
 @triton.jit
@@ -244,14 +257,15 @@ def _scatter(acc, extra, idx, vals, state, n, rows, plane, D: tl.constexpr,
              DP: tl.constexpr, SUB: tl.constexpr, ITERS: tl.constexpr, P: tl.constexpr,
              WIDE: tl.constexpr, PDL: tl.constexpr, HALF_ADDS: tl.constexpr = False,
              H: tl.constexpr = 1, LOCAL: tl.constexpr = 0,
-             COLS_FIRST: tl.constexpr = False):
+             COLS_FIRST: tl.constexpr = False, out=None, OWN: tl.constexpr = False):
     # D == 1 (1-D values) runs on 1-D blocks; wider rows on [SUB, DP] blocks, DP columns
     # from program_id(1) * DP (a row wider than DP spans programs; COLS_FIRST: the axes
     # swapped, so that a row's column blocks launch one after another). PDL: launched
     # while _init runs; the first block's values and indices (written before _init) load
     # before waiting for it, the plan and the copies after. LOCAL > 0: rows of a block
     # whose index LOCAL of its rows share are summed (in fp32) and added once. _sum may
-    # launch as soon as every program has started (it waits for them to finish).
+    # launch as soon as every program has started (it waits for them to finish). OWN:
+    # where the plan says so (state[4 + H]), add into out in its fp16/bf16 dtype instead.
     if PDL:
         tl.extra.cuda.gdc_launch_dependents()
     if COLS_FIRST:  # DP columns a program from program_id(0) * DP, rows on axis 1
@@ -285,6 +299,9 @@ def _scatter(acc, extra, idx, vals, state, n, rows, plane, D: tl.constexpr,
             if P > 1:
                 p = tl.load(state)
             nhot = tl.load(state + 2)
+            own = False
+            if OWN:
+                own = tl.load(state + 4 + H) != 0
         bad_any |= bad.to(tl.int32)
         plain = ok
         for k in range(nhot):  # one add a hot row a block
@@ -308,7 +325,13 @@ def _scatter(acc, extra, idx, vals, state, n, rows, plane, D: tl.constexpr,
             dst = tl.where(part == 0, acc + off, extra + ((part - 1) * plane + off))
         else:
             dst = acc + off
-        if D == 1:
+        if own:  # one copy, no hot rows: dst is acc + off
+            if D == 1:
+                tl.atomic_add(out + off, vn, mask=plain, sem="relaxed")
+            else:
+                tl.atomic_add(out + off[:, None] + c[None, :], vn,
+                              mask=plain[:, None] & cm[None, :], sem="relaxed")
+        elif D == 1:
             tl.atomic_add(dst, vp, mask=plain, sem="relaxed")
         else:
             tl.atomic_add(dst[:, None] + c[None, :], vp, mask=plain[:, None] & cm[None, :],
@@ -319,6 +342,9 @@ def _scatter(acc, extra, idx, vals, state, n, rows, plane, D: tl.constexpr,
             offs = start + tl.arange(0, 1024)
             tl.store(acc + offs, tl.full([1024], float("nan"), acc.dtype.element_ty),
                      mask=offs < plane)
+            if OWN:
+                tl.store(out + offs, tl.full([1024], float("nan"), out.dtype.element_ty),
+                         mask=offs < plane)
     if HALF_ADDS:  # the last program done adds the hot rows' sums to the output
         if nhot > 0:
             tl.debug_barrier()
@@ -360,9 +386,9 @@ DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 def state_numel(hot: int = HOT) -> int:
     """int32 entries of ``narrow_index_add``'s ``state``: the plan (copies, error, hot
-    rows, ``max(1, hot)`` rows), the programs done, and the planner's copy of its first
-    sample."""
-    return 4 + max(1, hot) + 2 * NARROW_SAMPLE
+    rows, ``max(1, hot)`` rows), the programs done, whether it adds in the output's dtype,
+    and the planner's copy of its first sample."""
+    return 5 + max(1, hot) + 2 * NARROW_SAMPLE
 
 
 def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tensor,
@@ -372,7 +398,7 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
                      state: torch.Tensor | None = None, pdl: bool = True,
                      spread: int = NARROW_SPREAD, pair_sample: int = NARROW_PAIR_SAMPLE,
                      half_adds: bool = False, local: int = 0,
-                     columns: int = 0, warps: int = 0) -> torch.Tensor:
+                     columns: int = 0, warps: int = 0, own_adds: int = 0) -> torch.Tensor:
     """``self.index_add(0, index, values)`` (a new tensor) with the scheme above.
 
     ``self`` and ``values`` contiguous, of one of ``DTYPES``, rows of at most
@@ -394,7 +420,10 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
     or more and add each sum once (0: never; rows of over 32 elements, whose blocks hold at
     most ``LOCAL_SUB`` rows); ``columns``: the most columns of a row a ``_scatter`` block
     holds (a power of two; 0: the whole row), its blocks holding more rows instead;
-    ``warps``: of a ``_scatter`` program (0: ``ROW_BLOCKS``'s or ``VALUE_BLOCKS``').
+    ``warps``: of a ``_scatter`` program (0: ``ROW_BLOCKS``'s or ``VALUE_BLOCKS``');
+    ``own_adds``: fp16/bf16 values and output, one copy, not ``half_adds``: where the plan
+    finds no hot row and at most this many adds an address, add in the output's dtype
+    straight into it (``_sum`` then does nothing), else through the fp32 copy (0: always).
     """
     rows, n, D = scatter_shape(self, index, values, partitions, DTYPES, "narrow_index_add")
     if hot and NARROW_SAMPLE // hot_min > hot:
@@ -411,6 +440,11 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
         raise ValueError(f"narrow_index_add: half_adds takes fp16/bf16 values into an output of "
                          f"their dtype, one copy; got {values.dtype} into {self.dtype}, "
                          f"{partitions} copies")
+    if own_adds and (partitions != 1 or half_adds or local or self.dtype == torch.float32 or
+                     values.dtype != self.dtype):
+        raise ValueError(f"narrow_index_add: own_adds takes fp16/bf16 values into an output of "
+                         f"their dtype, one copy, without half_adds or local; got "
+                         f"{values.dtype} into {self.dtype}, {partitions} copies")
     if columns and (columns < 16 or columns & (columns - 1)):
         raise ValueError(f"narrow_index_add: columns={columns} must be 0 or a power of two of "
                          "at least 16")
@@ -450,6 +484,7 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
     blk = HALF_BLOCK if half_adds else BLOCK
     _init[(1 + cdiv(plane, blk),)](self, acc, extra, index, state, n, rows, plane, **plan,
                                    BLOCK=blk, WIDE=wide, PDL=pdl, HALF_ADDS=half_adds, HD=HD,
+                                   out=out, OWN_ADDS=own_adds,
                                    num_warps=INIT_WARPS_ONE if W == NARROW_SAMPLE and
                                    plane < ONE_SAMPLE_PLANE else INIT_WARPS)
     if n:
@@ -462,6 +497,7 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
         _scatter[grid](acc, extra, index, values, state, n, rows, plane, D=D, DP=DP, SUB=sub,
                        ITERS=iters, P=partitions, WIDE=wide, PDL=pdl, HALF_ADDS=half_adds,
                        H=H, LOCAL=local, COLS_FIRST=cols_first, num_warps=warps,
+                       out=out, OWN=own_adds > 0,
                        **({"launch_pdl": True} if pdl else {}))
     if partitions > 1 or not (same or half_adds):
         # up to SUM_COPIES copies a step: a plane of a few thousand elements still has
@@ -471,6 +507,7 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
         _sum[(min(cdiv(plane, blk), SUM_PROGRAMS),)](acc, extra, out, state, plane, SAME=same,
                                                      BLOCK=blk, CP=cp, PDL=pdl,
                                                      FIT=SUM_FIT if cp > SUM_FIT else 0,
+                                                     OWN=4 + H if own_adds else 0,
                                                      num_warps=4,
                                                      **({"launch_pdl": True} if pdl else {}))
     return out

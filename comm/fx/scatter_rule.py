@@ -25,7 +25,9 @@ Inductor.
 fp32 rows of up to ``ONE_COPY_ROW`` elements with few values a row on a large output
 (``one_copy``) go to the narrow kernels with one copy: there the plan hides behind the
 copy of the output, and a hot row is found on the GPU; so do fp16/bf16 rows of 4 or more
-with a few values a row on a large output (``half_copy``), added in their own dtype.
+with a few values a row on a large output (``half_copy``), added in their own dtype;
+narrow fp16/bf16 rows with more values a row on one copy are added in their dtype where
+the plan finds them uncontended (``own_adds``).
 fp32 rows of ``LOCAL_ROW`` to ``LOCAL_MAX_ROW`` elements with a few values a row on a
 smaller output (rows over ``LOCAL_WIDE`` also into a few rows: ``local_sums``) go to the
 narrow kernels with one copy and no plan, each block summing its rows that share an index
@@ -200,6 +202,16 @@ FEW_ROWS, FEW_WIDTH = 16, 4
 # a row), skewed (about 1,400 adds an address), 70 against 49; 1-D values lost 2.3-12x
 # (one bf16 add an element, contended).
 HALF_ADDS_ROW, HALF_ADDS_PER_ROW = 4, 8
+# ... and past HALF_ADDS_PER_ROW, narrow fp16/bf16 rows of HALF_ADDS_ROW or more on one copy
+# (under NARROW_COPIES_PER_ROW values a row) on outputs under OWN_ADDS_PLANE elements
+# (own_adds): the plan adds them in their dtype where it finds no hot row and at most
+# OWN_ADDS adds an address, else through the fp32 copy (_sum then a no-op launch; _init
+# copies self into both). On one H200 (benchmarks/results/probe_half_switch_NVIDIA_H200.json,
+# fea5851), µs uniform against the fp32 copy and Inductor's plain scatter: bf16 rows of 4
+# into 65,536 rows 15.0 against 16.3 and 14.6, rows of 16 into 16,384 rows 7.3 against
+# 11.1 and 6.7 (fp16 alike); skewed indices (about 1,400 adds an address) added in bf16
+# took 81 µs against 49 on the fp32 copy.
+OWN_ADDS, OWN_ADDS_PLANE = 32, 1 << 22
 # ... and so, with hot rows as ``one_copy``'s, rows of up to ONE_COPY_ROW on outputs of
 # ONE_COPY_PLANE elements or more (half_copy), fewer indices than rows included: there is
 # no fp32 copy of the output, and the plan hides behind the copy of it. On one H200
@@ -319,6 +331,15 @@ def half_adds(rows: int, width: int, n: int, partitions: int, dtype: torch.dtype
         (HALF_ADDS_ROW <= width and n <= HALF_ADDS_PER_ROW * rows and
          (width <= NARROW_ROW or half_copy(rows, width, n, dtype))) or
         local_sums(rows, width, n, dtype) > 0)
+
+
+def own_adds(rows: int, width: int, n: int, partitions: int, dtype: torch.dtype) -> int:
+    """The adds an address may expect for narrow fp16/bf16 rows on one copy to be added in
+    their dtype where the plan finds no hot row (0: always through the fp32 copy)."""
+    if (dtype in HALF and partitions == 1 and HALF_ADDS_ROW <= width <= NARROW_ROW and
+            rows * width < OWN_ADDS_PLANE and not half_adds(rows, width, n, partitions, dtype)):
+        return OWN_ADDS
+    return 0
 
 
 def half_copy(rows: int, width: int, n: int, dtype: torch.dtype) -> bool:
