@@ -8,9 +8,10 @@ output (``half_adds``, as the rule does up to ``HALF_ADDS_PER_ROW`` values a row
 skewed indices there (70 against 49 µs, docs/decisions.md, 2026-11-25). A plan that chose
 between the two on the GPU would still launch ``_sum`` (a no-op where it chose bf16), so
 bf16 adds must come well under the ceiling for it to pay. Variants: the op as the pass
-calls it ("op"), ``half_adds`` with the pass's hot rows ("half adds") and without them
-("half adds, no hot"); against Inductor's plain scatter ("inductor"). µs a call in a CUDA
-graph of 20 calls (median of five rounds taken in turn; spread: the least and most)::
+calls it ("op": from 0c7eba3 on with that choice, ``own_adds``), the one fp32 copy ("fp32
+copy": the op before), ``half_adds`` with the pass's hot rows ("half adds") and without
+them ("half adds, no hot"); against Inductor's plain scatter ("inductor"). µs a call in a
+CUDA graph of 20 calls (median of five rounds taken in turn; spread: the least and most)::
 
     python benchmarks/probes/probe_half_switch.py [--out probe_half_switch.json]
 """
@@ -36,6 +37,7 @@ def half(**kw):
 
 def cell(dtype, width: int, rows: int, dist: str) -> dict:
     variants = {"op": torch.ops.commrt.partitioned_index_put,  # with the pass's copies
+                "fp32 copy": lambda out, idx, vals, P: narrow_index_add(out, idx, vals, 1),
                 "half adds": half(), "half adds, no hot": half(hot=0)}
     return checked_rounds(dtype, width, rows, dist, variants, ROUNDS)
 
