@@ -10,7 +10,9 @@ between the two on the GPU would still launch ``_sum`` (a no-op where it chose b
 bf16 adds must come well under the ceiling for it to pay. Variants: the op as the pass
 calls it ("op": from 0c7eba3 on with that choice, ``own_adds``), the one fp32 copy ("fp32
 copy": the op before), ``half_adds`` with the pass's hot rows ("half adds") and without
-them ("half adds, no hot"); against Inductor's plain scatter ("inductor"). µs a call in a
+them ("half adds, no hot"), and the op without its ``_sum`` launch ("op, no _sum", a
+no-op where the plan adds in bf16: where it does not, as on skewed and hot indices, this
+variant is wrong and dropped); against Inductor's plain scatter ("inductor"). µs a call in a
 CUDA graph of 20 calls (median of five rounds taken in turn; spread: the least and most)::
 
     python benchmarks/probes/probe_half_switch.py [--out probe_half_switch.json]
@@ -22,7 +24,9 @@ import torch
 from probe_narrow_costs import checked_rounds, run_cells
 
 import commrt.fx.scatter  # noqa: F401 (defines commrt::partitioned_index_put)
+from commrt.fx import scatter_narrow
 from commrt.fx.scatter_narrow import narrow_index_add
+from commrt.fx.scatter_rule import OWN_ADDS
 
 ROUNDS = 5
 CELLS = [(dt, w, rows, d) for dt in (torch.bfloat16, torch.float16)
@@ -35,8 +39,23 @@ def half(**kw):
     return run
 
 
+class _NoLaunch:
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: None
+
+
+def no_sum(out, idx, vals, P):
+    """The op (``own_adds``, one copy) with ``_sum`` not launched."""
+    kept, scatter_narrow._sum = scatter_narrow._sum, _NoLaunch()
+    try:
+        return narrow_index_add(out, idx, vals, 1, own_adds=OWN_ADDS)
+    finally:
+        scatter_narrow._sum = kept
+
+
 def cell(dtype, width: int, rows: int, dist: str) -> dict:
     variants = {"op": torch.ops.commrt.partitioned_index_put,  # with the pass's copies
+                "op, no _sum": no_sum,
                 "fp32 copy": lambda out, idx, vals, P: narrow_index_add(out, idx, vals, 1),
                 "half adds": half(), "half adds, no hot": half(hot=0)}
     return checked_rounds(dtype, width, rows, dist, variants, ROUNDS)
