@@ -15,15 +15,23 @@ in a CUDA graph of 20 calls (median of five rounds taken in turn; spread: the le
 most of the rounds); each variant's error against float64 is checked first::
 
     python benchmarks/probes/probe_wide_one_copy.py [--out probe_wide_one_copy.json]
+
+``--split``: fp32 rows of 100 into 1,024 rows only, with one more variant, one copy with
+the plan and ``_sum`` not launched ("one copy, plan, no _sum": with one copy and an fp32
+output ``_sum`` does nothing but flag an index out of range), to split what the plan and
+the ``_sum`` launch cost (default out ``probe_wide_one_copy_split.json``).
 """
 
 from __future__ import annotations
+
+import sys
 
 import torch
 from probe_narrow_costs import checked_rounds, run_cells
 from probe_spread import partitioned
 
 import commrt.fx.scatter  # noqa: F401 (defines commrt::partitioned_index_put)
+from commrt.fx import scatter_kernels
 from commrt.fx.scatter_kernels import partitioned_index_add
 
 ROUNDS = 5
@@ -47,9 +55,35 @@ def cell(dtype, width: int, rows: int, dist: str) -> dict:
     return checked_rounds(dtype, width, rows, dist, variants, ROUNDS)
 
 
+class _NoLaunch:
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: None
+
+
+def no_sum(out, idx, vals, P):
+    """One copy with the plan, ``_sum`` not launched."""
+    kept, scatter_kernels._sum = scatter_kernels._sum, _NoLaunch()
+    try:
+        return partitioned_index_add(out, idx, vals, 1, plan=True)
+    finally:
+        scatter_kernels._sum = kept
+
+
+def split_cell(dtype, width: int, rows: int, dist: str) -> dict:
+    variants = {"op": torch.ops.commrt.partitioned_index_put, "one copy, plan": wide(1, plan=True),
+                "one copy, plan, no _sum": no_sum, "one copy": wide(1)}
+    return checked_rounds(dtype, width, rows, dist, variants, ROUNDS)
+
+
 def main() -> None:
-    run_cells(__doc__, "probe_wide_one_copy.json", CELLS, cell,
-              f"µs a call (median of {ROUNDS} rounds, each a CUDA graph of 20 calls)")
+    unit = f"µs a call (median of {ROUNDS} rounds, each a CUDA graph of 20 calls)"
+    if "--split" in sys.argv:
+        sys.argv.remove("--split")
+        run_cells(__doc__, "probe_wide_one_copy_split.json",
+                  [(F32, 100, 1024, d) for d in ("uniform", "skewed", "hot")], split_cell, unit,
+                  flags=" --split", script="probe_wide_one_copy")
+    else:
+        run_cells(__doc__, "probe_wide_one_copy.json", CELLS, cell, unit)
 
 
 if __name__ == "__main__":
