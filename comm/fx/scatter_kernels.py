@@ -130,12 +130,16 @@ def _rows_of(idx, r, n, rows, WIDE: tl.constexpr):
 @triton.jit
 def _scatter(acc, extra, idx, vals, state, n, rows, D: tl.constexpr, R: tl.constexpr,
              BD: tl.constexpr, LEADERS: tl.constexpr, PARTS: tl.constexpr,
-             WIDE: tl.constexpr, PDL: tl.constexpr, POISON: tl.constexpr = False):
+             WIDE: tl.constexpr, PDL: tl.constexpr, POISON: tl.constexpr = False,
+             TRIGGER: tl.constexpr = False):
     # D is a compile-time constant; offsets are int32 unless an operand holds 2**31
     # elements or more (WIDE). LEADERS < 0: never combine. PDL: launched while _prepare
     # runs; the indices load (written before it) before waiting for it. POISON (one copy,
     # acc the output, no _sum): a program that meets an index out of range fills acc with
-    # NaN itself (NaN plus anything added before or after is NaN).
+    # NaN itself (NaN plus anything added before or after is NaN). TRIGGER: _sum, a
+    # programmatic dependent, may launch once every program has started.
+    if TRIGGER:
+        tl.extra.cuda.gdc_launch_dependents()
     pid = tl.program_id(0)
     j = tl.arange(0, R)
     r = pid * R + j
@@ -257,7 +261,8 @@ def partitioned_index_add(self: torch.Tensor, index: torch.Tensor, values: torch
                           partitions: int, per_address: int = PER_ADDRESS,
                           min_copies: int = MIN_COPIES, leaders: int = LEADERS,
                           state: torch.Tensor | None = None,
-                          plan: bool | None = None) -> torch.Tensor:
+                          plan: bool | None = None, sum_programs: int = SUM_PROGRAMS,
+                          sum_pdl: bool = False) -> torch.Tensor:
     """``self.index_add(0, index, values)`` (a new tensor) with the scheme above.
 
     ``self`` and ``values`` contiguous floating tensors, ``values`` shaped
@@ -265,7 +270,9 @@ def partitioned_index_add(self: torch.Tensor, index: torch.Tensor, values: torch
     plan (copies, error, whether programs may combine rows), for a caller that reads it;
     ``plan``: estimate the contention in ``_prepare`` (None: where ``partitions > 1``).
     Without it (one copy) every program combines its rows where they hold at most
-    ``leaders`` distinct indices, and an fp32 output needs no ``_sum``.
+    ``leaders`` distinct indices, and an fp32 output needs no ``_sum``. ``sum_programs``:
+    the most ``_sum`` programs; ``sum_pdl``: launch ``_sum`` as a programmatic dependent of
+    ``_scatter`` where the GPU has it.
     """
     rows, n, D = scatter_shape(self, index, values, partitions, tuple(PARTS),
                                "partitioned_index_add")
@@ -292,12 +299,15 @@ def partitioned_index_add(self: torch.Tensor, index: torch.Tensor, values: torch
     if n * D:
         wide = max(n * D, partitions * plane) >= 1 << 31
         _scatter[(cdiv(n, cfg["R"]),)](acc, extra, index, values, state, n, rows,
-                                       WIDE=wide, PDL=pdl, POISON=poison, num_warps=4, **cfg,
+                                       WIDE=wide, PDL=pdl, POISON=poison,
+                                       TRIGGER=pdl and sum_pdl, num_warps=4, **cfg,
                                        **({"launch_pdl": True} if pdl else {}))
     if poison:
         return out
     # not a programmatic dependent, as the narrow kernels' is: rows of 1024 on 1,024 rows
     # took 1.8 µs longer so (docs/decisions.md, 2026-11-25), rows of 100 0.3 µs shorter
-    _sum[(min(cdiv(plane, 256), SUM_PROGRAMS),)](acc, extra, out, state, plane, SAME=same,
-                                                 BLOCK=256, CP=16)
+    sum_pdl = pdl and sum_pdl
+    _sum[(min(cdiv(plane, 256), sum_programs),)](acc, extra, out, state, plane, SAME=same,
+                                                 BLOCK=256, CP=16, PDL=sum_pdl,
+                                                 **({"launch_pdl": True} if sum_pdl else {}))
     return out
