@@ -395,30 +395,29 @@ def test_own_adds_against_float64(dtype, width, rows, n):
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("width,rows,n", [(100, 1031, 41_947), (100, 8, 40_009),
-                                          (257, 1024, 16_001)])
-def test_wide_one_copy_without_plan_against_float64(dtype, width, rows, n):
-    """The wide kernels on one copy with no plan (each program combines its rows where they
-    share indices; an fp32 output has no ``_sum``), eager and in a CUDA graph, three calls
-    each: every index distribution and index dtype against float64, no worse than torch's
-    own scatter; an index out of range poisons."""
+@pytest.mark.parametrize("width,rows,n,copies", [(100, 1031, 41_947, 32), (100, 8, 40_009, 128),
+                                                 (257, 1024, 16_001, 16), (1024, 8, 4099, 1)])
+@pytest.mark.parametrize("sum_pdl", [True, False])
+def test_wide_kernels_against_float64(dtype, width, rows, n, copies, sum_pdl):
+    """The wide kernels, their ``_sum`` a programmatic dependent of ``_scatter`` or a plain
+    launch, eager and in a CUDA graph, three calls each: every index distribution and index
+    dtype against float64, no worse than torch's own scatter; an index out of range
+    poisons."""
     from commrt.fx.scatter_kernels import partitioned_index_add
 
     g = torch.Generator(device="cuda").manual_seed(width + rows + n)
     tol = TOL[dtype]
 
-    def call(base, i, vals, state=None):
-        return partitioned_index_add(base, i, vals, 1, state=state)
+    def call(base, i, vals):
+        return partitioned_index_add(base, i, vals, copies, sum_pdl=sum_pdl)
     for dist in ("uniform", "skewed", "hot"):
         base, idx, vals, ref, scale = _case(dist, rows, n, (width,), dtype, g)
         torch_err = float((base.index_add(0, idx % rows, vals).double() - ref).norm() / scale)
         for itype in (torch.int64, torch.int32):
-            state = torch.empty(3, device="cuda", dtype=torch.int32)
-            for out in _eager_and_graph(call, (base, idx.to(itype), vals, state), 3):
+            for out in _eager_and_graph(call, (base, idx.to(itype), vals), 3):
                 err = float((out.double() - ref).norm() / scale)
                 assert out.dtype == dtype and err < max(tol, 1.5 * torch_err), (
                     dist, itype, err, torch_err)
-            assert state.tolist() == [1, 0, 1], state  # one copy, no error, may combine
     idx[n // 2] = rows
     assert call(base, idx, vals).isnan().all()
     idx[n // 2] = -rows - 1

@@ -15,6 +15,9 @@ k"); against Inductor's plain scatter ("inductor"). Grid cells (4M value element
 least and most of the rounds); each variant's error against float64 is checked first::
 
     python benchmarks/probes/probe_sum_grid.py [--out probe_sum_grid.json]
+
+Run at cf70dce, the one commit where the kernels take ``sum_programs`` (the wide ``_sum``
+has been a programmatic dependent since).
 """
 
 from __future__ import annotations

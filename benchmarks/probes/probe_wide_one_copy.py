@@ -16,6 +16,8 @@ most of the rounds); each variant's error against float64 is checked first::
 
     python benchmarks/probes/probe_wide_one_copy.py [--out probe_wide_one_copy.json]
 
+Run at fac8fb8, the last commit where ``partitioned_index_add`` takes ``plan``.
+
 ``--split``: fp32 rows of 100 into 1,024 rows only, with one more variant, one copy with
 the plan and ``_sum`` not launched ("one copy, plan, no _sum": with one copy and an fp32
 output ``_sum`` does nothing but flag an index out of range), to split what the plan and

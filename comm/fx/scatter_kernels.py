@@ -17,7 +17,7 @@ Three launches, no host sync:
    where 0 * inf would reach every row, and added by its own row); otherwise it adds
    every row. Row ``j`` of program ``b`` goes to copy ``(b + j) % p``. On sm90+ it is
    launched as a programmatic dependent of ``_prepare``: its indices load while program 0
-   still plans.
+   still plans; and ``_sum`` as one of it.
 3. ``_sum`` (a no-op where copy 0 is the output and ``p == 1``): the output := sum of the
    ``p`` copies, in the output's dtype, leaving the extra copies zero; an index out of
    range poisons it with NaN (the plain op would raise a device-side assert).
@@ -38,9 +38,8 @@ from .scatter_scratch import zeroed
 def _prepare(self_ptr, acc, idx, state, n, rows, plane, P: tl.constexpr,
              SAMPLE: tl.constexpr, SHIFTS: tl.constexpr, PER_ADDRESS: tl.constexpr,
              MIN_COPIES: tl.constexpr, R: tl.constexpr, LEADERS: tl.constexpr,
-             BLOCK: tl.constexpr, PDL: tl.constexpr, PLAN: tl.constexpr = True):
+             BLOCK: tl.constexpr, PDL: tl.constexpr):
     # Program 0 estimates p, every other program copies a block of self into acc (fp32).
-    # PLAN False (one copy): no estimate; every program may combine its rows.
     if PDL:  # _scatter's programs may start (they load their indices, then wait)
         tl.extra.cuda.gdc_launch_dependents()
     pid = tl.program_id(0)
@@ -48,10 +47,6 @@ def _prepare(self_ptr, acc, idx, state, n, rows, plane, P: tl.constexpr,
         offs = (pid - 1).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
         v = tl.load(self_ptr + offs, mask=offs < plane).to(tl.float32)
         tl.store(acc + offs, v, mask=offs < plane)
-    elif not PLAN:
-        tl.store(state, 1)
-        tl.store(state + 1, 0)
-        tl.store(state + 2, 1)
     else:
         # The chance that two indices share a row: equal pairs among SAMPLE strided indices
         # and the same sample shifted by SHIFTS spread offsets (spread, so that sorted
@@ -130,13 +125,10 @@ def _rows_of(idx, r, n, rows, WIDE: tl.constexpr):
 @triton.jit
 def _scatter(acc, extra, idx, vals, state, n, rows, D: tl.constexpr, R: tl.constexpr,
              BD: tl.constexpr, LEADERS: tl.constexpr, PARTS: tl.constexpr,
-             WIDE: tl.constexpr, PDL: tl.constexpr, POISON: tl.constexpr = False,
-             TRIGGER: tl.constexpr = False):
+             WIDE: tl.constexpr, PDL: tl.constexpr, TRIGGER: tl.constexpr = False):
     # D is a compile-time constant; offsets are int32 unless an operand holds 2**31
     # elements or more (WIDE). LEADERS < 0: never combine. PDL: launched while _prepare
-    # runs; the indices load (written before it) before waiting for it. POISON (one copy,
-    # acc the output, no _sum): a program that meets an index out of range fills acc with
-    # NaN itself (NaN plus anything added before or after is NaN). TRIGGER: _sum, a
+    # runs; the indices load (written before it) before waiting for it. TRIGGER: _sum, a
     # programmatic dependent, may launch once every program has started.
     if TRIGGER:
         tl.extra.cuda.gdc_launch_dependents()
@@ -175,13 +167,6 @@ def _scatter(acc, extra, idx, vals, state, n, rows, D: tl.constexpr, R: tl.const
         else:
             tl.atomic_add(dst[:, None] + c[None, :], v,
                           mask=ok[:, None] & cm[None, :], sem="relaxed")
-    if POISON:
-        if tl.max(bad.to(tl.int32)) > 0:
-            plane = rows * D
-            for start in range(0, plane, 1024):
-                offs = start + tl.arange(0, 1024)
-                tl.store(acc + offs, tl.full([1024], float("nan"), tl.float32),
-                         mask=offs < plane)
 
 
 @triton.jit
@@ -205,8 +190,8 @@ def _sum(acc, extra, out, state, plane, SAME: tl.constexpr, BLOCK: tl.constexpr,
     # flight; FIT > 0: where the plan chose at most FIT + 1 copies, they are read in one
     # [FIT, BLOCK] tile instead. The extra copies read are left zero (scatter_scratch).
     # Also the narrow kernels' last step (their state starts with p and the flag). PDL:
-    # launched while the narrow _scatter runs, it waits for it before reading anything.
-    # OWN > 0: nothing to do where state[OWN] says the narrow _scatter added into out.
+    # launched while _scatter runs, it waits for it before reading anything. OWN > 0:
+    # nothing to do where state[OWN] says the narrow _scatter added into out.
     if PDL:
         tl.extra.cuda.gdc_wait()
     p = tl.load(state)
@@ -261,24 +246,17 @@ def partitioned_index_add(self: torch.Tensor, index: torch.Tensor, values: torch
                           partitions: int, per_address: int = PER_ADDRESS,
                           min_copies: int = MIN_COPIES, leaders: int = LEADERS,
                           state: torch.Tensor | None = None,
-                          plan: bool | None = None, sum_programs: int = SUM_PROGRAMS,
-                          sum_pdl: bool = False) -> torch.Tensor:
+                          sum_pdl: bool = True) -> torch.Tensor:
     """``self.index_add(0, index, values)`` (a new tensor) with the scheme above.
 
     ``self`` and ``values`` contiguous floating tensors, ``values`` shaped
     ``[len(index), *self.shape[1:]]``; ``state``: int32 ``[3]`` on the device to hold the
     plan (copies, error, whether programs may combine rows), for a caller that reads it;
-    ``plan``: estimate the contention in ``_prepare`` (None: where ``partitions > 1``).
-    Without it (one copy) every program combines its rows where they hold at most
-    ``leaders`` distinct indices, and an fp32 output needs no ``_sum``. ``sum_programs``:
-    the most ``_sum`` programs; ``sum_pdl``: launch ``_sum`` as a programmatic dependent of
-    ``_scatter`` where the GPU has it.
+    ``sum_pdl``: launch ``_sum`` as a programmatic dependent of ``_scatter`` where the GPU
+    has it (False: a plain launch).
     """
     rows, n, D = scatter_shape(self, index, values, partitions, tuple(PARTS),
                                "partitioned_index_add")
-    plan = partitions > 1 if plan is None else plan
-    if not plan and partitions > 1:
-        raise ValueError(f"partitioned_index_add: plan=False takes one copy, got {partitions}")
     out = torch.empty_like(self)
     if out.numel() == 0:
         return out
@@ -294,20 +272,18 @@ def partitioned_index_add(self: torch.Tensor, index: torch.Tensor, values: torch
     _prepare[(1 + cdiv(plane, PREPARE_BLOCK),)](
         self, acc, index, state, n, rows, plane, P=partitions, SAMPLE=SAMPLE,
         SHIFTS=SHIFTS, PER_ADDRESS=per_address, MIN_COPIES=min(min_copies, partitions),
-        R=cfg["R"], LEADERS=leaders, BLOCK=PREPARE_BLOCK, PDL=pdl, PLAN=plan)
-    poison = same and not plan  # no _sum: _scatter poisons the output itself
+        R=cfg["R"], LEADERS=leaders, BLOCK=PREPARE_BLOCK, PDL=pdl)
     if n * D:
         wide = max(n * D, partitions * plane) >= 1 << 31
         _scatter[(cdiv(n, cfg["R"]),)](acc, extra, index, values, state, n, rows,
-                                       WIDE=wide, PDL=pdl, POISON=poison,
-                                       TRIGGER=pdl and sum_pdl, num_warps=4, **cfg,
+                                       WIDE=wide, PDL=pdl, TRIGGER=pdl and sum_pdl,
+                                       num_warps=4, **cfg,
                                        **({"launch_pdl": True} if pdl else {}))
-    if poison:
-        return out
-    # not a programmatic dependent, as the narrow kernels' is: rows of 1024 on 1,024 rows
-    # took 1.8 µs longer so (docs/decisions.md, 2026-11-25), rows of 100 0.3 µs shorter
+    # a programmatic dependent, as the narrow kernels' is: on one H200 every cell the wide
+    # kernels take ran 0.3-0.6 µs faster so (benchmarks/results/probe_sum_grid_NVIDIA_H200.json,
+    # cf70dce: fp32 rows of 100 into 1,024 rows, uniform, 10.9 against 11.2 µs)
     sum_pdl = pdl and sum_pdl
-    _sum[(min(cdiv(plane, 256), sum_programs),)](acc, extra, out, state, plane, SAME=same,
+    _sum[(min(cdiv(plane, 256), SUM_PROGRAMS),)](acc, extra, out, state, plane, SAME=same,
                                                  BLOCK=256, CP=16, PDL=sum_pdl,
                                                  **({"launch_pdl": True} if sum_pdl else {}))
     return out

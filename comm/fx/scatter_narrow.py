@@ -398,8 +398,7 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
                      state: torch.Tensor | None = None, pdl: bool = True,
                      spread: int = NARROW_SPREAD, pair_sample: int = NARROW_PAIR_SAMPLE,
                      half_adds: bool = False, local: int = 0,
-                     columns: int = 0, warps: int = 0, own_adds: int = 0,
-                     sum_programs: int = SUM_PROGRAMS) -> torch.Tensor:
+                     columns: int = 0, warps: int = 0, own_adds: int = 0) -> torch.Tensor:
     """``self.index_add(0, index, values)`` (a new tensor) with the scheme above.
 
     ``self`` and ``values`` contiguous, of one of ``DTYPES``, rows of at most
@@ -424,8 +423,7 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
     ``warps``: of a ``_scatter`` program (0: ``ROW_BLOCKS``'s or ``VALUE_BLOCKS``');
     ``own_adds``: fp16/bf16 values and output, one copy, not ``half_adds``: where the plan
     finds no hot row and at most this many adds an address, add in the output's dtype
-    straight into it (``_sum`` then does nothing), else through the fp32 copy (0: always);
-    ``sum_programs``: the most ``_sum`` programs.
+    straight into it (``_sum`` then does nothing), else through the fp32 copy (0: always).
     """
     rows, n, D = scatter_shape(self, index, values, partitions, DTYPES, "narrow_index_add")
     if hot and NARROW_SAMPLE // hot_min > hot:
@@ -506,7 +504,7 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
         # enough programs and loads in flight
         cp = min(partitions, SUM_COPIES)
         blk = BLOCK if partitions == 1 else max(64, SUM_TILE // cp)
-        _sum[(min(cdiv(plane, blk), sum_programs),)](acc, extra, out, state, plane, SAME=same,
+        _sum[(min(cdiv(plane, blk), SUM_PROGRAMS),)](acc, extra, out, state, plane, SAME=same,
                                                      BLOCK=blk, CP=cp, PDL=pdl,
                                                      FIT=SUM_FIT if cp > SUM_FIT else 0,
                                                      OWN=4 + H if own_adds else 0,
