@@ -207,10 +207,12 @@ HALF_ADDS_ROW, HALF_ADDS_PER_ROW = 4, 8
 # (own_adds): the plan adds them in their dtype where it finds no hot row and at most
 # OWN_ADDS adds an address, else through the fp32 copy (_sum then a no-op launch; _init
 # copies self into both). On one H200 (benchmarks/results/probe_half_switch_NVIDIA_H200.json,
-# fea5851), µs uniform against the fp32 copy and Inductor's plain scatter: bf16 rows of 4
-# into 65,536 rows 15.0 against 16.3 and 14.6, rows of 16 into 16,384 rows 7.3 against
-# 11.1 and 6.7 (fp16 alike); skewed indices (about 1,400 adds an address) added in bf16
-# took 81 µs against 49 on the fp32 copy.
+# fac8fb8), µs uniform, this choice against the fp32 copy alone, bf16 adds alone and
+# Inductor's plain scatter: bf16 rows of 4 into 65,536 rows 16.0 against 16.3, 15.0 and
+# 14.5, rows of 16 into 16,384 rows 8.3 against 11.1, 7.3 and 6.8 (fp16 alike; the no-op
+# _sum launch 0.6-0.7 µs of the gap); skewed and one hot row 0.3-1.0 µs slower than the
+# fp32 copy alone, where fp16 adds took 81 µs against 49. A sample of 64 with one equal
+# pair puts uniform indices on the fp32 copy (on 65,536 rows, about 1 index set in 30).
 OWN_ADDS, OWN_ADDS_PLANE = 32, 1 << 22
 # ... and so, with hot rows as ``one_copy``'s, rows of up to ONE_COPY_ROW on outputs of
 # ONE_COPY_PLANE elements or more (half_copy), fewer indices than rows included: there is
