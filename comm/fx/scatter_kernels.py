@@ -273,16 +273,16 @@ def partitioned_index_add(self: torch.Tensor, index: torch.Tensor, values: torch
         self, acc, index, state, n, rows, plane, P=partitions, SAMPLE=SAMPLE,
         SHIFTS=SHIFTS, PER_ADDRESS=per_address, MIN_COPIES=min(min_copies, partitions),
         R=cfg["R"], LEADERS=leaders, BLOCK=PREPARE_BLOCK, PDL=pdl)
+    # _sum a programmatic dependent, as the narrow kernels' is: on one H200 every cell the
+    # wide kernels take ran 0.3-0.6 µs faster so (cf70dce,
+    # benchmarks/results/probe_sum_grid_NVIDIA_H200.json: fp32 rows of 100 into 1,024
+    # rows, uniform, 10.9 against 11.2 µs)
+    sum_pdl = pdl and sum_pdl
     if n * D:
         wide = max(n * D, partitions * plane) >= 1 << 31
         _scatter[(cdiv(n, cfg["R"]),)](acc, extra, index, values, state, n, rows,
-                                       WIDE=wide, PDL=pdl, TRIGGER=pdl and sum_pdl,
-                                       num_warps=4, **cfg,
+                                       WIDE=wide, PDL=pdl, TRIGGER=sum_pdl, num_warps=4, **cfg,
                                        **({"launch_pdl": True} if pdl else {}))
-    # a programmatic dependent, as the narrow kernels' is: on one H200 every cell the wide
-    # kernels take ran 0.3-0.6 µs faster so (benchmarks/results/probe_sum_grid_NVIDIA_H200.json,
-    # cf70dce: fp32 rows of 100 into 1,024 rows, uniform, 10.9 against 11.2 µs)
-    sum_pdl = pdl and sum_pdl
     _sum[(min(cdiv(plane, 256), SUM_PROGRAMS),)](acc, extra, out, state, plane, SAME=same,
                                                  BLOCK=256, CP=16, PDL=sum_pdl,
                                                  **({"launch_pdl": True} if sum_pdl else {}))
