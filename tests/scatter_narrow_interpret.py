@@ -277,7 +277,10 @@ def fused_sums(g) -> None:
                 (shape, dist, dtype, copies, kw, err, err_apart)
             if copies > 1:
                 assert state[0] > 1, (shape, dist, state)  # the case must sum copies
-            assert int(state[3 + H]) > 0, "the _scatter programs count themselves done"
+            # the _scatter programs count themselves done where _sum waits for them
+            summing = state[0] > 1 or (dtype != torch.float32 and not
+                                       ("own_adds" in kw and state[4 + H] == 1))
+            assert (int(state[3 + H]) > 0) == summing, (shape, dist, dtype, state)
             left = zeroed(torch.device("cpu"), (copies - 1) * base.numel())
             assert not left.any(), f"{int(left.count_nonzero())} scratch elements left nonzero"
             bad = idx.clone()

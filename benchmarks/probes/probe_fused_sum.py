@@ -10,7 +10,7 @@ in the grid at b73d91c). With ``fused_sum``, up to ``FUSED_SUM_PER_SM`` programs
 multiprocessor at the end of ``_scatter``'s grid do ``_sum``'s work: where there is nothing
 to sum they return at once, else they wait for ``_scatter``'s programs to count themselves
 done. Variants: the op as the pass calls it ("op"), the same call with ``fused_sum``
-("fused"), and with 1 and 4 programs a multiprocessor ("fused 1/SM", "fused 4/SM");
+("fused"), and with 2 and 8 programs a multiprocessor ("fused 2/SM", "fused 8/SM");
 against Inductor's plain scatter ("inductor"). µs a call in a CUDA graph of 20 calls
 (median of five rounds taken in turn; spread: the least and most)::
 
@@ -53,7 +53,7 @@ def fused(per_sm: int = 0):
 
 def cell(dtype, width: int, rows: int, dist: str) -> dict:
     variants = {"op": torch.ops.commrt.partitioned_index_put, "fused": fused(),
-                "fused 1/SM": fused(1), "fused 4/SM": fused(4)}
+                "fused 2/SM": fused(2), "fused 8/SM": fused(8)}
     return checked_rounds(dtype, width, rows, dist, variants, ROUNDS)
 
 

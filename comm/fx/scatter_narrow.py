@@ -96,7 +96,7 @@ ROW_BLOCKS, ROW_BLOCKS_FROM = (4096, 1, 8), 4
 # so that the ones that wait can never take every slot from _scatter's; elements a step
 # (of at most FUSED_SUM_TILE // 64 copies together) a quarter of the separate _sum's, as
 # the programs share _scatter's registers
-FUSED_SUM_PER_SM, FUSED_SUM_TILE = 2, 2048
+FUSED_SUM_PER_SM, FUSED_SUM_TILE = 4, 2048
 LOCAL_SUB = 64  # the most rows a block for which _scatter sums rows that share an index
 MAX_GRID_Y = 65535  # CUDA's limit on a grid's second axis
 
@@ -291,8 +291,9 @@ def _scatter(acc, extra, idx, vals, state, n, rows, plane, D: tl.constexpr,
                 cb = lin // gx
             _scatter_blocks(acc, extra, idx, vals, state, n, rows, plane, pid, cb, D, DP,
                             SUB, ITERS, P, WIDE, PDL, HALF_ADDS, H, LOCAL, out, OWN)
-            tl.debug_barrier()  # every add of the program issued before it counts itself
-            tl.atomic_add(state + 3 + H, 1, sem="release")
+            if _summing(state, SAME, OWN_AT):  # else no program waits for the count
+                tl.debug_barrier()  # every add of the program issued before it counts
+                tl.atomic_add(state + 3 + H, 1, sem="release")
         else:
             _sum_after(acc, extra, out, state, plane, lin - nsc, tl.num_programs(0) - nsc,
                        nsc, 3 + H, SAME, SUM_BLOCK, CP, FIT, OWN_AT, PDL)
@@ -316,16 +317,25 @@ def _sum_after(acc, extra, out, state, plane, prog, nprog, nsc, DONE: tl.constex
     # else it waits until the nsc programs before it count themselves done at state[DONE]
     if PDL:
         tl.extra.cuda.gdc_wait()
+    if _summing(state, SAME, OWN):
+        done = tl.load(state + DONE, volatile=True)  # polled from L2 by plain loads
+        while done < nsc:
+            done = tl.load(state + DONE, volatile=True)
+        tl.atomic_add(state + DONE, 0, sem="acquire")  # the programs' adds seen after it
+        p = tl.load(state, cache_modifier=".cg")
+        bad = tl.load(state + 1, cache_modifier=".cg") != 0
+        _sum_plane(acc, extra, out, plane, p, bad, prog, nprog, SAME, BLOCK, CP, FIT, True)
+
+
+@triton.jit
+def _summing(state, SAME: tl.constexpr, OWN: tl.constexpr):
+    # whether the plan leaves _sum something to do: copies, or an output that is not acc
+    # (OWN > 0: unless state[OWN] says that _scatter added into it)
     p = tl.load(state, cache_modifier=".cg")
     own = 0
     if OWN > 0:
         own = tl.load(state + OWN, cache_modifier=".cg")
-    if ((p > 1) | (not SAME)) & (own == 0):
-        done = tl.atomic_add(state + DONE, 0, sem="acquire")
-        while done < nsc:
-            done = tl.atomic_add(state + DONE, 0, sem="acquire")
-        bad = tl.load(state + 1, cache_modifier=".cg") != 0
-        _sum_plane(acc, extra, out, plane, p, bad, prog, nprog, SAME, BLOCK, CP, FIT, True)
+    return ((p > 1) | (not SAME)) & (own == 0)
 
 
 @triton.jit
