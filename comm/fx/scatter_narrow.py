@@ -318,13 +318,21 @@ def _sum_after(acc, extra, out, state, plane, prog, nprog, nsc, DONE: tl.constex
     if PDL:
         tl.extra.cuda.gdc_wait()
     if _summing(state, SAME, OWN):
-        done = tl.load(state + DONE, volatile=True)  # polled from L2 by plain loads
+        # one atomic a poll (a program's one thread), a pause between: polls by every
+        # thread hammered the count's L2 slice (docs/decisions.md, 2026-11-28)
+        done = tl.atomic_add(state + DONE, 0, sem="acquire")
         while done < nsc:
-            done = tl.load(state + DONE, volatile=True)
-        tl.atomic_add(state + DONE, 0, sem="acquire")  # the programs' adds seen after it
+            done = tl.atomic_add(state + DONE, _nap(done) * 0, sem="acquire")
         p = tl.load(state, cache_modifier=".cg")
         bad = tl.load(state + 1, cache_modifier=".cg") != 0
         _sum_plane(acc, extra, out, plane, p, bad, prog, nprog, SAME, BLOCK, CP, FIT, True)
+
+
+@triton.jit
+def _nap(x):
+    # x, after a pause of up to 256 ns (between two polls of a waiting _sum program)
+    return tl.inline_asm_elementwise("nanosleep.u32 256; mov.b32 $0, $1;", "=r,r", [x],
+                                     dtype=tl.int32, is_pure=False, pack=1)
 
 
 @triton.jit
