@@ -66,11 +66,6 @@ def scatter_calls() -> None:
                                                                              dtype=dtype)
                 for partitions, hot in ((1, 0), (1, 16), (64, 16)):
                     narrow_index_add(self, idx, vals, partitions, hot=hot)
-                # _sum's programs in _scatter's grid: copies; the fp32 copy or own adds
-                narrow_index_add(self, idx, vals, 64, fused_sum=True)
-                if dtype != torch.float32:
-                    narrow_index_add(self, idx, vals, 1, fused_sum=True,
-                                     own_adds=32 if shape else 0)
                 if dtype != torch.float32 and shape == (16,):  # adds in the output's dtype
                     for hot in (0, 16):
                         narrow_index_add(self, idx, vals, 1, hot=hot, half_adds=True)

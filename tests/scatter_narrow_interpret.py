@@ -242,54 +242,6 @@ def column_blocks(g) -> None:
         assert "columns=48" in str(e), e
 
 
-def fused_sums(g) -> None:
-    """``_sum``'s programs at the end of ``_scatter``'s grid (``fused_sum``): copies, a
-    16-bit output through the fp32 copy, the plan's own-dtype adds, hot rows, a row's
-    column blocks in either launch order, against float64 and the separate ``_sum``; they
-    see every ``_scatter`` program done; an index out of range poisons; the copies go back
-    zero."""
-    H = 16
-    cases = (  # rows, width, n, dist, dtype, copies, keyword arguments
-        (300, 0, 5003, "uniform", torch.float32, 8, dict(per_address=1, min_copies=2)),
-        (57, 3, 1500, "hot", torch.float32, 4, dict(per_address=1, min_copies=2)),
-        (57, 3, 1500, "few", torch.float16, 1, {}),
-        (300, 4, 2003, "uniform", torch.float16, 1, dict(own_adds=32)),
-        (57, 16, 1500, "hot", torch.float16, 1, dict(own_adds=32)),
-        (40, 40, 1500, "uniform", torch.float32, 16, dict(columns=16, per_address=1,
-                                                         min_copies=2)),
-        (40, 40, 1500, "few", torch.bfloat16, 1, dict(columns=16)),  # 6 x 3 blocks
-    )
-    for rows, width, n, dist, dtype, copies, kw in cases:
-        shape = (rows, width) if width else (rows,)
-        base = torch.randn(shape, generator=g).to(dtype)
-        idx = indices(dist, rows, n, g)
-        vals = torch.randn((n, *shape[1:]), generator=g).to(dtype)
-        ref = base.double().index_add(0, idx, vals.double())
-        for launch_rows_first in (False, True):
-            with mock.patch.object(sn, "MAX_GRID_Y", 0 if launch_rows_first else sn.MAX_GRID_Y):
-                state = torch.full((state_numel(H),), -7, dtype=torch.int32)
-                got = narrow_index_add(base, idx, vals, copies, pair_sample=0, state=state,
-                                       fused_sum=True, **kw)
-                apart = narrow_index_add(base, idx, vals, copies, pair_sample=0, **kw)
-            err = float((got.double() - ref).norm() / ref.norm())
-            err_apart = float((apart.double() - ref).norm() / ref.norm())
-            assert got.dtype == dtype and err < TOL[dtype] and err <= 2 * err_apart + 1e-7, \
-                (shape, dist, dtype, copies, kw, err, err_apart)
-            if copies > 1:
-                assert state[0] > 1, (shape, dist, state)  # the case must sum copies
-            # the _scatter programs count themselves done where _sum waits for them
-            summing = state[0] > 1 or (dtype != torch.float32 and not
-                                       ("own_adds" in kw and state[4 + H] == 1))
-            assert (int(state[3 + H]) > 0) == summing, (shape, dist, dtype, state)
-            left = zeroed(torch.device("cpu"), (copies - 1) * base.numel())
-            assert not left.any(), f"{int(left.count_nonzero())} scratch elements left nonzero"
-            bad = idx.clone()
-            bad[n // 3] = rows
-            out = narrow_index_add(base, bad, vals, copies, pair_sample=0, fused_sum=True, **kw)
-            assert out.isnan().all(), (shape, dtype, "an index out of range must poison")
-            assert not zeroed(torch.device("cpu"), (copies - 1) * base.numel()).any()
-
-
 def scratch_left_zero(g) -> None:
     """The extra copies come zero from ``scatter_scratch`` and go back zero: after calls
     with many copies (read in steps, and up to 64 allowed, the few chosen in one tile),
@@ -427,7 +379,6 @@ def main() -> None:
     local_sums(g)
     column_blocks(g)
     scratch_left_zero(g)
-    fused_sums(g)
     out = narrow_index_add(torch.zeros(4, 2), torch.tensor([0, 1, 99]), torch.ones(3, 2), 2)
     assert out.isnan().all(), "an index out of range must poison the result"
     out = narrow_index_add(torch.zeros(4), torch.tensor([0, -9]), torch.ones(2), 1)

@@ -21,7 +21,6 @@ from commrt.fx.scatter_rule import (
     NARROW_PAIR_ROWS,
     NARROW_PAIR_SAMPLE,
     decide,
-    fused_sum,
     half_adds,
     local_blocks,
     local_sums,
@@ -326,13 +325,6 @@ def test_half_adds_only_for_half_rows_of_four_or_more_few_a_row_on_one_copy():
     assert not half_adds(1024, 100, 4096, 1, torch.bfloat16)  # ... of rows over 128 only
     assert not half_adds(65536, 100, 600_000, 1, torch.bfloat16)  # 9 a row
     assert not half_adds(4096, 2048, 8192, 1, torch.bfloat16)  # past ONE_COPY_ROW
-
-
-def test_fused_sum_for_fp32_single_values_and_own_adds():
-    assert fused_sum(1, torch.float32, 0)  # 1-D values and rows of 1
-    assert fused_sum(4, torch.bfloat16, 32) and fused_sum(16, torch.float16, 32)
-    assert not fused_sum(16, torch.float32, 0)  # short programs on copies lost
-    assert not fused_sum(1, torch.bfloat16, 0)  # ... converting a 16-bit output
 
 
 def test_own_adds_for_narrow_half_rows_past_half_adds_on_one_copy_of_a_modest_output():

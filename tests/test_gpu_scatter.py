@@ -395,54 +395,6 @@ def test_own_adds_against_float64(dtype, width, rows, n):
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("shape,rows,n,how", [
-    ((), 65_537, 1 << 22, "copies"),  # 1-D values, copies where they contend
-    ((16,), 1031, 262_147, "copies"),  # narrow rows, 16 copies on uniform indices
-    ((4,), 65_537, 1 << 20, "own"),  # 16-bit rows, own-dtype adds or the fp32 copy
-    ((1024,), 4099, 8191, "columns"),  # wide rows on one copy, four column blocks a row
-])
-def test_fused_sum_against_float64(dtype, shape, rows, n, how):
-    """The narrow kernels with ``_sum``'s programs at the end of ``_scatter``'s grid, eager
-    and in a CUDA graph, five calls each: every index distribution and index dtype against
-    float64, no worse than torch's own scatter; the copies' scratch left zero; an index out
-    of range poisons."""
-    from commrt.fx import scatter as pass_scatter
-    from commrt.fx import scatter_scratch
-    from commrt.fx.scatter_narrow import narrow_index_add
-    from commrt.fx.scatter_rule import ONE_COPY_HOT, ONE_COPY_HOT_MIN, OWN_ADDS
-
-    g = torch.Generator(device="cuda").manual_seed(rows + n)
-    width = shape[0] if shape else 1
-    memory = torch.cuda.get_device_properties(0).total_memory
-    copies, kw = pass_scatter.copies(rows, width, n, dtype, memory), {}
-    if how == "own":
-        copies = 1
-        kw = {"own_adds": OWN_ADDS} if dtype != torch.float32 else {}
-    elif how == "columns":
-        copies, kw = 1, {"columns": 256, "hot": ONE_COPY_HOT, "hot_min": ONE_COPY_HOT_MIN}
-    if copies == 1 and dtype == torch.float32:
-        pytest.skip("one fp32 copy is the output: no _sum step")
-
-    def call(base, i, vals):
-        return narrow_index_add(base, i, vals, copies, fused_sum=True,
-                                pdl=i.dtype == torch.int64, **kw)
-    for dist in ("uniform", "skewed", "hot"):
-        base, idx, vals, ref, scale = _case(dist, rows, n, shape, dtype, g)
-        torch_err = float((base.index_add(0, idx % rows, vals).double() - ref).norm() / scale)
-        for itype in (torch.int64, torch.int32):
-            for out in _eager_and_graph(call, (base, idx.to(itype), vals), 5):
-                err = float((out.double() - ref).norm() / scale)
-                assert out.dtype == dtype and err < max(TOL[dtype], 1.5 * torch_err), (
-                    dist, itype, err, torch_err)
-    torch.cuda.synchronize()
-    assert not any(b.any() for b in scatter_scratch._buffers.values())
-    idx[n // 2] = rows
-    assert call(base, idx, vals).isnan().all()
-
-
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("width,rows,n,copies", [(100, 1031, 41_947, 32), (100, 8, 40_009, 128),
                                                  (257, 1024, 16_001, 16), (1024, 8, 4099, 1)])
 @pytest.mark.parametrize("sum_pdl", [True, False])

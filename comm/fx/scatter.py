@@ -54,7 +54,6 @@ from .scatter_rule import (
     SPREAD_HOT_MIN,
     decide,
     few_rows,
-    fused_sum,
     half_adds,
     inductor_partitions,
     local_blocks,
@@ -104,8 +103,7 @@ def _partitioned_index_put(self: torch.Tensor, index: torch.Tensor, values: torc
                     switch = own_adds(rows, width, n, partitions, dtype) \
                         if self.dtype == dtype else 0
                     return narrow_index_add(*args, half_adds=own, pair_sample=pair_sample(rows),
-                                            own_adds=switch,
-                                            fused_sum=fused_sum(width, self.dtype, switch))
+                                            own_adds=switch)
                 if partitions == 1 and wide_on_one_copy(rows, width, n, dtype):
                     return narrow_index_add(*args, hot=ONE_COPY_HOT, hot_min=ONE_COPY_HOT_MIN,
                                             half_adds=own)

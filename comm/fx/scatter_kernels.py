@@ -170,47 +170,14 @@ def _scatter(acc, extra, idx, vals, state, n, rows, D: tl.constexpr, R: tl.const
 
 
 @triton.jit
-def _copies(extra, plane, offs, m, c0, p, T: tl.constexpr, BLOCK: tl.constexpr,
-            CG: tl.constexpr = False):
+def _copies(extra, plane, offs, m, c0, p, T: tl.constexpr, BLOCK: tl.constexpr):
     # the sum of extra copies c0 .. c0 + T - 1 (those under p - 1) at offs, left zero
-    # (CG: read from L2, for a caller in the grid that added them)
     c = (c0 + tl.arange(0, T)).to(tl.int64)
     at = extra + c[:, None] * plane + offs[None, :]
     cm = (c[:, None] < p - 1) & m[None, :]
-    if CG:
-        s = tl.sum(tl.load(at, mask=cm, other=0, cache_modifier=".cg"), axis=0)
-    else:
-        s = tl.sum(tl.load(at, mask=cm, other=0), axis=0)
+    s = tl.sum(tl.load(at, mask=cm, other=0), axis=0)
     tl.store(at, tl.zeros([T, BLOCK], tl.float32), mask=cm)
     return s
-
-
-@triton.jit
-def _sum_plane(acc, extra, out, plane, p, bad, prog, nprog, SAME: tl.constexpr,
-               BLOCK: tl.constexpr, CP: tl.constexpr, FIT: tl.constexpr,
-               CG: tl.constexpr = False):
-    # program prog of nprog: out := acc + the p - 1 extra copies (NaN where bad), BLOCK
-    # elements a step, CP copies a step (FIT > 0: at most FIT + 1 copies in one tile)
-    step = nprog.to(tl.int64) * BLOCK
-    for start in range(prog.to(tl.int64) * BLOCK, plane, step):
-        offs = start + tl.arange(0, BLOCK)
-        m = offs < plane
-        if CG:
-            x = tl.load(acc + offs, mask=m, other=0, cache_modifier=".cg")
-        else:
-            x = tl.load(acc + offs, mask=m, other=0)
-        if FIT > 0:
-            if p - 1 <= FIT:
-                if p > 1:
-                    x += _copies(extra, plane, offs, m, 0, p, FIT, BLOCK, CG)
-            else:
-                for c0 in range(0, p - 1, CP):
-                    x += _copies(extra, plane, offs, m, c0, p, CP, BLOCK, CG)
-        else:
-            for c0 in range(0, p - 1, CP):
-                x += _copies(extra, plane, offs, m, c0, p, CP, BLOCK, CG)
-        x = tl.where(bad, float("nan"), x)
-        tl.store(out + offs, x.to(out.dtype.element_ty), mask=m)
 
 
 @triton.jit
@@ -233,8 +200,23 @@ def _sum(acc, extra, out, state, plane, SAME: tl.constexpr, BLOCK: tl.constexpr,
     if OWN > 0:
         own = tl.load(state + OWN)
     if ((p > 1) | bad | (not SAME)) & (own == 0):
-        _sum_plane(acc, extra, out, plane, p, bad, tl.program_id(0), tl.num_programs(0),
-                   SAME, BLOCK, CP, FIT)
+        step = tl.num_programs(0).to(tl.int64) * BLOCK
+        for start in range(tl.program_id(0).to(tl.int64) * BLOCK, plane, step):
+            offs = start + tl.arange(0, BLOCK)
+            m = offs < plane
+            x = tl.load(acc + offs, mask=m, other=0)
+            if FIT > 0:
+                if p - 1 <= FIT:
+                    if p > 1:
+                        x += _copies(extra, plane, offs, m, 0, p, FIT, BLOCK)
+                else:
+                    for c0 in range(0, p - 1, CP):
+                        x += _copies(extra, plane, offs, m, c0, p, CP, BLOCK)
+            else:
+                for c0 in range(0, p - 1, CP):
+                    x += _copies(extra, plane, offs, m, c0, p, CP, BLOCK)
+            x = tl.where(bad, float("nan"), x)
+            tl.store(out + offs, x.to(out.dtype.element_ty), mask=m)
 
 
 SUM_PROGRAMS = 2048  # the most _sum programs (each loops over the plane)

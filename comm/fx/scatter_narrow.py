@@ -48,10 +48,10 @@ import torch
 import triton
 import triton.language as tl
 
-from commrt.dispatch.profile import has_pdl, sm_count
+from commrt.dispatch.profile import has_pdl
 from commrt.symm_mem.launch import cdiv, next_pow2
 
-from .scatter_kernels import SUM_PROGRAMS, _rows_of, _sum, _sum_plane, scatter_shape
+from .scatter_kernels import SUM_PROGRAMS, _rows_of, _sum, scatter_shape
 from .scatter_rule import (
     HOT,
     HOT_ADDS,
@@ -92,11 +92,6 @@ SUM_FIT = 32
 # slower; 1-D values ran up to 4% slower so, and keep four blocks of 1,024 on 4 warps.
 VALUE_BLOCKS = (1024, 4, 4)
 ROW_BLOCKS, ROW_BLOCKS_FROM = (4096, 1, 8), 4
-# _sum's programs in _scatter's grid (fused_sum): at most FUSED_SUM_PER_SM a multiprocessor,
-# so that the ones that wait can never take every slot from _scatter's; elements a step
-# (of at most FUSED_SUM_TILE // 64 copies together) a quarter of the separate _sum's, as
-# the programs share _scatter's registers
-FUSED_SUM_PER_SM, FUSED_SUM_TILE = 4, 2048
 LOCAL_SUB = 64  # the most rows a block for which _scatter sums rows that share an index
 MAX_GRID_Y = 65535  # CUDA's limit on a grid's second axis
 
@@ -224,12 +219,11 @@ def _init(self_ptr, acc, extra, idx, state, n, rows, plane, P: tl.constexpr,
           HOT_ADDS: tl.constexpr, HOT_SHARE: tl.constexpr, PER_ADDRESS: tl.constexpr,
           MIN_COPIES: tl.constexpr, SPREAD: tl.constexpr, BLOCK: tl.constexpr,
           WIDE: tl.constexpr, PDL: tl.constexpr, HALF_ADDS: tl.constexpr = False,
-          HD: tl.constexpr = 1, out=None, OWN_ADDS: tl.constexpr = 0,
-          COUNT: tl.constexpr = False):
+          HD: tl.constexpr = 1, out=None, OWN_ADDS: tl.constexpr = 0):
     # Program 0 makes the plan, every other program copies one block of self into acc.
     # OWN_ADDS > 0 (fp16/bf16, one copy): self is copied into out too, and the plan adds
     # in out's dtype (state[4 + H] = 1) where no row is hot and an address expects at
-    # most OWN_ADDS adds. COUNT: _scatter's programs count themselves done (FUSED).
+    # most OWN_ADDS adds.
     if PDL:  # _scatter's programs may start (they load values and indices, then wait)
         tl.extra.cuda.gdc_launch_dependents()
     pid = tl.program_id(0)
@@ -247,8 +241,6 @@ def _init(self_ptr, acc, extra, idx, state, n, rows, plane, P: tl.constexpr,
         if HALF_ADDS:  # the hot rows' fp32 sums, and the programs done
             tl.store(extra + tl.arange(0, HD), tl.zeros([HD], tl.float32))
             tl.store(state + 3 + H, 0)
-        if COUNT:
-            tl.store(state + 3 + H, 0)
     else:
         if WIDE:
             pid = pid.to(tl.int64)
@@ -265,97 +257,23 @@ def _scatter(acc, extra, idx, vals, state, n, rows, plane, D: tl.constexpr,
              DP: tl.constexpr, SUB: tl.constexpr, ITERS: tl.constexpr, P: tl.constexpr,
              WIDE: tl.constexpr, PDL: tl.constexpr, HALF_ADDS: tl.constexpr = False,
              H: tl.constexpr = 1, LOCAL: tl.constexpr = 0,
-             COLS_FIRST: tl.constexpr = False, out=None, OWN: tl.constexpr = False,
-             FUSED: tl.constexpr = False, nsc=0, gx=1, SAME: tl.constexpr = True,
-             SUM_BLOCK: tl.constexpr = 1, CP: tl.constexpr = 1, FIT: tl.constexpr = 0,
-             OWN_AT: tl.constexpr = 0):
+             COLS_FIRST: tl.constexpr = False, out=None, OWN: tl.constexpr = False):
     # D == 1 (1-D values) runs on 1-D blocks; wider rows on [SUB, DP] blocks, DP columns
-    # from the column block's * DP (a row wider than DP spans programs; COLS_FIRST: a row's
-    # column blocks launch one after another). PDL: launched while _init runs; the first
-    # block's values and indices (written before _init) load before waiting for it, the
-    # plan and the copies after. _sum may launch as soon as every program has started (it
-    # waits for them to finish). FUSED: a 1-D grid whose first nsc programs scatter (gx of
-    # them along the axis that launches first) and count themselves done in
-    # state[3 + H]; the rest are _sum's (SAME, SUM_BLOCK, CP, FIT, OWN_AT as its own
-    # arguments), which wait for that count where there is something to sum.
+    # from program_id(1) * DP (a row wider than DP spans programs; COLS_FIRST: the axes
+    # swapped, so that a row's column blocks launch one after another). PDL: launched
+    # while _init runs; the first block's values and indices (written before _init) load
+    # before waiting for it, the plan and the copies after. LOCAL > 0: rows of a block
+    # whose index LOCAL of its rows share are summed (in fp32) and added once. _sum may
+    # launch as soon as every program has started (it waits for them to finish). OWN:
+    # where the plan says so (state[4 + H]), add into out in its fp16/bf16 dtype instead.
     if PDL:
         tl.extra.cuda.gdc_launch_dependents()
-    if FUSED:
-        lin = tl.program_id(0)
-        if lin < nsc:
-            if COLS_FIRST:
-                pid = lin // gx
-                cb = lin % gx
-            else:
-                pid = lin % gx
-                cb = lin // gx
-            _scatter_blocks(acc, extra, idx, vals, state, n, rows, plane, pid, cb, D, DP,
-                            SUB, ITERS, P, WIDE, PDL, HALF_ADDS, H, LOCAL, out, OWN)
-            if _summing(state, SAME, OWN_AT):  # else no program waits for the count
-                tl.debug_barrier()  # every add of the program issued before it counts
-                tl.atomic_add(state + 3 + H, 1, sem="release")
-        else:
-            _sum_after(acc, extra, out, state, plane, lin - nsc, tl.num_programs(0) - nsc,
-                       nsc, 3 + H, SAME, SUM_BLOCK, CP, FIT, OWN_AT, PDL)
+    if COLS_FIRST:  # DP columns a program from program_id(0) * DP, rows on axis 1
+        pid = tl.program_id(1)
+        c = tl.program_id(0) * DP + tl.arange(0, DP)
     else:
-        if COLS_FIRST:
-            pid = tl.program_id(1)
-            cb = tl.program_id(0)
-        else:
-            pid = tl.program_id(0)
-            cb = tl.program_id(1)
-        _scatter_blocks(acc, extra, idx, vals, state, n, rows, plane, pid, cb, D, DP, SUB,
-                        ITERS, P, WIDE, PDL, HALF_ADDS, H, LOCAL, out, OWN)
-
-
-@triton.jit
-def _sum_after(acc, extra, out, state, plane, prog, nprog, nsc, DONE: tl.constexpr,
-               SAME: tl.constexpr, BLOCK: tl.constexpr, CP: tl.constexpr,
-               FIT: tl.constexpr, OWN: tl.constexpr, PDL: tl.constexpr):
-    # _sum as program prog of nprog in _scatter's grid: nothing to do where acc is out, the
-    # plan chose one copy (_scatter poisons acc itself) or the output's own dtype (OWN);
-    # else it waits until the nsc programs before it count themselves done at state[DONE]
-    if PDL:
-        tl.extra.cuda.gdc_wait()
-    if _summing(state, SAME, OWN):
-        # one atomic a poll (a program's one thread), a pause between: polls by every
-        # thread hammered the count's L2 slice (docs/decisions.md, 2026-11-28)
-        done = tl.atomic_add(state + DONE, 0, sem="acquire")
-        while done < nsc:
-            done = tl.atomic_add(state + DONE, _nap(done) * 0, sem="acquire")
-        p = tl.load(state, cache_modifier=".cg")
-        bad = tl.load(state + 1, cache_modifier=".cg") != 0
-        _sum_plane(acc, extra, out, plane, p, bad, prog, nprog, SAME, BLOCK, CP, FIT, True)
-
-
-@triton.jit
-def _nap(x):
-    # x, after a pause of up to 256 ns (between two polls of a waiting _sum program)
-    return tl.inline_asm_elementwise("nanosleep.u32 256; mov.b32 $0, $1;", "=r,r", [x],
-                                     dtype=tl.int32, is_pure=False, pack=1)
-
-
-@triton.jit
-def _summing(state, SAME: tl.constexpr, OWN: tl.constexpr):
-    # whether the plan leaves _sum something to do: copies, or an output that is not acc
-    # (OWN > 0: unless state[OWN] says that _scatter added into it)
-    p = tl.load(state, cache_modifier=".cg")
-    own = 0
-    if OWN > 0:
-        own = tl.load(state + OWN, cache_modifier=".cg")
-    return ((p > 1) | (not SAME)) & (own == 0)
-
-
-@triton.jit
-def _scatter_blocks(acc, extra, idx, vals, state, n, rows, plane, pid, cb, D: tl.constexpr,
-                    DP: tl.constexpr, SUB: tl.constexpr, ITERS: tl.constexpr,
-                    P: tl.constexpr, WIDE: tl.constexpr, PDL: tl.constexpr,
-                    HALF_ADDS: tl.constexpr, H: tl.constexpr, LOCAL: tl.constexpr, out,
-                    OWN: tl.constexpr):
-    # _scatter's blocks pid * ITERS ... of column block cb. LOCAL > 0: rows of a block
-    # whose index LOCAL of its rows share are summed (in fp32) and added once. OWN: where
-    # the plan says so (state[4 + H]), add into out in its fp16/bf16 dtype instead.
-    c = cb * DP + tl.arange(0, DP)
+        pid = tl.program_id(0)
+        c = tl.program_id(1) * DP + tl.arange(0, DP)
     cm = c < D
     bad_any = tl.zeros([SUB], tl.int32)
     for it in tl.static_range(ITERS):
@@ -480,8 +398,7 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
                      state: torch.Tensor | None = None, pdl: bool = True,
                      spread: int = NARROW_SPREAD, pair_sample: int = NARROW_PAIR_SAMPLE,
                      half_adds: bool = False, local: int = 0,
-                     columns: int = 0, warps: int = 0, own_adds: int = 0,
-                     fused_sum: bool = False) -> torch.Tensor:
+                     columns: int = 0, warps: int = 0, own_adds: int = 0) -> torch.Tensor:
     """``self.index_add(0, index, values)`` (a new tensor) with the scheme above.
 
     ``self`` and ``values`` contiguous, of one of ``DTYPES``, rows of at most
@@ -506,10 +423,7 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
     ``warps``: of a ``_scatter`` program (0: ``ROW_BLOCKS``'s or ``VALUE_BLOCKS``');
     ``own_adds``: fp16/bf16 values and output, one copy, not ``half_adds``: where the plan
     finds no hot row and at most this many adds an address, add in the output's dtype
-    straight into it (``_sum`` then does nothing), else through the fp32 copy (0: always);
-    ``fused_sum``: ``_sum``'s work done by up to ``FUSED_SUM_PER_SM`` programs a
-    multiprocessor at the end of ``_scatter``'s grid (no third launch), which wait for
-    ``_scatter``'s programs only where there is something to sum.
+    straight into it (``_sum`` then does nothing), else through the fp32 copy (0: always).
     """
     rows, n, D = scatter_shape(self, index, values, partitions, DTYPES, "narrow_index_add")
     if hot and NARROW_SAMPLE // hot_min > hot:
@@ -568,19 +482,11 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
     wide = max(n * D, partitions * plane) >= 1 << 31
     pdl = pdl and has_pdl(self.device)
     blk = HALF_BLOCK if half_adds else BLOCK
-    summed = partitions > 1 or not (same or half_adds)  # a _sum step
-    fused = fused_sum and summed and n > 0
     _init[(1 + cdiv(plane, blk),)](self, acc, extra, index, state, n, rows, plane, **plan,
                                    BLOCK=blk, WIDE=wide, PDL=pdl, HALF_ADDS=half_adds, HD=HD,
-                                   out=out, OWN_ADDS=own_adds, COUNT=fused,
+                                   out=out, OWN_ADDS=own_adds,
                                    num_warps=INIT_WARPS_ONE if W == NARROW_SAMPLE and
                                    plane < ONE_SAMPLE_PLANE else INIT_WARPS)
-    # _sum: up to SUM_COPIES copies a step, so that a plane of a few thousand elements
-    # still has enough programs and loads in flight
-    cp = min(partitions, SUM_COPIES)
-    sum_block = BLOCK if partitions == 1 else max(64, SUM_TILE // cp)
-    sum_args = dict(SAME=same, CP=cp, FIT=SUM_FIT if cp > SUM_FIT else 0,
-                    OWN=4 + H if own_adds else 0)
     if n:
         grid = (cdiv(n, sub * iters), cdiv(D, DP))
         # a row's column blocks next to each other in launch order where the rows' programs
@@ -588,23 +494,20 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
         cols_first = grid[1] > 1 and grid[0] <= MAX_GRID_Y
         if cols_first:
             grid = grid[::-1]
-        fuse = {}
-        if fused:  # _sum's programs after _scatter's, in one 1-D grid
-            fcp = min(cp, FUSED_SUM_TILE // 64)
-            sum_block = FUSED_SUM_TILE // fcp if partitions > 1 else FUSED_SUM_TILE
-            sms = sm_count(self.device) or 1
-            fuse = dict(FUSED=True, nsc=grid[0] * grid[1], gx=grid[0], SUM_BLOCK=sum_block,
-                        SAME=same, CP=fcp, FIT=0, OWN_AT=sum_args["OWN"])
-            grid = (grid[0] * grid[1] + min(cdiv(plane, sum_block), FUSED_SUM_PER_SM * sms),)
         _scatter[grid](acc, extra, index, values, state, n, rows, plane, D=D, DP=DP, SUB=sub,
                        ITERS=iters, P=partitions, WIDE=wide, PDL=pdl, HALF_ADDS=half_adds,
                        H=H, LOCAL=local, COLS_FIRST=cols_first, num_warps=warps,
-                       out=out, OWN=own_adds > 0, **fuse,
+                       out=out, OWN=own_adds > 0,
                        **({"launch_pdl": True} if pdl else {}))
-    if summed and not fused:
-        _sum[(min(cdiv(plane, sum_block), SUM_PROGRAMS),)](acc, extra, out, state, plane,
-                                                           BLOCK=sum_block, PDL=pdl,
-                                                           num_warps=4, **sum_args,
-                                                           **({"launch_pdl": True}
-                                                              if pdl else {}))
+    if partitions > 1 or not (same or half_adds):
+        # up to SUM_COPIES copies a step: a plane of a few thousand elements still has
+        # enough programs and loads in flight
+        cp = min(partitions, SUM_COPIES)
+        blk = BLOCK if partitions == 1 else max(64, SUM_TILE // cp)
+        _sum[(min(cdiv(plane, blk), SUM_PROGRAMS),)](acc, extra, out, state, plane, SAME=same,
+                                                     BLOCK=blk, CP=cp, PDL=pdl,
+                                                     FIT=SUM_FIT if cp > SUM_FIT else 0,
+                                                     OWN=4 + H if own_adds else 0,
+                                                     num_warps=4,
+                                                     **({"launch_pdl": True} if pdl else {}))
     return out

@@ -214,17 +214,6 @@ HALF_ADDS_ROW, HALF_ADDS_PER_ROW = 4, 8
 # fp32 copy alone, where fp16 adds took 81 µs against 49. A sample of 64 with one equal
 # pair puts uniform indices on the fp32 copy (on 65,536 rows, about 1 index set in 30).
 OWN_ADDS, OWN_ADDS_PLANE = 32, 1 << 22
-# The narrow kernels' _sum as programs at the end of _scatter's grid (fused_sum: two
-# launches, not three) for fp32 single values where copies are allowed and for own_adds:
-# where the plan leaves _sum nothing to do it costs nothing, where _sum must wait for every
-# _scatter program each counts itself done after its adds land. On one H200
-# (benchmarks/results/probe_fused_sum_NVIDIA_H200.json, d19ca81), µs against the separate
-# launch: fp32 1-D values into 65,536 rows 54.4 / 120.5 / 36.3 against 55.6 / 125.2 / 37.3
-# uniform / skewed / hot (Inductor 52.7 uniform); bf16 rows of 4 into 65,536 rows 15.3 /
-# 49.7 against 16.2 / 49.0 uniform / skewed, rows of 16 into 16,384 rows 8.3 against 8.5.
-# Short programs lost, on copies or converting a 16-bit output: fp32 rows of 16 into 1,024
-# rows 19.2 / 32.0 against 11.6 / 23.0 uniform / skewed, bf16 1-D values into 65,536 rows
-# 60.2 against 57.5.
 # ... and so, with hot rows as ``one_copy``'s, rows of up to ONE_COPY_ROW on outputs of
 # ONE_COPY_PLANE elements or more (half_copy), fewer indices than rows included: there is
 # no fp32 copy of the output, and the plan hides behind the copy of it. On one H200
@@ -353,13 +342,6 @@ def own_adds(rows: int, width: int, n: int, partitions: int, dtype: torch.dtype)
             rows * width < OWN_ADDS_PLANE and not half_adds(rows, width, n, partitions, dtype)):
         return OWN_ADDS
     return 0
-
-
-def fused_sum(width: int, dtype: torch.dtype, own: int) -> bool:
-    """Whether the narrow kernels run ``_sum`` in ``_scatter``'s grid: single values
-    (``width`` 1) into an fp32 output (``dtype``), and rows the plan may add in their dtype
-    (``own``: ``own_adds``' answer)."""
-    return own > 0 or (width == 1 and dtype == torch.float32)
 
 
 def half_copy(rows: int, width: int, n: int, dtype: torch.dtype) -> bool:
