@@ -5,8 +5,8 @@ The interpreter runs the kernels' Python on the CPU but never lowers them, so co
 only the GPU compiler refuses (types, layouts, inline PTX) would pass it. Here the
 callers run on CPU tensors with ``JITFunction.run`` recording instead of launching; each
 distinct specialisation is then compiled to a cubin for ``GPUTarget("cuda", 90, 32)``
-in the GPU flavour (``TIMER`` on, and ``PDL`` where a kernel takes it). Prints
-``ok N specialisations of K kernels: NAMES``.
+in the GPU flavour (``TIMER`` on, and ``PDL``, ``TRIGGER`` and ``EARLY`` where a kernel
+takes them). Prints ``ok N specialisations of K kernels: NAMES``.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from triton.runtime.jit import JITFunction, mangle_type
 assert os.environ.get("TRITON_INTERPRET", "0") in ("", "0"), "run without TRITON_INTERPRET"
 
 TARGET = GPUTarget("cuda", 90, 32)
-GPU_FLAVOUR = {"TIMER": True, "PDL": True}
+GPU_FLAVOUR = {"TIMER": True, "PDL": True, "TRIGGER": True, "EARLY": True}
 OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg", "launch_pdl")
 calls: list = []
 

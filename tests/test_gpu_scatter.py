@@ -439,6 +439,28 @@ def test_narrow_index_out_of_range_poisons():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("early", [True, False])
+def test_index_out_of_range_poisons_where_sum_has_nothing_to_do(early):
+    """Distinct indices with copies allowed: the plan picks one fp32 copy, so that ``_sum``
+    returns at once (``sum_early``) and ``_scatter`` must poison the output itself; narrow
+    and wide rows, and the same calls with a ``_sum`` that waits."""
+    from commrt.fx.scatter_kernels import partitioned_index_add
+    from commrt.fx.scatter_narrow import narrow_index_add, state_numel
+
+    rows, n = 1 << 15, 20_011
+    idx = torch.randperm(rows, device="cuda")[:n]
+    idx[7_777] = rows
+    for width, call, numel in ((3, narrow_index_add, state_numel()),
+                               (100, partitioned_index_add, 3)):
+        state = torch.zeros(numel, device="cuda", dtype=torch.int32)
+        out = call(torch.zeros(rows, width, device="cuda"), idx,
+                   torch.ones(n, width, device="cuda"), 8, state=state, sum_early=early)
+        assert state[0].item() == 1, (width, state[:3].tolist())  # one copy
+        assert out.isnan().all(), width
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("width", [0, 3, 100])  # 1-D and narrow: narrow kernels; 100: wide
 def test_infinities_and_nans_stay_in_their_rows(width):
     """An inf and a NaN among contended values (wide rows combined by a product, narrow

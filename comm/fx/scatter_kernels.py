@@ -125,12 +125,14 @@ def _rows_of(idx, r, n, rows, WIDE: tl.constexpr):
 @triton.jit
 def _scatter(acc, extra, idx, vals, state, n, rows, D: tl.constexpr, R: tl.constexpr,
              BD: tl.constexpr, LEADERS: tl.constexpr, PARTS: tl.constexpr,
-             WIDE: tl.constexpr, PDL: tl.constexpr, TRIGGER: tl.constexpr = False):
+             WIDE: tl.constexpr, PDL: tl.constexpr, TRIGGER: tl.constexpr = False,
+             EARLY: tl.constexpr = False):
     # D is a compile-time constant; offsets are int32 unless an operand holds 2**31
     # elements or more (WIDE). LEADERS < 0: never combine. PDL: launched while _prepare
     # runs; the indices load (written before it) before waiting for it. TRIGGER: _sum, a
-    # programmatic dependent, may launch once every program has started.
-    if TRIGGER:
+    # programmatic dependent, may launch once every program has started (EARLY: once
+    # every program has seen the plan, and an index out of range poisons acc here).
+    if TRIGGER and not EARLY:
         tl.extra.cuda.gdc_launch_dependents()
     pid = tl.program_id(0)
     j = tl.arange(0, R)
@@ -143,7 +145,15 @@ def _scatter(acc, extra, idx, vals, state, n, rows, D: tl.constexpr, R: tl.const
     first = ok & (tl.max((same & (j[None, :] < j[:, None])).to(tl.int32), axis=1) == 0)
     if PDL:
         tl.extra.cuda.gdc_wait()
+    if TRIGGER and EARLY:
+        tl.extra.cuda.gdc_launch_dependents()
     tl.store(state + 1 + 0 * r, 1, mask=bad)
+    if EARLY:
+        if tl.max(bad.to(tl.int32)) > 0:  # NaN plus anything added before or after is NaN
+            for start in range(0, rows * D, 1024):
+                offs = start + tl.arange(0, 1024)
+                tl.store(acc + offs, tl.full([1024], float("nan"), tl.float32),
+                         mask=offs < rows * D)
     part = (pid + j) & (tl.load(state) - 1)  # p is a power of two
     dst = tl.where(part == 0, acc + i * D, extra + ((part - 1) * rows + i) * D)
     combine = False  # unused code is dropped when LEADERS < 0
@@ -183,7 +193,7 @@ def _copies(extra, plane, offs, m, c0, p, T: tl.constexpr, BLOCK: tl.constexpr):
 @triton.jit
 def _sum(acc, extra, out, state, plane, SAME: tl.constexpr, BLOCK: tl.constexpr,
          CP: tl.constexpr, PDL: tl.constexpr = False, FIT: tl.constexpr = 0,
-         OWN: tl.constexpr = 0):
+         OWN: tl.constexpr = 0, EARLY: tl.constexpr = False):
     # out := acc + the p - 1 extra copies (NaN where state[1] flags an index out of range);
     # nothing to do where acc is out and p == 1 (a capped grid, so that doing nothing costs
     # little). CP copies a step, so that up to 127 copies are read with enough loads in
@@ -191,7 +201,24 @@ def _sum(acc, extra, out, state, plane, SAME: tl.constexpr, BLOCK: tl.constexpr,
     # [FIT, BLOCK] tile instead. The extra copies read are left zero (scatter_scratch).
     # Also the narrow kernels' last step (their state starts with p and the flag). PDL:
     # launched while _scatter runs, it waits for it before reading anything. OWN > 0:
-    # nothing to do where state[OWN] says the narrow _scatter added into out.
+    # nothing to do where state[OWN] says the narrow _scatter added into out. EARLY (PDL,
+    # and _scatter's programs let _sum launch only once the plan is done): where the plan
+    # leaves nothing to do, return without waiting for _scatter (which then poisons the
+    # output itself); the stream's next launch still waits for _scatter
+    # (tests/test_gpu_pdl_order.py).
+    go = True
+    if EARLY:  # the plan is there (see above): return without waiting where it leaves nothing
+        go = (tl.load(state, cache_modifier=".cg") > 1) | (not SAME)
+        if OWN > 0:
+            go = go & (tl.load(state + OWN, cache_modifier=".cg") == 0)
+    if go:
+        _sum_wait_and_add(acc, extra, out, state, plane, SAME, BLOCK, CP, PDL, FIT, OWN)
+
+
+@triton.jit
+def _sum_wait_and_add(acc, extra, out, state, plane, SAME: tl.constexpr, BLOCK: tl.constexpr,
+                      CP: tl.constexpr, PDL: tl.constexpr, FIT: tl.constexpr,
+                      OWN: tl.constexpr):
     if PDL:
         tl.extra.cuda.gdc_wait()
     p = tl.load(state)
@@ -246,14 +273,15 @@ def partitioned_index_add(self: torch.Tensor, index: torch.Tensor, values: torch
                           partitions: int, per_address: int = PER_ADDRESS,
                           min_copies: int = MIN_COPIES, leaders: int = LEADERS,
                           state: torch.Tensor | None = None,
-                          sum_pdl: bool = True) -> torch.Tensor:
+                          sum_pdl: bool = True, sum_early: bool = True) -> torch.Tensor:
     """``self.index_add(0, index, values)`` (a new tensor) with the scheme above.
 
     ``self`` and ``values`` contiguous floating tensors, ``values`` shaped
     ``[len(index), *self.shape[1:]]``; ``state``: int32 ``[3]`` on the device to hold the
     plan (copies, error, whether programs may combine rows), for a caller that reads it;
     ``sum_pdl``: launch ``_sum`` as a programmatic dependent of ``_scatter`` where the GPU
-    has it (False: a plain launch).
+    has it (False: a plain launch); ``sum_early``: that ``_sum`` returns without waiting
+    where the plan left nothing to sum.
     """
     rows, n, D = scatter_shape(self, index, values, partitions, tuple(PARTS),
                                "partitioned_index_add")
@@ -278,12 +306,15 @@ def partitioned_index_add(self: torch.Tensor, index: torch.Tensor, values: torch
     # benchmarks/results/probe_sum_grid_NVIDIA_H200.json: fp32 rows of 100 into 1,024
     # rows, uniform, 10.9 against 11.2 µs)
     sum_pdl = pdl and sum_pdl
+    early = sum_pdl and sum_early
     if n * D:
         wide = max(n * D, partitions * plane) >= 1 << 31
         _scatter[(cdiv(n, cfg["R"]),)](acc, extra, index, values, state, n, rows,
-                                       WIDE=wide, PDL=pdl, TRIGGER=sum_pdl, num_warps=4, **cfg,
+                                       WIDE=wide, PDL=pdl, TRIGGER=sum_pdl, EARLY=early,
+                                       num_warps=4, **cfg,
                                        **({"launch_pdl": True} if pdl else {}))
     _sum[(min(cdiv(plane, 256), SUM_PROGRAMS),)](acc, extra, out, state, plane, SAME=same,
                                                  BLOCK=256, CP=16, PDL=sum_pdl,
+                                                 EARLY=early and n * D > 0,
                                                  **({"launch_pdl": True} if sum_pdl else {}))
     return out

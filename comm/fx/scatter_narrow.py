@@ -257,16 +257,19 @@ def _scatter(acc, extra, idx, vals, state, n, rows, plane, D: tl.constexpr,
              DP: tl.constexpr, SUB: tl.constexpr, ITERS: tl.constexpr, P: tl.constexpr,
              WIDE: tl.constexpr, PDL: tl.constexpr, HALF_ADDS: tl.constexpr = False,
              H: tl.constexpr = 1, LOCAL: tl.constexpr = 0,
-             COLS_FIRST: tl.constexpr = False, out=None, OWN: tl.constexpr = False):
+             COLS_FIRST: tl.constexpr = False, out=None, OWN: tl.constexpr = False,
+             EARLY: tl.constexpr = False):
     # D == 1 (1-D values) runs on 1-D blocks; wider rows on [SUB, DP] blocks, DP columns
     # from program_id(1) * DP (a row wider than DP spans programs; COLS_FIRST: the axes
     # swapped, so that a row's column blocks launch one after another). PDL: launched
     # while _init runs; the first block's values and indices (written before _init) load
     # before waiting for it, the plan and the copies after. LOCAL > 0: rows of a block
     # whose index LOCAL of its rows share are summed (in fp32) and added once. _sum may
-    # launch as soon as every program has started (it waits for them to finish). OWN:
-    # where the plan says so (state[4 + H]), add into out in its fp16/bf16 dtype instead.
-    if PDL:
+    # launch as soon as every program has started (it waits for them to finish; EARLY:
+    # as soon as every program has seen the plan, so that _sum may read it without
+    # waiting). OWN: where the plan says so (state[4 + H]), add into out in its fp16/bf16
+    # dtype instead.
+    if PDL and not EARLY:
         tl.extra.cuda.gdc_launch_dependents()
     if COLS_FIRST:  # DP columns a program from program_id(0) * DP, rows on axis 1
         pid = tl.program_id(1)
@@ -295,6 +298,8 @@ def _scatter(acc, extra, idx, vals, state, n, rows, plane, D: tl.constexpr,
         if it == 0:
             if PDL:
                 tl.extra.cuda.gdc_wait()
+                if EARLY:
+                    tl.extra.cuda.gdc_launch_dependents()
             p = 1
             if P > 1:
                 p = tl.load(state)
@@ -398,7 +403,8 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
                      state: torch.Tensor | None = None, pdl: bool = True,
                      spread: int = NARROW_SPREAD, pair_sample: int = NARROW_PAIR_SAMPLE,
                      half_adds: bool = False, local: int = 0,
-                     columns: int = 0, warps: int = 0, own_adds: int = 0) -> torch.Tensor:
+                     columns: int = 0, warps: int = 0, own_adds: int = 0,
+                     sum_early: bool = True) -> torch.Tensor:
     """``self.index_add(0, index, values)`` (a new tensor) with the scheme above.
 
     ``self`` and ``values`` contiguous, of one of ``DTYPES``, rows of at most
@@ -423,7 +429,9 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
     ``warps``: of a ``_scatter`` program (0: ``ROW_BLOCKS``'s or ``VALUE_BLOCKS``');
     ``own_adds``: fp16/bf16 values and output, one copy, not ``half_adds``: where the plan
     finds no hot row and at most this many adds an address, add in the output's dtype
-    straight into it (``_sum`` then does nothing), else through the fp32 copy (0: always).
+    straight into it (``_sum`` then does nothing), else through the fp32 copy (0: always);
+    ``sum_early``: with ``pdl``, ``_sum`` returns without waiting for ``_scatter`` where the
+    plan left it nothing to do.
     """
     rows, n, D = scatter_shape(self, index, values, partitions, DTYPES, "narrow_index_add")
     if hot and NARROW_SAMPLE // hot_min > hot:
@@ -487,6 +495,7 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
                                    out=out, OWN_ADDS=own_adds,
                                    num_warps=INIT_WARPS_ONE if W == NARROW_SAMPLE and
                                    plane < ONE_SAMPLE_PLANE else INIT_WARPS)
+    early = pdl and sum_early and n > 0
     if n:
         grid = (cdiv(n, sub * iters), cdiv(D, DP))
         # a row's column blocks next to each other in launch order where the rows' programs
@@ -497,7 +506,7 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
         _scatter[grid](acc, extra, index, values, state, n, rows, plane, D=D, DP=DP, SUB=sub,
                        ITERS=iters, P=partitions, WIDE=wide, PDL=pdl, HALF_ADDS=half_adds,
                        H=H, LOCAL=local, COLS_FIRST=cols_first, num_warps=warps,
-                       out=out, OWN=own_adds > 0,
+                       out=out, OWN=own_adds > 0, EARLY=early,
                        **({"launch_pdl": True} if pdl else {}))
     if partitions > 1 or not (same or half_adds):
         # up to SUM_COPIES copies a step: a plane of a few thousand elements still has
@@ -508,6 +517,6 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
                                                      BLOCK=blk, CP=cp, PDL=pdl,
                                                      FIT=SUM_FIT if cp > SUM_FIT else 0,
                                                      OWN=4 + H if own_adds else 0,
-                                                     num_warps=4,
+                                                     EARLY=early, num_warps=4,
                                                      **({"launch_pdl": True} if pdl else {}))
     return out

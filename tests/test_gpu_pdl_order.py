@@ -1,0 +1,69 @@
+"""A programmatic dependent that returns without waiting for its primary still holds back
+the stream's next launch until the primary is done.
+
+The scatter kernels' ``_sum`` (a programmatic dependent of ``_scatter``) returns at once,
+without ``griddepcontrol.wait``, where the plan leaves it nothing to do; the output is then
+complete only if the op after it still waits for ``_scatter``. Here the primary spins for
+``SPIN_NS`` before it writes a flag, the dependent returns at once, and a copy of the flag
+follows: eager and in a CUDA graph, every copy must see its own call's flag.
+"""
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+
+from commrt.dispatch.profile import has_pdl
+from commrt.symm_mem.signals import now
+
+SPIN_NS = 50_000
+CALLS = 16
+
+
+@triton.jit
+def _primary(flag, value, NS: tl.constexpr):
+    tl.extra.cuda.gdc_launch_dependents()
+    t0 = now(True)
+    while now(True) - t0 < NS:
+        pass
+    tl.store(flag, value)
+
+
+@triton.jit
+def _dependent(flag, skip):
+    if tl.load(skip) == 0:  # never: the dependent neither waits nor writes
+        tl.store(flag, -1)
+
+
+def _calls(flag, skip, seen):
+    for k in range(CALLS):
+        _primary[(1,)](flag, k + 1, NS=SPIN_NS)
+        _dependent[(4,)](flag, skip, launch_pdl=True)
+        seen[k].copy_(flag[0])
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available() or not has_pdl(torch.device("cuda")),
+                    reason="needs a CUDA GPU with programmatic dependent launch (sm90+)")
+def test_next_launch_waits_for_the_primary_eager_and_in_graph():
+    flag = torch.zeros(1, device="cuda", dtype=torch.int32)
+    skip = torch.ones(1, device="cuda", dtype=torch.int32)
+    want = torch.arange(1, CALLS + 1, device="cuda", dtype=torch.int32)
+    seen = torch.zeros(CALLS, device="cuda", dtype=torch.int32)
+    _calls(flag, skip, seen)  # eager (and compiles the kernels)
+    torch.cuda.synchronize()
+    assert torch.equal(seen, want), f"eager: the copies saw {seen.tolist()}"
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        _calls(flag, skip, seen)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        _calls(flag, skip, seen)
+    for _ in range(3):
+        flag.zero_()
+        seen.zero_()
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(seen, want), f"graph: the copies saw {seen.tolist()}"
