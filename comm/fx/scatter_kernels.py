@@ -306,7 +306,7 @@ def partitioned_index_add(self: torch.Tensor, index: torch.Tensor, values: torch
     # benchmarks/results/probe_sum_grid_NVIDIA_H200.json: fp32 rows of 100 into 1,024
     # rows, uniform, 10.9 against 11.2 µs)
     sum_pdl = pdl and sum_pdl
-    early = sum_pdl and sum_early
+    early = sum_pdl and sum_early and same and n * D > 0  # else _sum always has work
     if n * D:
         wide = max(n * D, partitions * plane) >= 1 << 31
         _scatter[(cdiv(n, cfg["R"]),)](acc, extra, index, values, state, n, rows,
@@ -315,6 +315,6 @@ def partitioned_index_add(self: torch.Tensor, index: torch.Tensor, values: torch
                                        **({"launch_pdl": True} if pdl else {}))
     _sum[(min(cdiv(plane, 256), SUM_PROGRAMS),)](acc, extra, out, state, plane, SAME=same,
                                                  BLOCK=256, CP=16, PDL=sum_pdl,
-                                                 EARLY=early and n * D > 0,
+                                                 EARLY=early,
                                                  **({"launch_pdl": True} if sum_pdl else {}))
     return out

@@ -495,7 +495,9 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
                                    out=out, OWN_ADDS=own_adds,
                                    num_warps=INIT_WARPS_ONE if W == NARROW_SAMPLE and
                                    plane < ONE_SAMPLE_PLANE else INIT_WARPS)
-    early = pdl and sum_early and n > 0
+    # ... only where _sum may have nothing to do (fp32 output, or the plan's own dtype)
+    has_sum = partitions > 1 or not (same or half_adds)
+    early = pdl and sum_early and n > 0 and has_sum and (same or own_adds > 0)
     if n:
         grid = (cdiv(n, sub * iters), cdiv(D, DP))
         # a row's column blocks next to each other in launch order where the rows' programs
@@ -508,7 +510,7 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
                        H=H, LOCAL=local, COLS_FIRST=cols_first, num_warps=warps,
                        out=out, OWN=own_adds > 0, EARLY=early,
                        **({"launch_pdl": True} if pdl else {}))
-    if partitions > 1 or not (same or half_adds):
+    if has_sum:
         # up to SUM_COPIES copies a step: a plane of a few thousand elements still has
         # enough programs and loads in flight
         cp = min(partitions, SUM_COPIES)
