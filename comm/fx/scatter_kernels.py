@@ -20,7 +20,9 @@ Three launches, no host sync:
    still plans; and ``_sum`` as one of it.
 3. ``_sum`` (a no-op where copy 0 is the output and ``p == 1``): the output := sum of the
    ``p`` copies, in the output's dtype, leaving the extra copies zero; an index out of
-   range poisons it with NaN (the plain op would raise a device-side assert).
+   range poisons it with NaN (the plain op would raise a device-side assert). Where the
+   output is fp32, ``_scatter``'s programs let it launch once they have seen the plan, it
+   returns without waiting where ``p == 1``, and ``_scatter`` poisons copy 0 itself.
 """
 
 import torch

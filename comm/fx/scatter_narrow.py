@@ -32,7 +32,9 @@ Two or three launches, no host sync; the plan is made on the GPU from the indice
    indices load while program 0 still plans.
 3. ``scatter_kernels._sum`` (only where ``P > 1`` or the output is not fp32): output :=
    ``acc`` plus the ``p - 1`` extra copies, in the output's dtype; it leaves the copies
-   it read zero. On sm90+ a programmatic dependent of ``_scatter``.
+   it read zero. On sm90+ a programmatic dependent of ``_scatter``, which lets it launch
+   once every program has seen the plan where it may have nothing to do (an fp32 output,
+   or ``OWN_ADDS``): it then reads the plan and returns without waiting.
 
 With ``HALF_ADDS`` (fp16/bf16, one copy) ``acc`` is the output in its own dtype: ``_init``
 copies ``self`` into it, ``_scatter`` adds the values with atomics of that dtype (as
