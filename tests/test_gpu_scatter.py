@@ -182,6 +182,33 @@ def _eager_and_graph(fn, args: tuple, calls: int) -> list:
     return outs
 
 
+def _checked_cases(call, dtype, rows: int, n: int, width: int, g, state_entries: int = 0,
+                   check_state=None) -> list:
+    """``call(base, idx, vals[, state])`` checked against float64 for each index
+    distribution, with int64 and int32 indices (``_eager_and_graph``, three calls each),
+    no worse than torch's own scatter; returns each distribution's ``(dist, base, idx,
+    vals)``. ``state_entries``: a fresh int32 ``state`` of that many entries a call (0:
+    none), handed with the distribution and the indices to ``check_state(dist, idx,
+    state)``."""
+    tol, cases = TOL[dtype], []
+    for dist in ("uniform", "skewed", "hot"):
+        base, idx, vals, ref, scale = _case(dist, rows, n, (width,), dtype, g)
+        torch_err = float((base.index_add(0, idx % rows, vals).double() - ref).norm() / scale)
+        for itype in (torch.int64, torch.int32):
+            args = (base, idx.to(itype), vals)
+            if state_entries:
+                state = torch.empty(state_entries, device="cuda", dtype=torch.int32)
+                args += (state,)
+            for out in _eager_and_graph(call, args, 3):
+                err = float((out.double() - ref).norm() / scale)
+                assert out.dtype == dtype and err < max(tol, 1.5 * torch_err), (
+                    dist, itype, err, torch_err)
+            if check_state is not None:
+                check_state(dist, idx, state)
+        cases.append((dist, base, idx, vals))
+    return cases
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
@@ -288,26 +315,19 @@ def test_one_copy_wide_rows_against_float64(dtype, width, n):
 
     g = torch.Generator(device="cuda").manual_seed(width + n)
     rows = 4099
-    tol = TOL[dtype]
 
     def call(base, i, vals, state=None):
         return narrow_index_add(base, i, vals, 1, hot=ONE_COPY_HOT, hot_min=ONE_COPY_HOT_MIN,
                                 state=state, pdl=i.dtype == torch.int64,
                                 half_adds=dtype != torch.float32)
-    for dist in ("uniform", "skewed", "hot"):
-        base, idx, vals, ref, scale = _case(dist, rows, n, (width,), dtype, g)
-        torch_err = float((base.index_add(0, idx % rows, vals).double() - ref).norm() / scale)
-        for itype in (torch.int64, torch.int32):
-            i = idx.to(itype)
-            state = torch.empty(state_numel(ONE_COPY_HOT), device="cuda", dtype=torch.int32)
-            for out in _eager_and_graph(call, (base, i, vals, state), 3):
-                err = float((out.double() - ref).norm() / scale)
-                assert out.dtype == dtype and err < max(tol, 1.5 * torch_err), (
-                    dist, itype, err, torch_err)
-            p, bad, nhot = state[:3].tolist()
-            assert p == 1 and bad == 0, state
-            if dist == "hot":
-                assert rows // 3 in state[3:3 + nhot].tolist(), state
+
+    def check(dist, idx, state):
+        p, bad, nhot = state[:3].tolist()
+        assert p == 1 and bad == 0, state
+        if dist == "hot":
+            assert rows // 3 in state[3:3 + nhot].tolist(), state
+    _, base, idx, vals = _checked_cases(call, dtype, rows, n, width, g,
+                                        state_numel(ONE_COPY_HOT), check)[-1]
     idx[n // 2] = rows
     assert call(base, idx, vals).isnan().all()
 
@@ -330,19 +350,11 @@ def test_block_local_sums_against_float64(dtype, width, rows, n, local):
     columns, warps = local_blocks(rows, width, own)
 
     g = torch.Generator(device="cuda").manual_seed(width + n)
-    tol = TOL[dtype]
 
     def call(base, i, vals):
         return narrow_index_add(base, i, vals, 1, hot=0, local=local, columns=columns,
                                 warps=warps, half_adds=own, pdl=i.dtype == torch.int64)
-    for dist in ("uniform", "skewed", "hot"):
-        base, idx, vals, ref, scale = _case(dist, rows, n, (width,), dtype, g)
-        torch_err = float((base.index_add(0, idx % rows, vals).double() - ref).norm() / scale)
-        for itype in (torch.int64, torch.int32):
-            for out in _eager_and_graph(call, (base, idx.to(itype), vals), 3):
-                err = float((out.double() - ref).norm() / scale)
-                assert out.dtype == dtype and err < max(tol, 1.5 * torch_err), (
-                    dist, itype, err, torch_err)
+    _, base, idx, vals = _checked_cases(call, dtype, rows, n, width, g)[-1]
     idx[n // 2] = rows
     assert call(base, idx, vals).isnan().all()
 
@@ -372,22 +384,16 @@ def test_own_adds_against_float64(dtype, width, rows, n):
     from commrt.fx.scatter_rule import HOT, OWN_ADDS
 
     g = torch.Generator(device="cuda").manual_seed(width + rows)
-    tol = TOL[dtype]
 
     def call(base, i, vals, state=None):
         return narrow_index_add(base, i, vals, 1, state=state, own_adds=OWN_ADDS,
                                 pdl=i.dtype == torch.int64)
-    for dist in ("uniform", "skewed", "hot"):
-        base, idx, vals, ref, scale = _case(dist, rows, n, (width,), dtype, g)
-        torch_err = float((base.index_add(0, idx % rows, vals).double() - ref).norm() / scale)
-        for itype in (torch.int64, torch.int32):
-            state = torch.empty(state_numel(), device="cuda", dtype=torch.int32)
-            for out in _eager_and_graph(call, (base, idx.to(itype), vals, state), 3):
-                err = float((out.double() - ref).norm() / scale)
-                assert out.dtype == dtype and err < max(tol, 1.5 * torch_err), (
-                    dist, itype, err, torch_err)
-            want = dist == "uniform" and _plan_adds(idx, rows, n) <= OWN_ADDS
-            assert state[4 + HOT].item() == want, (dist, state)
+
+    def check(dist, idx, state):
+        want = dist == "uniform" and _plan_adds(idx, rows, n) <= OWN_ADDS
+        assert state[4 + HOT].item() == want, (dist, state)
+    for dist, base, idx, vals in _checked_cases(call, dtype, rows, n, width, g,
+                                                state_numel(), check):
         idx[n // 2] = rows
         assert call(base, idx, vals).isnan().all(), dist
 
@@ -406,18 +412,10 @@ def test_wide_kernels_against_float64(dtype, width, rows, n, copies, sum_pdl):
     from commrt.fx.scatter_kernels import partitioned_index_add
 
     g = torch.Generator(device="cuda").manual_seed(width + rows + n)
-    tol = TOL[dtype]
 
     def call(base, i, vals):
         return partitioned_index_add(base, i, vals, copies, sum_pdl=sum_pdl)
-    for dist in ("uniform", "skewed", "hot"):
-        base, idx, vals, ref, scale = _case(dist, rows, n, (width,), dtype, g)
-        torch_err = float((base.index_add(0, idx % rows, vals).double() - ref).norm() / scale)
-        for itype in (torch.int64, torch.int32):
-            for out in _eager_and_graph(call, (base, idx.to(itype), vals), 3):
-                err = float((out.double() - ref).norm() / scale)
-                assert out.dtype == dtype and err < max(tol, 1.5 * torch_err), (
-                    dist, itype, err, torch_err)
+    _, base, idx, vals = _checked_cases(call, dtype, rows, n, width, g)[-1]
     idx[n // 2] = rows
     assert call(base, idx, vals).isnan().all()
     idx[n // 2] = -rows - 1
