@@ -12,8 +12,7 @@ returns; the stream's next launch still waits for ``_scatter``
 same call without ``sum_early`` ("wait"), and, on narrow rows, one copy up to 512 adds an
 address ("early pa512", where the plan chose copies at 128); against Inductor's plain
 scatter ("inductor"). µs a call in a CUDA graph of 20 calls (median of five rounds taken
-in turn; spread: the least and most). Measured at 0124116, where ``_scatter`` also held
-``_sum`` back where it always has work or is not launched (fa56ae0 no longer does)::
+in turn; spread: the least and most)::
 
     python benchmarks/probes/probe_sum_early.py [--out probe_sum_early.json]
 """
