@@ -91,6 +91,16 @@ def _prepare(self_ptr, acc, idx, state, n, rows, plane, P: tl.constexpr,
 
 
 @triton.jit
+def poison(ptr, plane):
+    """NaN into the ``plane`` elements at ``ptr``: NaN plus anything added before or after
+    is NaN (an index out of range, where the plain op raises a device-side assert)."""
+    for start in range(0, plane, 1024):
+        offs = start + tl.arange(0, 1024)
+        tl.store(ptr + offs, tl.full([1024], float("nan"), ptr.dtype.element_ty),
+                 mask=offs < plane)
+
+
+@triton.jit
 def _tf32(x):
     # x with its mantissa cut to tf32's 10 bits: exact on tensor cores
     return (x.to(tl.uint32, bitcast=True) & 0xFFFFE000).to(tl.float32, bitcast=True)
@@ -151,11 +161,8 @@ def _scatter(acc, extra, idx, vals, state, n, rows, D: tl.constexpr, R: tl.const
         tl.extra.cuda.gdc_launch_dependents()
     tl.store(state + 1 + 0 * r, 1, mask=bad)
     if EARLY:
-        if tl.max(bad.to(tl.int32)) > 0:  # NaN plus anything added before or after is NaN
-            for start in range(0, rows * D, 1024):
-                offs = start + tl.arange(0, 1024)
-                tl.store(acc + offs, tl.full([1024], float("nan"), tl.float32),
-                         mask=offs < rows * D)
+        if tl.max(bad.to(tl.int32)) > 0:
+            poison(acc, rows * D)
     part = (pid + j) & (tl.load(state) - 1)  # p is a power of two
     dst = tl.where(part == 0, acc + i * D, extra + ((part - 1) * rows + i) * D)
     combine = False  # unused code is dropped when LEADERS < 0

@@ -53,7 +53,7 @@ import triton.language as tl
 from commrt.dispatch.profile import has_pdl
 from commrt.symm_mem.launch import cdiv, next_pow2
 
-from .scatter_kernels import SUM_PROGRAMS, _rows_of, _sum, scatter_shape
+from .scatter_kernels import SUM_PROGRAMS, _rows_of, _sum, poison, scatter_shape
 from .scatter_rule import (
     HOT,
     HOT_ADDS,
@@ -343,15 +343,11 @@ def _scatter(acc, extra, idx, vals, state, n, rows, plane, D: tl.constexpr,
         else:
             tl.atomic_add(dst[:, None] + c[None, :], vp, mask=plain[:, None] & cm[None, :],
                           sem="relaxed")
-    if tl.max(bad_any) > 0:  # poison: NaN plus anything added before or after is NaN
+    if tl.max(bad_any) > 0:
         tl.store(state + 1, 1)
-        for start in range(0, plane, 1024):
-            offs = start + tl.arange(0, 1024)
-            tl.store(acc + offs, tl.full([1024], float("nan"), acc.dtype.element_ty),
-                     mask=offs < plane)
-            if OWN:
-                tl.store(out + offs, tl.full([1024], float("nan"), out.dtype.element_ty),
-                         mask=offs < plane)
+        poison(acc, plane)
+        if OWN:
+            poison(out, plane)
     if HALF_ADDS:  # the last program done adds the hot rows' sums to the output
         if nhot > 0:
             tl.debug_barrier()
