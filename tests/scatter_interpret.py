@@ -39,6 +39,36 @@ def main() -> None:
                                     min_copies=2, leaders=-1, state=state)
         assert int(state[0]) == want, (rows, int(state[0]), want)
         assert torch.allclose(got, torch.zeros(rows, 2).index_add(0, idx, vals), atol=1e-4)
+    # fp16 added in its own dtype (the interpreter has no bf16 atomics) where the plan
+    # expects at most own_adds adds an address (state[3]), else through the fp32 copies, no
+    # worse than torch's own fp16 index_add; an index out of range poisons either way
+    for d in (5, 130):
+        for rows, k, want in ((4096, 4095, 1), (40, 2, 0)):
+            base = torch.randn(rows, d, generator=g).half()
+            idx = torch.randint(0, k + 1, (1024,), generator=g)
+            vals = torch.randn(1024, d, generator=g).half()
+            ref = base.double().index_add(0, idx, vals.double())
+            torch_err = float((base.index_add(0, idx, vals).double() - ref).norm() / ref.norm())
+            state = torch.full((4,), -1, dtype=torch.int32)
+            got = partitioned_index_add(base, idx, vals, 4, per_address=64, min_copies=2,
+                                        state=state, own_adds=64)
+            err = float((got.double() - ref).norm() / ref.norm())
+            assert got.dtype == torch.float16 and err < max(TOL[torch.float16], 2 * torch_err), \
+                (d, rows, err, torch_err)
+            assert int(state[3]) == want and (int(state[0]) == 1 or not want), (d, rows, state)
+            idx[7] = rows
+            bad = partitioned_index_add(base, idx, vals, 4, per_address=64, own_adds=64)
+            assert bad.isnan().all(), (d, rows, "an index out of range must poison the result")
+            cases += 2
+    for args, kw, word in (((torch.zeros(4, 4), torch.ones(3, 4)), {}, "float32"),
+                           ((torch.zeros(4, 4).half(), torch.ones(3, 4)), {}, "float32"),
+                           ((torch.zeros(4, 4).half(), torch.ones(3, 4).half()),
+                            {"per_address": 16}, "per_address=16")):
+        try:
+            partitioned_index_add(args[0], torch.tensor([0, 1, 2]), args[1], 4, own_adds=32, **kw)
+            raise AssertionError(f"own_adds must refuse {word}")
+        except ValueError as e:
+            assert word in str(e), e
     # an infinity and a NaN stay in their own rows, rows combined or not
     base, idx = torch.randn(11, 5, generator=g), torch.randint(0, 4, (300,), generator=g)
     for dtype in TOL:

@@ -422,6 +422,53 @@ def test_wide_kernels_against_float64(dtype, width, rows, n, copies, sum_pdl):
     assert call(base, idx, vals).isnan().all()
 
 
+def _wide_plan_adds(idx: torch.Tensor, rows: int, n: int) -> float:
+    """The adds an address the wide plan expects: equal pairs of SAMPLE strided indices
+    with SHIFTS shifts of them."""
+    from commrt.fx.scatter_rule import SAMPLE, SHIFTS
+
+    step = max(n // SAMPLE, 1)
+    pos = torch.arange(SAMPLE, device=idx.device)
+    a = idx[(pos * step).clamp(max=n - 1)] % rows
+    equal = pairs = 0
+    for s in range(SHIFTS):
+        q = (pos + 1 + s * (SAMPLE // (2 * SHIFTS))) % SAMPLE
+        both = (pos * step < n) & (q * step < n)
+        equal += int((both & (a == a[q])).sum())
+        pairs += int(both.sum())
+    return n * equal / max(pairs, 1)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("width,rows,n", [(100, 1031, 41_947), (1024, 1024, 4099)])
+@pytest.mark.parametrize("sum_pdl", [True, False])
+def test_wide_own_adds_against_float64(dtype, width, rows, n, sum_pdl):
+    """fp16/bf16 wide rows as the pass sends them with ``own_adds``: the plan adds in their
+    dtype where it expects few adds an address (skewed and hot indices never) and through
+    the fp32 copies elsewhere, eager and in a CUDA graph, three calls each, every index
+    dtype, against float64, no worse than torch's own scatter; an index out of range
+    poisons either way."""
+    from commrt.fx.scatter_kernels import partitioned_index_add
+    from commrt.fx.scatter_rule import WIDE_OWN_ADDS, partitions_for
+
+    g = torch.Generator(device="cuda").manual_seed(width + rows + n)
+    memory = torch.cuda.get_device_properties(0).total_memory
+    copies = partitions_for(rows, n, 4 * width, memory)
+
+    def call(base, i, vals, state=None):
+        return partitioned_index_add(base, i, vals, copies, state=state, sum_pdl=sum_pdl,
+                                     own_adds=WIDE_OWN_ADDS)
+
+    def check(dist, idx, state):
+        want = _wide_plan_adds(idx, rows, n) <= WIDE_OWN_ADDS
+        assert state[3].item() == want and (dist == "uniform" or not want), (dist, state)
+    for dist, base, idx, vals in _checked_cases(call, dtype, rows, n, width, g, 4, check):
+        idx[n // 2] = rows
+        assert call(base, idx, vals).isnan().all(), dist
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_narrow_index_out_of_range_poisons():

@@ -23,6 +23,11 @@ Three launches, no host sync:
    range poisons it with NaN (the plain op would raise a device-side assert). Where the
    output is fp32, ``_scatter``'s programs let it launch once they have seen the plan, it
    returns without waiting where ``p == 1``, and ``_scatter`` poisons copy 0 itself.
+
+With ``OWN_ADDS`` (fp16/bf16 values and output) ``_prepare`` copies ``self`` into the
+output as well, and where the plan expects at most ``OWN_ADDS`` adds an address
+``_scatter`` adds the values in their dtype straight into it (as Inductor's scatter does)
+and ``_sum`` does nothing; elsewhere the fp32 copies as above.
 """
 
 import torch
@@ -40,15 +45,19 @@ from .scatter_scratch import zeroed
 def _prepare(self_ptr, acc, idx, state, n, rows, plane, P: tl.constexpr,
              SAMPLE: tl.constexpr, SHIFTS: tl.constexpr, PER_ADDRESS: tl.constexpr,
              MIN_COPIES: tl.constexpr, R: tl.constexpr, LEADERS: tl.constexpr,
-             BLOCK: tl.constexpr, PDL: tl.constexpr):
+             BLOCK: tl.constexpr, PDL: tl.constexpr, OWN: tl.constexpr = 0, out=None):
     # Program 0 estimates p, every other program copies a block of self into acc (fp32).
+    # OWN > 0 (fp16/bf16): self is copied into out too, and the plan adds in out's dtype
+    # (state[3] = 1) where an address expects at most OWN adds.
     if PDL:  # _scatter's programs may start (they load their indices, then wait)
         tl.extra.cuda.gdc_launch_dependents()
     pid = tl.program_id(0)
     if pid > 0:
         offs = (pid - 1).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-        v = tl.load(self_ptr + offs, mask=offs < plane).to(tl.float32)
-        tl.store(acc + offs, v, mask=offs < plane)
+        x = tl.load(self_ptr + offs, mask=offs < plane)
+        tl.store(acc + offs, x.to(tl.float32), mask=offs < plane)
+        if OWN > 0:
+            tl.store(out + offs, x, mask=offs < plane)
     else:
         # The chance that two indices share a row: equal pairs among SAMPLE strided indices
         # and the same sample shifted by SHIFTS spread offsets (spread, so that sorted
@@ -75,6 +84,8 @@ def _prepare(self_ptr, acc, idx, state, n, rows, plane, P: tl.constexpr,
         # distinct indices.
         adds = n * share
         contended = adds > PER_ADDRESS  # programs combine rows only then
+        if OWN > 0:
+            tl.store(state + 3, (adds <= OWN).to(tl.int32))
         if LEADERS >= 0:
             d = 1.0 / tl.maximum(share, 1e-6)
             hit = 1.0 - tl.exp(R * tl.log(tl.maximum(1.0 - 1.0 / d, 1e-30)))
@@ -138,12 +149,14 @@ def _rows_of(idx, r, n, rows, WIDE: tl.constexpr):
 def _scatter(acc, extra, idx, vals, state, n, rows, D: tl.constexpr, R: tl.constexpr,
              BD: tl.constexpr, LEADERS: tl.constexpr, PARTS: tl.constexpr,
              WIDE: tl.constexpr, PDL: tl.constexpr, TRIGGER: tl.constexpr = False,
-             EARLY: tl.constexpr = False):
+             EARLY: tl.constexpr = False, OWN: tl.constexpr = False, out=None):
     # D is a compile-time constant; offsets are int32 unless an operand holds 2**31
     # elements or more (WIDE). LEADERS < 0: never combine. PDL: launched while _prepare
     # runs; the indices load (written before it) before waiting for it. TRIGGER: _sum, a
     # programmatic dependent, may launch once every program has started (EARLY: once
-    # every program has seen the plan, and an index out of range poisons acc here).
+    # every program has seen the plan, and an index out of range poisons acc here, and
+    # out with OWN). OWN: where the plan says so (state[3]), add into out in its fp16/bf16
+    # dtype instead (the plan then chose one copy, no combining).
     if TRIGGER and not EARLY:
         tl.extra.cuda.gdc_launch_dependents()
     pid = tl.program_id(0)
@@ -160,9 +173,14 @@ def _scatter(acc, extra, idx, vals, state, n, rows, D: tl.constexpr, R: tl.const
     if TRIGGER and EARLY:
         tl.extra.cuda.gdc_launch_dependents()
     tl.store(state + 1 + 0 * r, 1, mask=bad)
-    if EARLY:
+    if EARLY or OWN:  # else _sum poisons out (with OWN it may not run)
         if tl.max(bad.to(tl.int32)) > 0:
             poison(acc, rows * D)
+            if OWN:
+                poison(out, rows * D)
+    own = False
+    if OWN:
+        own = tl.load(state + 3) != 0
     part = (pid + j) & (tl.load(state) - 1)  # p is a power of two
     dst = tl.where(part == 0, acc + i * D, extra + ((part - 1) * rows + i) * D)
     combine = False  # unused code is dropped when LEADERS < 0
@@ -171,9 +189,13 @@ def _scatter(acc, extra, idx, vals, state, n, rows, D: tl.constexpr, R: tl.const
     for c0 in range(0, D, BD):
         c = c0 + tl.arange(0, BD)
         cm = c < D
-        v = tl.load(vals + r[:, None] * D + c[None, :], mask=(r < n)[:, None] & cm[None, :],
-                    other=0).to(tl.float32)  # not waiting for the indices
-        if combine:
+        vn = tl.load(vals + r[:, None] * D + c[None, :], mask=(r < n)[:, None] & cm[None, :],
+                     other=0)  # not waiting for the indices
+        v = vn.to(tl.float32)
+        if own:
+            tl.atomic_add(out + (i * D)[:, None] + c[None, :], vn,
+                          mask=ok[:, None] & cm[None, :], sem="relaxed")
+        elif combine:
             # the product takes finite values only (0 * inf is NaN in every row of the
             # column); each row adds its infinities and NaNs itself, as torch would
             fin = tl.abs(v) < float("inf")
@@ -282,18 +304,27 @@ def partitioned_index_add(self: torch.Tensor, index: torch.Tensor, values: torch
                           partitions: int, per_address: int = PER_ADDRESS,
                           min_copies: int = MIN_COPIES, leaders: int = LEADERS,
                           state: torch.Tensor | None = None,
-                          sum_pdl: bool = True, sum_early: bool = True) -> torch.Tensor:
+                          sum_pdl: bool = True, sum_early: bool = True,
+                          own_adds: int = 0) -> torch.Tensor:
     """``self.index_add(0, index, values)`` (a new tensor) with the scheme above.
 
     ``self`` and ``values`` contiguous floating tensors, ``values`` shaped
-    ``[len(index), *self.shape[1:]]``; ``state``: int32 ``[3]`` on the device to hold the
-    plan (copies, error, whether programs may combine rows), for a caller that reads it;
-    ``sum_pdl``: launch ``_sum`` as a programmatic dependent of ``_scatter`` where the GPU
-    has it (False: a plain launch); ``sum_early``: that ``_sum`` returns without waiting
-    where the plan left nothing to sum.
+    ``[len(index), *self.shape[1:]]``; ``state``: int32 ``[3]`` (``[4]`` with ``own_adds``) on the
+    device to hold the plan (copies, error, whether programs may combine rows, whether they
+    add in the output's dtype), for a caller that reads it; ``sum_pdl``: launch ``_sum`` as a
+    programmatic dependent of ``_scatter`` where the GPU has it (False: a plain launch);
+    ``sum_early``: that ``_sum`` returns without waiting where the plan left nothing to
+    sum; ``own_adds``: fp16/bf16 values and output: where the plan expects at most this
+    many adds an address, add in the output's dtype straight into it (``_sum`` then does
+    nothing), else through the fp32 copies (0: always).
     """
     rows, n, D = scatter_shape(self, index, values, partitions, tuple(PARTS),
                                "partitioned_index_add")
+    if own_adds and (self.dtype == torch.float32 or values.dtype != self.dtype or
+                     own_adds > per_address):
+        raise ValueError(f"partitioned_index_add: own_adds takes fp16/bf16 values into an "
+                         f"output of their dtype, at most per_address={per_address} adds; got "
+                         f"{values.dtype} into {self.dtype}, own_adds={own_adds}")
     out = torch.empty_like(self)
     if out.numel() == 0:
         return out
@@ -302,28 +333,33 @@ def partitioned_index_add(self: torch.Tensor, index: torch.Tensor, values: torch
     acc = out if same else torch.empty(plane, device=self.device, dtype=torch.float32)
     # the extra copies: zero on entry, and _sum leaves them zero
     extra = zeroed(self.device, (partitions - 1) * plane)
+    need = 4 if own_adds else 3
     if state is None:
-        state = torch.empty(3, device=self.device, dtype=torch.int32)
+        state = torch.empty(need, device=self.device, dtype=torch.int32)
+    elif state.numel() < need:
+        raise ValueError(f"partitioned_index_add: state holds {state.numel()} entries, needs "
+                         f"{need} (own_adds={own_adds})")
     cfg = dict(scatter_config(D, values.dtype), LEADERS=leaders)
     pdl = has_pdl(self.device)
     _prepare[(1 + cdiv(plane, PREPARE_BLOCK),)](
         self, acc, index, state, n, rows, plane, P=partitions, SAMPLE=SAMPLE,
         SHIFTS=SHIFTS, PER_ADDRESS=per_address, MIN_COPIES=min(min_copies, partitions),
-        R=cfg["R"], LEADERS=leaders, BLOCK=PREPARE_BLOCK, PDL=pdl)
+        R=cfg["R"], LEADERS=leaders, BLOCK=PREPARE_BLOCK, PDL=pdl, OWN=own_adds, out=out)
     # _sum a programmatic dependent, as the narrow kernels' is: on one H200 every cell the
     # wide kernels take ran 0.3-0.6 µs faster so (cf70dce,
     # benchmarks/results/probe_sum_grid_NVIDIA_H200.json: fp32 rows of 100 into 1,024
     # rows, uniform, 10.9 against 11.2 µs)
     sum_pdl = pdl and sum_pdl
-    early = sum_pdl and sum_early and same and n * D > 0  # else _sum always has work
+    # else _sum always has work
+    early = sum_pdl and sum_early and (same or own_adds > 0) and n * D > 0
     if n * D:
         wide = max(n * D, partitions * plane) >= 1 << 31
         _scatter[(cdiv(n, cfg["R"]),)](acc, extra, index, values, state, n, rows,
                                        WIDE=wide, PDL=pdl, TRIGGER=sum_pdl, EARLY=early,
-                                       num_warps=4, **cfg,
+                                       OWN=own_adds > 0, out=out, num_warps=4, **cfg,
                                        **({"launch_pdl": True} if pdl else {}))
     _sum[(min(cdiv(plane, 256), SUM_PROGRAMS),)](acc, extra, out, state, plane, SAME=same,
                                                  BLOCK=256, CP=16, PDL=sum_pdl,
-                                                 EARLY=early,
+                                                 OWN=3 if own_adds else 0, EARLY=early,
                                                  **({"launch_pdl": True} if sum_pdl else {}))
     return out

@@ -214,6 +214,9 @@ HALF_ADDS_ROW, HALF_ADDS_PER_ROW = 4, 8
 # fp32 copy alone, where fp16 adds took 81 µs against 49. A sample of 64 with one equal
 # pair puts uniform indices on the fp32 copy (on 65,536 rows, about 1 index set in 30).
 OWN_ADDS, OWN_ADDS_PLANE = 32, 1 << 22
+# fp16/bf16 wide rows that commrt's wide kernels take: added in their dtype straight into
+# the output where the plan expects at most WIDE_OWN_ADDS adds an address (own_adds).
+WIDE_OWN_ADDS = 128
 # ... and so, with hot rows as ``one_copy``'s, rows of up to ONE_COPY_ROW on outputs of
 # ONE_COPY_PLANE elements or more (half_copy), fewer indices than rows included: there is
 # no fp32 copy of the output, and the plan hides behind the copy of it. On one H200
