@@ -27,6 +27,7 @@ from commrt.fx.scatter_rule import (
     own_adds,
     pair_sample,
     wide_on_one_copy,
+    wide_own_adds,
 )
 
 ROWS, N, D = 50, 4000, 8
@@ -87,7 +88,7 @@ REGIMES = [  # (rows, row width, indices, dtype, index_put, choice)
     (65536, 100, 40_000, torch.bfloat16, False, "commrt"),  # ... index_add too
     (65536, 100, 600_000, torch.bfloat16, False, "inductor"),  # ... 9 a row
     (1024, 1024, 4096, torch.bfloat16, False, "commrt"),  # 4 a row on 1M elements: sums
-    (1024, 1024, 4096, torch.bfloat16, True, "inductor"),  # ... index_add only
+    (1024, 1024, 4096, torch.bfloat16, True, "commrt"),  # ... index_put too
     (1024, 1024, 4096, torch.float16, False, "inductor"),  # ... bf16 only
     (4096, 1024, 8192, torch.float32, True, "commrt"),  # 2 a row on 4M elements: one copy
     (1024, 1024, 4096, torch.float32, True, "commrt"),  # 4 a row: blocks of 128 columns
@@ -128,7 +129,10 @@ REGIMES = [  # (rows, row width, indices, dtype, index_put, choice)
     (1000, 1, 4000, torch.float32, True, "inductor"),  # too few indices
     (8, 100, 40_000, torch.int64, True, "inductor_partitioned"),  # integers: Inductor's
     (8, 1, 40_000, torch.int64, False, "inductor"),
-    (1024, 256, 16_384, torch.bfloat16, True, "inductor"),  # ... index_put: fp32 only
+    (1024, 256, 16_384, torch.bfloat16, True, "commrt"),  # ... bf16 index_put: sums too
+    (1024, 100, 40_000, torch.bfloat16, True, "commrt"),  # 39 a row: bf16 where uncontended
+    (1024, 100, 80_000, torch.float16, True, "inductor_partitioned"),  # 78 a row, 8M values
+    (1024, 100, 200_000, torch.bfloat16, True, "commrt"),  # 195 a row, 20M values: fp32 sums
 ]
 
 
@@ -219,10 +223,10 @@ def test_the_pass_follows_the_rule_on_traced_graphs(rows, width, n, dtype, choic
     assert (torch.ops.commrt.partitioned_index_put.default in ops) == (choice == "commrt")
 
 
-@pytest.mark.parametrize("op,choice", [(index_add, "commrt"), (index_put, "inductor")])
-def test_bf16_index_add_of_wide_rows_few_a_row_gets_block_local_sums(op, choice):
-    """bf16 rows of 1024, 4 a row, on 1M elements: an index_add to the narrow kernels with
-    one copy (no fp32 copies needed: added in bf16), an index_put left to Inductor."""
+@pytest.mark.parametrize("op,choice", [(index_add, "commrt"), (index_put, "commrt")])
+def test_bf16_wide_rows_few_a_row_get_block_local_sums(op, choice):
+    """bf16 rows of 1024, 4 a row, on 1M elements: an index_add or index_put to the narrow
+    kernels with one copy (no fp32 copies needed: added in bf16)."""
     with torch._subclasses.FakeTensorMode():
         args = (torch.empty(1024, 1024, dtype=torch.bfloat16),
                 torch.empty(4096, dtype=torch.int64),
@@ -325,6 +329,15 @@ def test_half_adds_only_for_half_rows_of_four_or_more_few_a_row_on_one_copy():
     assert not half_adds(1024, 100, 4096, 1, torch.bfloat16)  # ... of rows over 128 only
     assert not half_adds(65536, 100, 600_000, 1, torch.bfloat16)  # 9 a row
     assert not half_adds(4096, 2048, 8192, 1, torch.bfloat16)  # past ONE_COPY_ROW
+
+
+def test_wide_own_adds_for_half_rows_with_a_few_tens_a_row():
+    assert wide_own_adds(1024, 100, 41_943, torch.bfloat16) == 128  # 41 a row
+    assert wide_own_adds(1024, 100, 41_943, torch.float16) == 128
+    assert wide_own_adds(1024, 100, 80_000, torch.bfloat16) == 0  # 78 a row
+    assert wide_own_adds(1024, 100, 41_943, torch.float32) == 0
+    assert wide_own_adds(1024, 32, 41_943, torch.bfloat16) == 0  # not a wide row
+    assert wide_own_adds(1024, 100, 2048, torch.bfloat16) == 0  # too few indices
 
 
 def test_own_adds_for_narrow_half_rows_past_half_adds_on_one_copy_of_a_modest_output():

@@ -35,6 +35,9 @@ CASES = [  # (op, dtype, row width (0: 1-D), rows, indices, expected choice)
     ("index_add", torch.bfloat16, 1024, 1024, 4099, "commrt"),  # ... bf16, added in bf16
     ("index_add", torch.bfloat16, 300, 1031, 16_001, "commrt"),  # ... rows of 300
     ("index_add", torch.float32, 100, 4096, 40_001, "commrt"),  # ... blocks of 32 rows
+    ("index_put", torch.bfloat16, 1024, 1024, 4099, "commrt"),  # ... an index_put too
+    ("index_put", torch.bfloat16, 100, 1031, 41_947, "commrt"),  # bf16 adds where uncontended
+    ("index_put", torch.float16, 100, 1031, 41_947, "commrt"),  # ... fp16
 ]
 OPS = {"index_add": lambda o, i, v: o.index_add(0, i, v),
        "index_put": lambda o, i, v: o.index_put((i,), v, accumulate=True)}

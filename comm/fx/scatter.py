@@ -65,6 +65,7 @@ from .scatter_rule import (
     spread,
     spread_copies,
     wide_on_one_copy,
+    wide_own_adds,
 )
 
 aten = torch.ops.aten
@@ -112,6 +113,10 @@ def _partitioned_index_put(self: torch.Tensor, index: torch.Tensor, values: torc
                     columns, warps = local_blocks(rows, width, own)
                     return narrow_index_add(*args, hot=0, local=local, columns=columns,
                                             warps=warps, half_adds=own)
+                # fp16/bf16 in their dtype where the plan finds few adds an address
+                if self.dtype == dtype and wide_own_adds(rows, width, n, dtype):
+                    return partitioned_index_add(*args, own_adds=wide_own_adds(rows, width, n,
+                                                                               dtype))
             return partitioned_index_add(*args)
     return _partitioned_index_put_torch(self, index, values, partitions)
 

@@ -32,10 +32,12 @@ fp32 rows of ``LOCAL_ROW`` to ``LOCAL_MAX_ROW`` elements with a few values a row
 smaller output (rows over ``LOCAL_WIDE`` also into a few rows: ``local_sums``) go to the
 narrow kernels with one copy and no plan, each block summing its rows that share an index
 (``local_blocks``: blocks of part of a row where rows are wide); so do bf16 rows over
-``LOCAL_WIDE`` of an ``index_add``, added in bf16.
+``LOCAL_WIDE``, added in bf16.
 Wide rows go to commrt's kernels where enough values land on each output row to contend
 (half-precision rows, which they sum in fp32, from fewer), except on scatters of under
-``WIDE_MIN_VALUES`` value elements, where Inductor's partitions won; fp32 rows with tens
+``WIDE_MIN_VALUES`` value elements, where Inductor's partitions won, but for
+half-precision rows with a few tens of values a row, which the kernels add in their dtype
+where the plan finds few adds an address (``wide_own_adds``); fp32 rows with tens
 of values a row and many indices go to them too (a hot row is found on the GPU);
 elsewhere to Inductor: partitioned where every output row takes many values, plain
 elsewhere.
@@ -180,12 +182,14 @@ LOCAL_MIN = 4
 # 1024 lost uniform (H100: 6.7 µs at best against 6.2) and stay with Inductor.
 LOCAL_WIDE, LOCAL_MAX_ROW, LOCAL_FEW_ROWS = 128, 1024, 8
 LOCAL_COLUMNS, LOCAL_WARPS, LOCAL_FEW_WARPS = 128, 2, 1
-# ... and bf16 rows of over LOCAL_WIDE elements with a few values a row, but of an
-# index_add only (Inductor keeps it as aten's kernel, whose bf16 adds took 33-51 µs on rows
-# of 1024 into 1,024 rows in the grids at 5039f88), added in bf16 on LOCAL_HALF_WARPS: in
-# the probe above, µs uniform / skewed / one hot row, 6.6 / 8.2 / 6.8 on one H200 and 7.3
-# / 8.7 / 7.5 on one H100 (2 warps: 13.2 skewed; 4: 89). An index_put stays with
-# Inductor's plain scatter, which took 6.2 µs uniform on the H100.
+# ... and bf16 rows of over LOCAL_WIDE elements with a few values a row, added in bf16 on
+# LOCAL_HALF_WARPS: in the probe above, µs uniform / skewed / one hot row, 6.6 / 8.2 / 6.8
+# on one H200 and 7.3 / 8.7 / 7.5 on one H100 (2 warps: 13.2 skewed; 4: 89), against aten's
+# 33-51 µs for an index_add (Inductor keeps a bf16 index_add as aten's kernel). An
+# index_put too: Inductor's plain scatter took 5.8 / 10.6 / 23.4 there, its partitions
+# 9.2 / 11.1 / 17.4 (the grid at fa56ae0); in benchmarks/results/probe_half_wide_NVIDIA_H200.json
+# (f26665b) these blocks took 6.5 / 9.3 / 6.9, the same blocks without the sums 5.8
+# uniform: the sums cost 1.13x Inductor's best uniform, to save 2.5x with a hot row.
 LOCAL_HALF_WARPS = 1
 # Narrow rows into few output rows (few_rows: scatter_few, every row summed a program, no
 # atomics): measured on one H200 (docs/decisions.md, 2026-11-25) against Inductor's
@@ -214,9 +218,17 @@ HALF_ADDS_ROW, HALF_ADDS_PER_ROW = 4, 8
 # fp32 copy alone, where fp16 adds took 81 µs against 49. A sample of 64 with one equal
 # pair puts uniform indices on the fp32 copy (on 65,536 rows, about 1 index set in 30).
 OWN_ADDS, OWN_ADDS_PLANE = 32, 1 << 22
-# fp16/bf16 wide rows that commrt's wide kernels take: added in their dtype straight into
-# the output where the plan expects at most WIDE_OWN_ADDS adds an address (own_adds).
-WIDE_OWN_ADDS = 128
+# fp16/bf16 rows of WIDE_ROW or more with HALF_CONTENDED to WIDE_OWN_PER_ROW values a row on
+# an index_put under WIDE_MIN_VALUES value elements (wide_own_adds): commrt's wide kernels,
+# which add in the output's dtype where the plan expects at most WIDE_OWN_ADDS adds an
+# address (as Inductor's plain scatter does), else through their fp32 copies. On one H200
+# (benchmarks/results/probe_half_wide_NVIDIA_H200.json, f26665b), bf16 rows of 100 into
+# 1,024 rows, µs uniform / skewed / one hot row: 8.6 / 17.2 / 17.3; without the choice
+# 10.6 / 16.8 / 17.0; Inductor's plain scatter 6.4 / 49.3 / 77.5, its partitions (the
+# rule's choice before) 11.2 / 15.3 / 17.9 in the grid at fa56ae0 and 18.8 / 20.4 / - in
+# the probe (its autotuner draws). WIDE_OWN_ADDS at twice WIDE_OWN_PER_ROW: the plan's
+# sample of 1,024 pairs sees about one equal pair where the indices are uniform.
+WIDE_OWN_ADDS, WIDE_OWN_PER_ROW = 128, 64
 # ... and so, with hot rows as ``one_copy``'s, rows of up to ONE_COPY_ROW on outputs of
 # ONE_COPY_PLANE elements or more (half_copy), fewer indices than rows included: there is
 # no fp32 copy of the output, and the plan hides behind the copy of it. On one H200
@@ -272,7 +284,7 @@ def decide(rows: int, width: int, n: int, dtype: torch.dtype,
                                           "row: Inductor's partitions")
         return COMMRT, (f"narrow rows of {width}, {per_row:.0f} values a row: hot rows and "
                         "copies chosen on the GPU")
-    if local_sums(rows, width, n, dtype) and not (dtype in HALF and index_put):
+    if local_sums(rows, width, n, dtype):
         return COMMRT, (f"rows of {width}, {per_row:.2g} values a row on {rows * width} "
                         "output elements: one copy, the rows of a block that share an index "
                         "summed")
@@ -287,9 +299,13 @@ def decide(rows: int, width: int, n: int, dtype: torch.dtype,
         small = n * width < WIDE_MIN_VALUES  # Inductor's partitions win where they apply
         if dtype in HALF and (width >= WIDE_ROW and per_row >= HALF_CONTENDED or
                               width >= HALF_ROW and per_row >= HALF_NARROW_CONTENDED):
-            if small and index_put:
+            if small and index_put and not wide_own_adds(rows, width, n, dtype):
                 return INDUCTOR_PARTITIONED, (f"{dtype} rows of {width}, {per_row:.0f} a "
                                               f"row, {n * width} values: Inductor's partitions")
+            if wide_own_adds(rows, width, n, dtype):
+                return COMMRT, (f"{dtype} rows of {width}, {per_row:.0f} a row: added in "
+                                f"{dtype} where the GPU finds few adds an address, else "
+                                "summed in fp32")
             return COMMRT, f"{dtype} rows of {width} summed in fp32, {per_row:.0f} a row"
         if dtype not in HALF and width >= WIDE_ROW:
             if per_row >= FP32_CONTENDED and not (small and index_put):
@@ -352,6 +368,14 @@ def half_copy(rows: int, width: int, n: int, dtype: torch.dtype) -> bool:
     row, on a large output: the narrow kernels take them with one copy, in their dtype."""
     return (dtype in HALF and HALF_ADDS_ROW <= width <= ONE_COPY_ROW and
             MIN_INDICES <= n <= HALF_ADDS_PER_ROW * rows and rows * width >= ONE_COPY_PLANE)
+
+
+def wide_own_adds(rows: int, width: int, n: int, dtype: torch.dtype) -> int:
+    """The adds an address may expect for fp16/bf16 rows on commrt's wide kernels to be
+    added in their dtype (0: always through the fp32 copies)."""
+    if dtype in HALF and width >= WIDE_ROW and MIN_INDICES <= n <= WIDE_OWN_PER_ROW * rows:
+        return WIDE_OWN_ADDS
+    return 0
 
 
 def wide_on_one_copy(rows: int, width: int, n: int, dtype: torch.dtype) -> bool:
