@@ -63,6 +63,7 @@ def scatter_calls() -> None:
                     partitioned_index_add(self, idx, vals, partitions, leaders=leaders)
                 if dtype != torch.float32:  # adds in the output's dtype where uncontended
                     partitioned_index_add(self, idx, vals, 8, own_adds=128)
+                partitioned_index_add(self, idx, vals, 8, preload=False)  # values after the wait
             for shape in ((), (3,), (16,)):
                 self, vals = torch.zeros(64, *shape, dtype=dtype), torch.zeros(1000, *shape,
                                                                              dtype=dtype)
@@ -79,7 +80,9 @@ def scatter_calls() -> None:
                 narrow_index_add(self, idx, vals, 1, hot=ONE_COPY_HOT, hot_min=ONE_COPY_HOT_MIN,
                                  half_adds=dtype != torch.float32)
                 for own in {False, dtype != torch.float32}:  # block-local sums, no plan
-                    narrow_index_add(self, idx, vals, 1, hot=0, local=2, half_adds=own)
+                    for early in (True, False):  # shared rows found before the wait or after
+                        narrow_index_add(self, idx, vals, 1, hot=0, local=2, half_adds=own,
+                                         local_early=early)
                 if d > 128:  # ... in blocks of part of a row (local_blocks)
                     for warps in (1, 2):
                         narrow_index_add(self, idx, vals, 1, hot=0, local=4, columns=128,

@@ -169,10 +169,11 @@ def own_adds(g) -> None:
 
 
 def local_sums(g) -> None:
-    """Rows of a block that share an index summed and added once (no plan, one copy):
-    against float64 for rows of blocks of 32 and of 16 rows, fp32 and fp16 (in fp32 or in
-    its own dtype), negative indices, an infinity and a NaN in their own rows, an index out
-    of range; refused on rows whose blocks hold too many rows to compare."""
+    """Rows of a block that share an index summed and added once (no plan, one copy), found
+    before or after waiting for ``_init``: against float64 for rows of blocks of 32 and of
+    16 rows, fp32 and fp16 (in fp32 or in its own dtype), negative indices, an infinity and
+    a NaN in their own rows, an index out of range; refused on rows whose blocks hold too
+    many rows to compare."""
     for rows, width, n, dist in ((1000, 65, 700, "hot"), (37, 300, 400, "few"),
                                  (500, 100, 300, "uniform"), (5, 1024, 90, "hot")):
         for dtype, own in ((torch.float32, False), (torch.float16, False),
@@ -184,9 +185,11 @@ def local_sums(g) -> None:
             vals[3, 7], vals[11, 2] = float("inf"), float("nan")
             ref = base.double().index_add(0, idx % rows, vals.double())
             torch_err = finite_error(base.index_add(0, idx % rows, vals), ref, dtype)
-            for local, itype in ((2, torch.int64), (3, torch.int32), (4, torch.int64)):
+            # the shared rows found before waiting for _init, or after (local_early)
+            for local, itype, early in ((2, torch.int64, True), (3, torch.int32, False),
+                                        (4, torch.int64, True)):
                 got = narrow_index_add(base, idx.to(itype), vals, 1, hot=0, local=local,
-                                       half_adds=own)
+                                       half_adds=own, local_early=early)
                 err = finite_error(got, ref, (rows, width, dist, dtype, own, local))
                 assert got.dtype == dtype and err < max(TOL[dtype], 2 * torch_err), \
                     (rows, width, dist, dtype, own, local, err, torch_err)

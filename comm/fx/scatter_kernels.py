@@ -149,14 +149,16 @@ def _rows_of(idx, r, n, rows, WIDE: tl.constexpr):
 def _scatter(acc, extra, idx, vals, state, n, rows, D: tl.constexpr, R: tl.constexpr,
              BD: tl.constexpr, LEADERS: tl.constexpr, PARTS: tl.constexpr,
              WIDE: tl.constexpr, PDL: tl.constexpr, TRIGGER: tl.constexpr = False,
-             EARLY: tl.constexpr = False, OWN: tl.constexpr = False, out=None):
+             EARLY: tl.constexpr = False, OWN: tl.constexpr = False, out=None,
+             PRELOAD: tl.constexpr = True):
     # D is a compile-time constant; offsets are int32 unless an operand holds 2**31
     # elements or more (WIDE). LEADERS < 0: never combine. PDL: launched while _prepare
-    # runs; the indices load (written before it) before waiting for it. TRIGGER: _sum, a
-    # programmatic dependent, may launch once every program has started (EARLY: once
-    # every program has seen the plan, and an index out of range poisons acc here, and
-    # out with OWN). OWN: where the plan says so (state[3]), add into out in its fp16/bf16
-    # dtype instead (the plan then chose one copy, no combining).
+    # runs; the indices and (PRELOAD) the first BD columns of the values load (written
+    # before it) before waiting for it. TRIGGER: _sum, a programmatic dependent, may
+    # launch once every program has started (EARLY: once every program has seen the plan,
+    # and an index out of range poisons acc here, and out with OWN). OWN: where the plan
+    # says so (state[3]), add into out in its fp16/bf16 dtype instead (the plan then chose
+    # one copy, no combining).
     if TRIGGER and not EARLY:
         tl.extra.cuda.gdc_launch_dependents()
     pid = tl.program_id(0)
@@ -164,6 +166,11 @@ def _scatter(acc, extra, idx, vals, state, n, rows, D: tl.constexpr, R: tl.const
     r = pid * R + j
     if WIDE:
         r = r.to(tl.int64)
+    c = tl.arange(0, BD)
+    cm = c < D
+    if PRELOAD:  # masked by r < n only, so that it does not wait for the indices
+        vn = tl.load(vals + r[:, None] * D + c[None, :], mask=(r < n)[:, None] & cm[None, :],
+                     other=0)
     i, ok, bad = _rows_of(idx, r, n, rows, WIDE)
     # same[a, b]: rows a and b add to one output row; first: the first row of each
     same = (i[:, None] == i[None, :]) & ok[:, None] & ok[None, :]
@@ -186,28 +193,40 @@ def _scatter(acc, extra, idx, vals, state, n, rows, D: tl.constexpr, R: tl.const
     combine = False  # unused code is dropped when LEADERS < 0
     if LEADERS >= 0:
         combine = (tl.load(state + 2) != 0) & (tl.sum(first.to(tl.int32)) <= LEADERS)
-    for c0 in range(0, D, BD):
+    if not PRELOAD:
+        vn = tl.load(vals + r[:, None] * D + c[None, :], mask=(r < n)[:, None] & cm[None, :],
+                     other=0)
+    _add_columns(dst, out, i, ok, first, same, vn, c, cm, own, combine, D, R, BD, PARTS)
+    for c0 in range(BD, D, BD):  # the other columns of rows wider than BD
         c = c0 + tl.arange(0, BD)
         cm = c < D
         vn = tl.load(vals + r[:, None] * D + c[None, :], mask=(r < n)[:, None] & cm[None, :],
-                     other=0)  # not waiting for the indices
-        v = vn.to(tl.float32)
-        if own:
-            tl.atomic_add(out + (i * D)[:, None] + c[None, :], vn,
-                          mask=ok[:, None] & cm[None, :], sem="relaxed")
-        elif combine:
-            # the product takes finite values only (0 * inf is NaN in every row of the
-            # column); each row adds its infinities and NaNs itself, as torch would
-            fin = tl.abs(v) < float("inf")
-            s = _add_exact(tl.zeros([R, BD], tl.float32), tl.where(same, 1.0, 0.0),
-                           tl.where(fin, v, 0.0), PARTS)
-            tl.atomic_add(dst[:, None] + c[None, :], s,
-                          mask=first[:, None] & cm[None, :], sem="relaxed")
-            tl.atomic_add(dst[:, None] + c[None, :], v,
-                          mask=ok[:, None] & cm[None, :] & (fin == 0), sem="relaxed")
-        else:
-            tl.atomic_add(dst[:, None] + c[None, :], v,
-                          mask=ok[:, None] & cm[None, :], sem="relaxed")
+                     other=0)
+        _add_columns(dst, out, i, ok, first, same, vn, c, cm, own, combine, D, R, BD, PARTS)
+
+
+@triton.jit
+def _add_columns(dst, out, i, ok, first, same, vn, c, cm, own, combine, D: tl.constexpr,
+                 R: tl.constexpr, BD: tl.constexpr, PARTS: tl.constexpr):
+    # _scatter's adds of the values vn of its rows, columns c: into out in their dtype
+    # (own), one sum of the rows that share an index (combine), or every row
+    v = vn.to(tl.float32)
+    if own:
+        tl.atomic_add(out + (i * D)[:, None] + c[None, :], vn,
+                      mask=ok[:, None] & cm[None, :], sem="relaxed")
+    elif combine:
+        # the product takes finite values only (0 * inf is NaN in every row of the
+        # column); each row adds its infinities and NaNs itself, as torch would
+        fin = tl.abs(v) < float("inf")
+        s = _add_exact(tl.zeros([R, BD], tl.float32), tl.where(same, 1.0, 0.0),
+                       tl.where(fin, v, 0.0), PARTS)
+        tl.atomic_add(dst[:, None] + c[None, :], s,
+                      mask=first[:, None] & cm[None, :], sem="relaxed")
+        tl.atomic_add(dst[:, None] + c[None, :], v,
+                      mask=ok[:, None] & cm[None, :] & (fin == 0), sem="relaxed")
+    else:
+        tl.atomic_add(dst[:, None] + c[None, :], v,
+                      mask=ok[:, None] & cm[None, :], sem="relaxed")
 
 
 @triton.jit
@@ -305,7 +324,7 @@ def partitioned_index_add(self: torch.Tensor, index: torch.Tensor, values: torch
                           min_copies: int = MIN_COPIES, leaders: int = LEADERS,
                           state: torch.Tensor | None = None,
                           sum_pdl: bool = True, sum_early: bool = True,
-                          own_adds: int = 0) -> torch.Tensor:
+                          own_adds: int = 0, preload: bool = True) -> torch.Tensor:
     """``self.index_add(0, index, values)`` (a new tensor) with the scheme above.
 
     ``self`` and ``values`` contiguous floating tensors, ``values`` shaped
@@ -316,7 +335,8 @@ def partitioned_index_add(self: torch.Tensor, index: torch.Tensor, values: torch
     ``sum_early``: that ``_sum`` returns without waiting where the plan left nothing to
     sum; ``own_adds``: fp16/bf16 values and output: where the plan expects at most this
     many adds an address, add in the output's dtype straight into it (``_sum`` then does
-    nothing), else through the fp32 copies (0: always).
+    nothing), else through the fp32 copies (0: always); ``preload``: ``_scatter`` loads
+    its first block of values before waiting for the plan (False: after).
     """
     rows, n, D = scatter_shape(self, index, values, partitions, tuple(PARTS),
                                "partitioned_index_add")
@@ -356,7 +376,8 @@ def partitioned_index_add(self: torch.Tensor, index: torch.Tensor, values: torch
         wide = max(n * D, partitions * plane) >= 1 << 31
         _scatter[(cdiv(n, cfg["R"]),)](acc, extra, index, values, state, n, rows,
                                        WIDE=wide, PDL=pdl, TRIGGER=sum_pdl, EARLY=early,
-                                       OWN=own_adds > 0, out=out, num_warps=4, **cfg,
+                                       OWN=own_adds > 0, out=out, PRELOAD=preload,
+                                       num_warps=4, **cfg,
                                        **({"launch_pdl": True} if pdl else {}))
     _sum[(min(cdiv(plane, 256), SUM_PROGRAMS),)](acc, extra, out, state, plane, SAME=same,
                                                  BLOCK=256, CP=16, PDL=sum_pdl,

@@ -260,7 +260,8 @@ def _scatter(acc, extra, idx, vals, state, n, rows, plane, D: tl.constexpr,
              WIDE: tl.constexpr, PDL: tl.constexpr, HALF_ADDS: tl.constexpr = False,
              H: tl.constexpr = 1, LOCAL: tl.constexpr = 0,
              COLS_FIRST: tl.constexpr = False, out=None, OWN: tl.constexpr = False,
-             EARLY: tl.constexpr = False):
+             EARLY: tl.constexpr = False, HOT: tl.constexpr = True,
+             LOCAL_EARLY: tl.constexpr = False):
     # D == 1 (1-D values) runs on 1-D blocks; wider rows on [SUB, DP] blocks, DP columns
     # from program_id(1) * DP (a row wider than DP spans programs; COLS_FIRST: the axes
     # swapped, so that a row's column blocks launch one after another). PDL: launched
@@ -270,7 +271,9 @@ def _scatter(acc, extra, idx, vals, state, n, rows, plane, D: tl.constexpr,
     # launch as soon as every program has started (it waits for them to finish; EARLY:
     # as soon as every program has seen the plan, so that _sum may read it without
     # waiting). OWN: where the plan says so (state[4 + H]), add into out in its fp16/bf16
-    # dtype instead.
+    # dtype instead. HOT: the plan may name hot rows (else none is looked for).
+    # LOCAL_EARLY (LOCAL > 0, not HOT): the rows that share an index are found before
+    # waiting.
     if PDL and not EARLY:
         tl.extra.cuda.gdc_launch_dependents()
     if COLS_FIRST:  # DP columns a program from program_id(0) * DP, rows on axis 1
@@ -297,6 +300,8 @@ def _scatter(acc, extra, idx, vals, state, n, rows, plane, D: tl.constexpr,
         else:
             vp = v
         i, ok, bad = _rows_of(idx, r, n, rows, WIDE)
+        if LOCAL_EARLY:  # needs the indices only
+            eq, member = _local_members(i, ok, SUB, LOCAL)
         if it == 0:
             if PDL:
                 tl.extra.cuda.gdc_wait()
@@ -305,7 +310,9 @@ def _scatter(acc, extra, idx, vals, state, n, rows, plane, D: tl.constexpr,
             p = 1
             if P > 1:
                 p = tl.load(state)
-            nhot = tl.load(state + 2)
+            nhot = 0
+            if HOT:
+                nhot = tl.load(state + 2)
             own = False
             if OWN:
                 own = tl.load(state + 4 + H) != 0
@@ -325,7 +332,9 @@ def _scatter(acc, extra, idx, vals, state, n, rows, plane, D: tl.constexpr,
                 s = tl.sum(tl.where(hit[:, None], v, 0.0), axis=0)
                 tl.atomic_add(hp + c, s, mask=cm, sem="relaxed")
         if LOCAL > 0:
-            plain = _local_sums(acc, i, plain, v, c, cm, D, SUB, LOCAL)
+            if not LOCAL_EARLY:
+                eq, member = _local_members(i, plain, SUB, LOCAL)
+            plain = _local_sums(acc, i, plain, eq, member, v, c, cm, D, SUB)
         off = i * D
         if P > 1:
             part = (r + pid) & (p - 1)  # p is a power of two
@@ -364,12 +373,17 @@ def _scatter(acc, extra, idx, vals, state, n, rows, plane, D: tl.constexpr,
 
 
 @triton.jit
-def _local_sums(acc, i, plain, v, c, cm, D: tl.constexpr, SUB: tl.constexpr,
-                LOCAL: tl.constexpr):
-    """Add, once each, the sums of the rows ``plain`` of the block ``v`` whose output row
-    ``i`` at least ``LOCAL`` of them share; returns the rows still to add one by one."""
+def _local_members(i, plain, SUB: tl.constexpr, LOCAL: tl.constexpr):
+    """(which of the rows ``plain`` share their output row ``i``, which of them share it
+    with at least ``LOCAL - 1`` others)."""
     eq = (i[:, None] == i[None, :]) & plain[:, None] & plain[None, :]
-    member = plain & (tl.sum(eq.to(tl.int32), axis=1) >= LOCAL)
+    return eq, plain & (tl.sum(eq.to(tl.int32), axis=1) >= LOCAL)
+
+
+@triton.jit
+def _local_sums(acc, i, plain, eq, member, v, c, cm, D: tl.constexpr, SUB: tl.constexpr):
+    """Add, once each, the sums of the rows ``member`` (``_local_members``) of the block
+    ``v``; returns the rows of ``plain`` still to add one by one."""
     if tl.max(member.to(tl.int32)) > 0:
         pos = tl.arange(0, SUB)
         earlier = tl.max((eq & (pos[None, :] < pos[:, None])).to(tl.int32), axis=1)
@@ -402,7 +416,7 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
                      spread: int = NARROW_SPREAD, pair_sample: int = NARROW_PAIR_SAMPLE,
                      half_adds: bool = False, local: int = 0,
                      columns: int = 0, warps: int = 0, own_adds: int = 0,
-                     sum_early: bool = True) -> torch.Tensor:
+                     sum_early: bool = True, local_early: bool = True) -> torch.Tensor:
     """``self.index_add(0, index, values)`` (a new tensor) with the scheme above.
 
     ``self`` and ``values`` contiguous, of one of ``DTYPES``, rows of at most
@@ -429,7 +443,8 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
     finds no hot row and at most this many adds an address, add in the output's dtype
     straight into it (``_sum`` then does nothing), else through the fp32 copy (0: always);
     ``sum_early``: with ``pdl``, ``_sum`` returns without waiting for ``_scatter`` where the
-    plan left it nothing to do.
+    plan left it nothing to do; ``local_early``: with ``local`` and no hot rows, a block's
+    rows that share an index are found before ``_scatter`` waits for ``_init``.
     """
     rows, n, D = scatter_shape(self, index, values, partitions, DTYPES, "narrow_index_add")
     if hot and NARROW_SAMPLE // hot_min > hot:
@@ -506,7 +521,8 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
         _scatter[grid](acc, extra, index, values, state, n, rows, plane, D=D, DP=DP, SUB=sub,
                        ITERS=iters, P=partitions, WIDE=wide, PDL=pdl, HALF_ADDS=half_adds,
                        H=H, LOCAL=local, COLS_FIRST=cols_first, num_warps=warps,
-                       out=out, OWN=own_adds > 0, EARLY=early,
+                       out=out, OWN=own_adds > 0, EARLY=early, HOT=hot > 0,
+                       LOCAL_EARLY=local_early and local > 0 and hot == 0,
                        **({"launch_pdl": True} if pdl else {}))
     if has_sum:
         # up to SUM_COPIES copies a step: a plane of a few thousand elements still has
