@@ -2,10 +2,11 @@
 
 One GPU. The wide ``_scatter`` (``scatter_kernels``) is a programmatic dependent of
 ``_prepare``, whose program 0 plans while the others copy the output; it loaded its indices
-before waiting for ``_prepare`` and its values after. With ``preload`` (shipped) it loads
+before waiting for ``_prepare`` and its values after. With ``preload`` it loads
 its first block of values (all of a row of up to 128 elements) before waiting too, as the
-narrow ``_scatter`` does. Variants: the op as the pass calls it ("preload") and the same
-call with the values loaded after the wait ("after wait"), against Inductor's plain
+narrow ``_scatter`` does (left out: ``preload`` is only in 3d8743a, where this ran).
+Variants: the op as the pass called it there ("preload") and the same call with the values
+loaded after the wait ("after wait"), against Inductor's plain
 scatter ("inductor"). µs a call in a CUDA graph of 20 calls (median of five rounds taken
 in turn; spread: the least and most)::
 

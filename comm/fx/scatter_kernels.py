@@ -149,16 +149,15 @@ def _rows_of(idx, r, n, rows, WIDE: tl.constexpr):
 def _scatter(acc, extra, idx, vals, state, n, rows, D: tl.constexpr, R: tl.constexpr,
              BD: tl.constexpr, LEADERS: tl.constexpr, PARTS: tl.constexpr,
              WIDE: tl.constexpr, PDL: tl.constexpr, TRIGGER: tl.constexpr = False,
-             EARLY: tl.constexpr = False, OWN: tl.constexpr = False, out=None,
-             PRELOAD: tl.constexpr = True):
+             EARLY: tl.constexpr = False, OWN: tl.constexpr = False, out=None):
     # D is a compile-time constant; offsets are int32 unless an operand holds 2**31
     # elements or more (WIDE). LEADERS < 0: never combine. PDL: launched while _prepare
-    # runs; the indices and (PRELOAD) the first BD columns of the values load (written
-    # before it) before waiting for it. TRIGGER: _sum, a programmatic dependent, may
-    # launch once every program has started (EARLY: once every program has seen the plan,
-    # and an index out of range poisons acc here, and out with OWN). OWN: where the plan
-    # says so (state[3]), add into out in its fp16/bf16 dtype instead (the plan then chose
-    # one copy, no combining).
+    # runs; the indices load (written before it) before waiting for it, the values after
+    # (docs/decisions.md, 2026-11-28: before, uniform indices ran slower). TRIGGER: _sum,
+    # a programmatic dependent, may launch once every program has started (EARLY: once
+    # every program has seen the plan, and an index out of range poisons acc here, and out
+    # with OWN). OWN: where the plan says so (state[3]), add into out in its fp16/bf16
+    # dtype instead (the plan then chose one copy, no combining).
     if TRIGGER and not EARLY:
         tl.extra.cuda.gdc_launch_dependents()
     pid = tl.program_id(0)
@@ -166,11 +165,6 @@ def _scatter(acc, extra, idx, vals, state, n, rows, D: tl.constexpr, R: tl.const
     r = pid * R + j
     if WIDE:
         r = r.to(tl.int64)
-    c = tl.arange(0, BD)
-    cm = c < D
-    if PRELOAD:  # masked by r < n only, so that it does not wait for the indices
-        vn = tl.load(vals + r[:, None] * D + c[None, :], mask=(r < n)[:, None] & cm[None, :],
-                     other=0)
     i, ok, bad = _rows_of(idx, r, n, rows, WIDE)
     # same[a, b]: rows a and b add to one output row; first: the first row of each
     same = (i[:, None] == i[None, :]) & ok[:, None] & ok[None, :]
@@ -193,15 +187,11 @@ def _scatter(acc, extra, idx, vals, state, n, rows, D: tl.constexpr, R: tl.const
     combine = False  # unused code is dropped when LEADERS < 0
     if LEADERS >= 0:
         combine = (tl.load(state + 2) != 0) & (tl.sum(first.to(tl.int32)) <= LEADERS)
-    if not PRELOAD:
-        vn = tl.load(vals + r[:, None] * D + c[None, :], mask=(r < n)[:, None] & cm[None, :],
-                     other=0)
-    _add_columns(dst, out, i, ok, first, same, vn, c, cm, own, combine, D, R, BD, PARTS)
-    for c0 in range(BD, D, BD):  # the other columns of rows wider than BD
+    for c0 in range(0, D, BD):
         c = c0 + tl.arange(0, BD)
         cm = c < D
         vn = tl.load(vals + r[:, None] * D + c[None, :], mask=(r < n)[:, None] & cm[None, :],
-                     other=0)
+                     other=0)  # not waiting for the indices
         _add_columns(dst, out, i, ok, first, same, vn, c, cm, own, combine, D, R, BD, PARTS)
 
 
@@ -324,7 +314,7 @@ def partitioned_index_add(self: torch.Tensor, index: torch.Tensor, values: torch
                           min_copies: int = MIN_COPIES, leaders: int = LEADERS,
                           state: torch.Tensor | None = None,
                           sum_pdl: bool = True, sum_early: bool = True,
-                          own_adds: int = 0, preload: bool = True) -> torch.Tensor:
+                          own_adds: int = 0) -> torch.Tensor:
     """``self.index_add(0, index, values)`` (a new tensor) with the scheme above.
 
     ``self`` and ``values`` contiguous floating tensors, ``values`` shaped
@@ -335,8 +325,7 @@ def partitioned_index_add(self: torch.Tensor, index: torch.Tensor, values: torch
     ``sum_early``: that ``_sum`` returns without waiting where the plan left nothing to
     sum; ``own_adds``: fp16/bf16 values and output: where the plan expects at most this
     many adds an address, add in the output's dtype straight into it (``_sum`` then does
-    nothing), else through the fp32 copies (0: always); ``preload``: ``_scatter`` loads
-    its first block of values before waiting for the plan (False: after).
+    nothing), else through the fp32 copies (0: always).
     """
     rows, n, D = scatter_shape(self, index, values, partitions, tuple(PARTS),
                                "partitioned_index_add")
@@ -376,8 +365,7 @@ def partitioned_index_add(self: torch.Tensor, index: torch.Tensor, values: torch
         wide = max(n * D, partitions * plane) >= 1 << 31
         _scatter[(cdiv(n, cfg["R"]),)](acc, extra, index, values, state, n, rows,
                                        WIDE=wide, PDL=pdl, TRIGGER=sum_pdl, EARLY=early,
-                                       OWN=own_adds > 0, out=out, PRELOAD=preload,
-                                       num_warps=4, **cfg,
+                                       OWN=own_adds > 0, out=out, num_warps=4, **cfg,
                                        **({"launch_pdl": True} if pdl else {}))
     _sum[(min(cdiv(plane, 256), SUM_PROGRAMS),)](acc, extra, out, state, plane, SAME=same,
                                                  BLOCK=256, CP=16, PDL=sum_pdl,
