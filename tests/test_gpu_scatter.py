@@ -356,7 +356,8 @@ def test_block_local_sums_against_float64(dtype, width, rows, n, local):
 
     def call(base, i, vals):
         return narrow_index_add(base, i, vals, 1, hot=0, local=local, columns=columns,
-                                warps=warps, half_adds=own, pdl=i.dtype == torch.int64)
+                                warps=warps, half_adds=own, pdl=i.dtype == torch.int64,
+                                local_early=own)
     _, base, idx, vals = _checked_cases(call, dtype, rows, n, width, g)[-1]
     idx[n // 2] = rows
     assert call(base, idx, vals).isnan().all()

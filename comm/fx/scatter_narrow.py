@@ -416,7 +416,7 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
                      spread: int = NARROW_SPREAD, pair_sample: int = NARROW_PAIR_SAMPLE,
                      half_adds: bool = False, local: int = 0,
                      columns: int = 0, warps: int = 0, own_adds: int = 0,
-                     sum_early: bool = True, local_early: bool = True) -> torch.Tensor:
+                     sum_early: bool = True, local_early: bool = False) -> torch.Tensor:
     """``self.index_add(0, index, values)`` (a new tensor) with the scheme above.
 
     ``self`` and ``values`` contiguous, of one of ``DTYPES``, rows of at most
