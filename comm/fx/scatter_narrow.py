@@ -511,6 +511,10 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
     # ... only where _sum may have nothing to do (fp32 output, or the plan's own dtype)
     has_sum = partitions > 1 or not (same or half_adds)
     early = pdl and sum_early and n > 0 and has_sum and (same or own_adds > 0)
+    # no hot rows looked for only with local_early: fp32 blocks of 128 columns on 2 warps
+    # ran about 1 µs slower without the (empty) hot-row loop in the grids at 518175c and
+    # 3c5ebb3 (docs/decisions.md, 2026-11-28)
+    local_early = local_early and local > 0 and hot == 0
     if n:
         grid = (cdiv(n, sub * iters), cdiv(D, DP))
         # a row's column blocks next to each other in launch order where the rows' programs
@@ -521,8 +525,8 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
         _scatter[grid](acc, extra, index, values, state, n, rows, plane, D=D, DP=DP, SUB=sub,
                        ITERS=iters, P=partitions, WIDE=wide, PDL=pdl, HALF_ADDS=half_adds,
                        H=H, LOCAL=local, COLS_FIRST=cols_first, num_warps=warps,
-                       out=out, OWN=own_adds > 0, EARLY=early, HOT=hot > 0,
-                       LOCAL_EARLY=local_early and local > 0 and hot == 0,
+                       out=out, OWN=own_adds > 0, EARLY=early, HOT=not local_early,
+                       LOCAL_EARLY=local_early,
                        **({"launch_pdl": True} if pdl else {}))
     if has_sum:
         # up to SUM_COPIES copies a step: a plane of a few thousand elements still has
