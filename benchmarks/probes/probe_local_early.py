@@ -7,8 +7,8 @@ copy of the output), between the values' load and their adds; on bf16 rows of 10
 1,024 rows the sums took 6.5 µs uniform where the same blocks without them took 5.8
 (``probe_half_wide.py``). With ``local_early`` the comparison runs before the wait (at
 3d8743a, where this ran, for every dtype; the pass now asks for it where the blocks add in
-fp16/bf16). Variants: the op as the pass called it ("early"), the same call comparing after the
-wait ("after wait"), and on bf16 rows of 1024 the blocks without sums ("no sums"), against
+fp16/bf16). Variants: the op as the pass calls it, comparing before the wait ("early") or
+after it ("after wait"), and on bf16 rows of 1024 the blocks without sums ("no sums"), against
 Inductor's plain scatter ("inductor"). µs a call in a CUDA graph of 20 calls (median of
 five rounds taken in turn; spread: the least and most)::
 
@@ -17,10 +17,8 @@ five rounds taken in turn; spread: the least and most)::
 
 from __future__ import annotations
 
-import functools
-
 import torch
-from probe_narrow_costs import checked_rounds, run_cells
+from probe_narrow_costs import checked_rounds, patched_op, run_cells
 
 import commrt.fx.scatter  # noqa: F401 (defines commrt::partitioned_index_put)
 from commrt.fx import scatter_narrow
@@ -35,21 +33,13 @@ CELLS = [(B16, 1024, 1024, d) for d in DISTS] + [(F32, 1024, 1024, d) for d in D
 NARROW = scatter_narrow.narrow_index_add
 
 
-def after_wait(out, idx, vals, P):
-    kept = scatter_narrow.narrow_index_add
-    scatter_narrow.narrow_index_add = functools.partial(NARROW, local_early=False)
-    try:
-        return torch.ops.commrt.partitioned_index_put(out, idx, vals, P)
-    finally:
-        scatter_narrow.narrow_index_add = kept
-
-
 def no_sums(out, idx, vals, P):
     return NARROW(out, idx, vals, 1, hot=0, columns=128, warps=1, half_adds=True)
 
 
 def cell(dtype, width: int, rows: int, dist: str) -> dict:
-    variants = {"early": torch.ops.commrt.partitioned_index_put, "after wait": after_wait}
+    variants = {"early": patched_op(scatter_narrow, "narrow_index_add", local_early=True),
+                "after wait": patched_op(scatter_narrow, "narrow_index_add", local_early=False)}
     if dtype == B16:
         variants["no sums"] = no_sums
     return checked_rounds(dtype, width, rows, dist, variants, ROUNDS)

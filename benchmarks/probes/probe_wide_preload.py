@@ -15,10 +15,8 @@ in turn; spread: the least and most)::
 
 from __future__ import annotations
 
-import functools
-
 import torch
-from probe_narrow_costs import checked_rounds, run_cells
+from probe_narrow_costs import checked_rounds, patched_op, run_cells
 
 import commrt.fx.scatter  # noqa: F401 (defines commrt::partitioned_index_put)
 from commrt.fx import scatter_kernels
@@ -31,20 +29,11 @@ DISTS = ("uniform", "skewed", "hot")
 # index_add's: eight blocks of 128 columns a row)
 CELLS = [(F32, 100, 1024, d) for d in DISTS] + [(B16, 100, 1024, d) for d in DISTS] + \
     [(B16, 1024, 8, d) for d in DISTS]
-WIDE = scatter_kernels.partitioned_index_add
-
-
-def after_wait(out, idx, vals, P):
-    kept = scatter_kernels.partitioned_index_add
-    scatter_kernels.partitioned_index_add = functools.partial(WIDE, preload=False)
-    try:
-        return torch.ops.commrt.partitioned_index_put(out, idx, vals, P)
-    finally:
-        scatter_kernels.partitioned_index_add = kept
 
 
 def cell(dtype, width: int, rows: int, dist: str) -> dict:
-    variants = {"preload": torch.ops.commrt.partitioned_index_put, "after wait": after_wait}
+    variants = {"preload": torch.ops.commrt.partitioned_index_put,
+                "after wait": patched_op(scatter_kernels, "partitioned_index_add", preload=False)}
     return checked_rounds(dtype, width, rows, dist, variants, ROUNDS)
 
 
