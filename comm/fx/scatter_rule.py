@@ -189,7 +189,9 @@ LOCAL_COLUMNS, LOCAL_WARPS, LOCAL_FEW_WARPS = 128, 2, 1
 # index_put too: Inductor's plain scatter took 5.8 / 10.6 / 23.4 there, its partitions
 # 9.2 / 11.1 / 17.4 (the grid at fa56ae0); in benchmarks/results/probe_half_wide_NVIDIA_H200.json
 # (f26665b) these blocks took 6.5 / 9.3 / 6.9, the same blocks without the sums 5.8
-# uniform: the sums cost 1.13x Inductor's best uniform, to save 2.5x with a hot row.
+# uniform; comparing a block's indices before waiting for _init (local_early), 5.7 / 8.5 /
+# 6.3 (probe_local_early_NVIDIA_H200.json, 3d8743a), and in the grid at 518175c 5.8 / 7.4
+# / 6.1 against Inductor's best 5.7 / 8.0 / 17.3.
 LOCAL_HALF_WARPS = 1
 # Narrow rows into few output rows (few_rows: scatter_few, every row summed a program, no
 # atomics): measured on one H200 (docs/decisions.md, 2026-11-25) against Inductor's
