@@ -25,7 +25,8 @@ Two or three launches, no host sync; the plan is made on the GPU from the indice
    sums the block's rows that hit it and adds the sum once; every other row is added with
    an atomic to copy ``(row + program) % p``. With ``local`` (as the pass gives it: one
    copy, no hot rows, so no plan in ``_init``) the rows of a block whose index ``local``
-   of them share are summed and added once instead, and with ``columns`` a block holds that
+   of them share are summed and added once instead (found before waiting for ``_init``
+   with ``local_early``), and with ``columns`` a block holds that
    many columns of more rows (a row's blocks launched one after another). An index out of
    range poisons the output with NaN (the plain op raises a device-side assert). On sm90+
    it is launched as a programmatic dependent of ``_init``: its first block's values and
