@@ -117,9 +117,8 @@ def _partitioned_index_put(self: torch.Tensor, index: torch.Tensor, values: torc
                     return narrow_index_add(*args, hot=0, local=local, columns=columns,
                                             warps=warps, half_adds=own, local_early=own)
                 # fp16/bf16 in their dtype where the plan finds few adds an address
-                if self.dtype == dtype and wide_own_adds(rows, width, n, dtype):
-                    return partitioned_index_add(*args, own_adds=wide_own_adds(rows, width, n,
-                                                                               dtype))
+                if self.dtype == dtype and (own := wide_own_adds(rows, width, n, dtype)):
+                    return partitioned_index_add(*args, own_adds=own)
             return partitioned_index_add(*args)
     return _partitioned_index_put_torch(self, index, values, partitions)
 

@@ -192,31 +192,23 @@ def _scatter(acc, extra, idx, vals, state, n, rows, D: tl.constexpr, R: tl.const
         cm = c < D
         vn = tl.load(vals + r[:, None] * D + c[None, :], mask=(r < n)[:, None] & cm[None, :],
                      other=0)  # not waiting for the indices
-        _add_columns(dst, out, i, ok, first, same, vn, c, cm, own, combine, D, R, BD, PARTS)
-
-
-@triton.jit
-def _add_columns(dst, out, i, ok, first, same, vn, c, cm, own, combine, D: tl.constexpr,
-                 R: tl.constexpr, BD: tl.constexpr, PARTS: tl.constexpr):
-    # _scatter's adds of the values vn of its rows, columns c: into out in their dtype
-    # (own), one sum of the rows that share an index (combine), or every row
-    v = vn.to(tl.float32)
-    if own:
-        tl.atomic_add(out + (i * D)[:, None] + c[None, :], vn,
-                      mask=ok[:, None] & cm[None, :], sem="relaxed")
-    elif combine:
-        # the product takes finite values only (0 * inf is NaN in every row of the
-        # column); each row adds its infinities and NaNs itself, as torch would
-        fin = tl.abs(v) < float("inf")
-        s = _add_exact(tl.zeros([R, BD], tl.float32), tl.where(same, 1.0, 0.0),
-                       tl.where(fin, v, 0.0), PARTS)
-        tl.atomic_add(dst[:, None] + c[None, :], s,
-                      mask=first[:, None] & cm[None, :], sem="relaxed")
-        tl.atomic_add(dst[:, None] + c[None, :], v,
-                      mask=ok[:, None] & cm[None, :] & (fin == 0), sem="relaxed")
-    else:
-        tl.atomic_add(dst[:, None] + c[None, :], v,
-                      mask=ok[:, None] & cm[None, :], sem="relaxed")
+        v = vn.to(tl.float32)
+        if own:
+            tl.atomic_add(out + (i * D)[:, None] + c[None, :], vn,
+                          mask=ok[:, None] & cm[None, :], sem="relaxed")
+        elif combine:
+            # the product takes finite values only (0 * inf is NaN in every row of the
+            # column); each row adds its infinities and NaNs itself, as torch would
+            fin = tl.abs(v) < float("inf")
+            s = _add_exact(tl.zeros([R, BD], tl.float32), tl.where(same, 1.0, 0.0),
+                           tl.where(fin, v, 0.0), PARTS)
+            tl.atomic_add(dst[:, None] + c[None, :], s,
+                          mask=first[:, None] & cm[None, :], sem="relaxed")
+            tl.atomic_add(dst[:, None] + c[None, :], v,
+                          mask=ok[:, None] & cm[None, :] & (fin == 0), sem="relaxed")
+        else:
+            tl.atomic_add(dst[:, None] + c[None, :], v,
+                          mask=ok[:, None] & cm[None, :], sem="relaxed")
 
 
 @triton.jit

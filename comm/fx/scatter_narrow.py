@@ -261,8 +261,7 @@ def _scatter(acc, extra, idx, vals, state, n, rows, plane, D: tl.constexpr,
              WIDE: tl.constexpr, PDL: tl.constexpr, HALF_ADDS: tl.constexpr = False,
              H: tl.constexpr = 1, LOCAL: tl.constexpr = 0,
              COLS_FIRST: tl.constexpr = False, out=None, OWN: tl.constexpr = False,
-             EARLY: tl.constexpr = False, HOT: tl.constexpr = True,
-             LOCAL_EARLY: tl.constexpr = False):
+             EARLY: tl.constexpr = False, LOCAL_EARLY: tl.constexpr = False):
     # D == 1 (1-D values) runs on 1-D blocks; wider rows on [SUB, DP] blocks, DP columns
     # from program_id(1) * DP (a row wider than DP spans programs; COLS_FIRST: the axes
     # swapped, so that a row's column blocks launch one after another). PDL: launched
@@ -272,9 +271,8 @@ def _scatter(acc, extra, idx, vals, state, n, rows, plane, D: tl.constexpr,
     # launch as soon as every program has started (it waits for them to finish; EARLY:
     # as soon as every program has seen the plan, so that _sum may read it without
     # waiting). OWN: where the plan says so (state[4 + H]), add into out in its fp16/bf16
-    # dtype instead. HOT: the plan may name hot rows (else none is looked for).
-    # LOCAL_EARLY (LOCAL > 0, not HOT): the rows that share an index are found before
-    # waiting.
+    # dtype instead. LOCAL_EARLY (LOCAL > 0, no hot rows): the rows that share an index
+    # are found before waiting, and no hot row is looked for.
     if PDL and not EARLY:
         tl.extra.cuda.gdc_launch_dependents()
     if COLS_FIRST:  # DP columns a program from program_id(0) * DP, rows on axis 1
@@ -312,7 +310,7 @@ def _scatter(acc, extra, idx, vals, state, n, rows, plane, D: tl.constexpr,
             if P > 1:
                 p = tl.load(state)
             nhot = 0
-            if HOT:
+            if not LOCAL_EARLY:
                 nhot = tl.load(state + 2)
             own = False
             if OWN:
@@ -512,7 +510,7 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
     # ... only where _sum may have nothing to do (fp32 output, or the plan's own dtype)
     has_sum = partitions > 1 or not (same or half_adds)
     early = pdl and sum_early and n > 0 and has_sum and (same or own_adds > 0)
-    # no hot rows looked for only with local_early: fp32 blocks of 128 columns on 2 warps
+    # no hot row looked for only with local_early: fp32 blocks of 128 columns on 2 warps
     # ran about 1 µs slower without the (empty) hot-row loop in the grids at 518175c and
     # 3c5ebb3 (docs/decisions.md, 2026-11-28)
     local_early = local_early and local > 0 and hot == 0
@@ -526,8 +524,7 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
         _scatter[grid](acc, extra, index, values, state, n, rows, plane, D=D, DP=DP, SUB=sub,
                        ITERS=iters, P=partitions, WIDE=wide, PDL=pdl, HALF_ADDS=half_adds,
                        H=H, LOCAL=local, COLS_FIRST=cols_first, num_warps=warps,
-                       out=out, OWN=own_adds > 0, EARLY=early, HOT=not local_early,
-                       LOCAL_EARLY=local_early,
+                       out=out, OWN=own_adds > 0, EARLY=early, LOCAL_EARLY=local_early,
                        **({"launch_pdl": True} if pdl else {}))
     if has_sum:
         # up to SUM_COPIES copies a step: a plane of a few thousand elements still has

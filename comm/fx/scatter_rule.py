@@ -220,10 +220,11 @@ HALF_ADDS_ROW, HALF_ADDS_PER_ROW = 4, 8
 # fp32 copy alone, where fp16 adds took 81 µs against 49. A sample of 64 with one equal
 # pair puts uniform indices on the fp32 copy (on 65,536 rows, about 1 index set in 30).
 OWN_ADDS, OWN_ADDS_PLANE = 32, 1 << 22
-# fp16/bf16 rows of WIDE_ROW or more with HALF_CONTENDED to WIDE_OWN_PER_ROW values a row on
-# an index_put under WIDE_MIN_VALUES value elements (wide_own_adds): commrt's wide kernels,
-# which add in the output's dtype where the plan expects at most WIDE_OWN_ADDS adds an
-# address (as Inductor's plain scatter does), else through their fp32 copies. On one H200
+# fp16/bf16 rows of WIDE_ROW or more with up to WIDE_OWN_PER_ROW values a row on commrt's
+# wide kernels (wide_own_adds): added in the output's dtype where the plan expects at most
+# WIDE_OWN_ADDS adds an address (as Inductor's plain scatter does), else through the fp32
+# copies; with HALF_CONTENDED a row or more, an index_put under WIDE_MIN_VALUES value
+# elements goes to them too, not to Inductor's partitions. On one H200
 # (benchmarks/results/probe_half_wide_NVIDIA_H200.json, f26665b), bf16 rows of 100 into
 # 1,024 rows, µs uniform / skewed / one hot row: 8.6 / 17.2 / 17.3; without the choice
 # 10.6 / 16.8 / 17.0; Inductor's plain scatter 6.4 / 49.3 / 77.5, its partitions (the
@@ -301,13 +302,13 @@ def decide(rows: int, width: int, n: int, dtype: torch.dtype,
         small = n * width < WIDE_MIN_VALUES  # Inductor's partitions win where they apply
         if dtype in HALF and (width >= WIDE_ROW and per_row >= HALF_CONTENDED or
                               width >= HALF_ROW and per_row >= HALF_NARROW_CONTENDED):
-            if small and index_put and not wide_own_adds(rows, width, n, dtype):
-                return INDUCTOR_PARTITIONED, (f"{dtype} rows of {width}, {per_row:.0f} a "
-                                              f"row, {n * width} values: Inductor's partitions")
             if wide_own_adds(rows, width, n, dtype):
                 return COMMRT, (f"{dtype} rows of {width}, {per_row:.0f} a row: added in "
                                 f"{dtype} where the GPU finds few adds an address, else "
                                 "summed in fp32")
+            if small and index_put:
+                return INDUCTOR_PARTITIONED, (f"{dtype} rows of {width}, {per_row:.0f} a "
+                                              f"row, {n * width} values: Inductor's partitions")
             return COMMRT, f"{dtype} rows of {width} summed in fp32, {per_row:.0f} a row"
         if dtype not in HALF and width >= WIDE_ROW:
             if per_row >= FP32_CONTENDED and not (small and index_put):
