@@ -49,7 +49,6 @@ def specialisation(fn, args: tuple, kwargs: dict) -> tuple[dict, dict, dict]:
 
 
 def scatter_calls() -> None:
-    from commrt.fx.scatter_blocks import block_index_add
     from commrt.fx.scatter_few import few_rows_index_add
     from commrt.fx.scatter_kernels import partitioned_index_add
     from commrt.fx.scatter_narrow import narrow_index_add
@@ -64,8 +63,6 @@ def scatter_calls() -> None:
                     partitioned_index_add(self, idx, vals, partitions, leaders=leaders)
                 if dtype != torch.float32:  # adds in the output's dtype where uncontended
                     partitioned_index_add(self, idx, vals, 8, own_adds=128)
-                for rows_per_block, warps in ((64, 4), (128, 8)):  # blocks that plan alone
-                    block_index_add(self, idx, vals, rows_per_block=rows_per_block, warps=warps)
             for shape in ((), (3,), (16,)):
                 self, vals = torch.zeros(64, *shape, dtype=dtype), torch.zeros(1000, *shape,
                                                                              dtype=dtype)

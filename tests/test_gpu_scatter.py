@@ -343,7 +343,8 @@ def test_one_copy_wide_rows_against_float64(dtype, width, n):
 def test_block_local_sums_against_float64(dtype, width, rows, n, local):
     """Rows of a block that share an index summed and added once, with no plan (as the
     pass sends them: wide rows in blocks of part of a row, bf16 rows of over 128 added in
-    bf16; else fp16/bf16 through an fp32 copy), eager and in a CUDA graph, three calls
+    bf16, blocks on one warp comparing indices before the wait; else fp16/bf16 through an
+    fp32 copy), eager and in a CUDA graph, three calls
     each: every index distribution and index dtype against float64, no worse than torch's
     own scatter; an index out of range poisons."""
     from commrt.fx.scatter_narrow import narrow_index_add
@@ -357,7 +358,7 @@ def test_block_local_sums_against_float64(dtype, width, rows, n, local):
     def call(base, i, vals):
         return narrow_index_add(base, i, vals, 1, hot=0, local=local, columns=columns,
                                 warps=warps, half_adds=own, pdl=i.dtype == torch.int64,
-                                local_early=own)
+                                local_early=warps == 1)
     _, base, idx, vals = _checked_cases(call, dtype, rows, n, width, g)[-1]
     idx[n // 2] = rows
     assert call(base, idx, vals).isnan().all()

@@ -7,8 +7,11 @@ uniform indices 1-2 µs slower than Inductor's plain scatter (its two launches a
 plan's and a third). ``scatter_blocks.block_index_add`` has two launches: a copy, then
 programs of R value rows that sum their rows sharing an index where at most three
 quarters of them are distinct (a contended block), else add every row, in the output's
-dtype. Variants "blocks rR wW" (R rows a program on W warps; "plain": never summing),
-against the op as the pass calls it and both of Inductor's scatters, in the same rounds.
+dtype (left out: ``scatter_blocks`` is only in 3084e8d, where this ran). Variants
+"blocks rR wW" (R rows a program on W warps; "plain": never summing), against the op as
+the pass calls it and both of Inductor's scatters, in the same rounds. At 3084e8d the
+run stopped at fp32 rows of 16, whose blocks of 256 rows on 8 warps need more shared
+memory than an H200 has.
 
 µs a call in a CUDA graph of 20 calls (median of five rounds taken in turn; spread: the
 least and most); each variant's error against float64 is checked first (a variant over

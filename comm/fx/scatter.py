@@ -111,11 +111,13 @@ def _partitioned_index_put(self: torch.Tensor, index: torch.Tensor, values: torc
                 local = local_sums(rows, width, n, dtype)
                 if partitions == 1 and local:
                     columns, warps = local_blocks(rows, width, own)
-                    # the shared rows found before waiting for _init where added in fp16/bf16
-                    # (benchmarks/results/probe_local_early_NVIDIA_H200.json, 3d8743a: bf16
-                    # rows of 1024 into 1,024 rows 0.5 µs faster, fp32 within 0.1 µs)
+                    # the shared rows found before waiting for _init, and no hot-row loop,
+                    # where the blocks run on one warp (fp16/bf16 adds, fp32 into a few
+                    # rows); fp32 blocks on 2 warps ran about 1 µs slower so
+                    # (docs/decisions.md, 2026-11-28)
                     return narrow_index_add(*args, hot=0, local=local, columns=columns,
-                                            warps=warps, half_adds=own, local_early=own)
+                                            warps=warps, half_adds=own,
+                                            local_early=warps == 1)
                 # fp16/bf16 in their dtype where the plan finds few adds an address
                 if self.dtype == dtype and (own := wide_own_adds(rows, width, n, dtype)):
                     return partitioned_index_add(*args, own_adds=own)
