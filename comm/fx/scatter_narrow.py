@@ -512,7 +512,8 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
     early = pdl and sum_early and n > 0 and has_sum and (same or own_adds > 0)
     # no hot row looked for only with local_early: fp32 blocks of 128 columns on 2 warps
     # ran about 1 µs slower without the (empty) hot-row loop in the grids at 518175c and
-    # 3c5ebb3 (docs/decisions.md, 2026-11-28)
+    # 3c5ebb3, on 1 warp (into 8 rows) 0.8 µs faster at 9851a2e (docs/decisions.md,
+    # 2026-11-28)
     local_early = local_early and local > 0 and hot == 0
     if n:
         grid = (cdiv(n, sub * iters), cdiv(D, DP))
