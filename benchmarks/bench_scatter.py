@@ -514,7 +514,8 @@ def _kept_cells(args, meta: dict, groups: list) -> list[dict]:
     mine = {tuple(g) for g in groups}
     kept = [c for c in old["cells"] if (c["op"], c["dtype"], c["width"], c["rows"]) not in mine]
     runs = old["meta"].get("merged", []) + [{k: old["meta"][k] for k in
-                                             ("date", "command", "torch", "triton")}]
+                                             ("date", "command", "torch", "triton", "commit")
+                                             if k in old["meta"]}]
     meta["merged"] = [r for r in runs if any(
         c.get("run", old["meta"]["command"]) == r["command"] for c in kept)]
     for c in kept:
@@ -613,8 +614,9 @@ def grid_markdown(cells: list, meta: dict, elapsed: float, status: dict) -> str:
         f"# Scatter grid: {meta['device']}", "",
         f"torch {meta['torch']}, Triton {meta['triton']}, {meta['date']}, commit "
         f"{meta['commit']}, `{meta['command']}`, {elapsed:.0f} s"
-        + "".join(f"; cells of other widths/ops from `{r['command']}` ({r['date']}, torch "
-                  f"{r['torch']}, Triton {r['triton']})" for r in meta.get("merged", []))
+        + "".join(f"; cells of other widths/ops from `{r['command']}` ({r['date']}, "
+                  + (f"commit {r['commit']}, " if "commit" in r else "")
+                  + f"torch {r['torch']}, Triton {r['triton']})" for r in meta.get("merged", []))
         + f". Median ms of a call: the median of {meta.get('graphs', 1)} CUDA graphs of "
         "calls, captured apart and replayed in turn (`time_call`; `graphs_ms` in the json: "
         "each graph's; `autotuned`: the kernels Inductor autotuned in each column's first "

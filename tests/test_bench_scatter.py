@@ -48,3 +48,18 @@ def test_autotune_log_records_each_autotuned_kernel_and_puts_the_method_back():
         assert th.CachingAutotuner.benchmark_all_configs is stub
     finally:
         th.CachingAutotuner.benchmark_all_configs = base
+
+
+def test_update_keeps_the_cells_it_does_not_redo_with_their_commit(tmp_path):
+    import json
+
+    old_meta = {"columns": ["eager"], "date": "2026-01-01", "command": "python full",
+                "torch": "2.11", "triton": "3.6", "commit": "abc1234"}
+    cells = [{"op": "index_put", "dtype": "float32", "width": w, "rows": 8} for w in (4, 16)]
+    (tmp_path / "grid.json").write_text(json.dumps({"meta": old_meta, "cells": cells}))
+    args = bench.parser().parse_args(["--grid", "--update", "--out-dir", str(tmp_path)])
+    meta = {"file": "grid", "columns": ["eager"]}
+    kept = bench._kept_cells(args, meta, [("index_put", "float32", 4, 8)])
+    assert [c["width"] for c in kept] == [16] and kept[0]["run"] == "python full"
+    assert meta["merged"] == [{k: old_meta[k] for k in ("date", "command", "torch", "triton",
+                                                        "commit")}]

@@ -428,9 +428,10 @@ def test_wide_kernels_against_float64(dtype, width, rows, n, copies, sum_pdl):
 
 
 def _wide_plan_adds(idx: torch.Tensor, rows: int, n: int) -> float:
-    """The adds an address the wide plan expects: equal pairs of SAMPLE strided indices
-    with SHIFTS shifts of them."""
-    from commrt.fx.scatter_rule import SAMPLE, SHIFTS
+    """The adds an address the wide plan expects with ``own_adds``: equal pairs of
+    OWN_SAMPLE strided indices with OWN_SHIFTS shifts of them."""
+    from commrt.fx.scatter_rule import OWN_SAMPLE as SAMPLE
+    from commrt.fx.scatter_rule import OWN_SHIFTS as SHIFTS
 
     step = max(n // SAMPLE, 1)
     pos = torch.arange(SAMPLE, device=idx.device)

@@ -3,7 +3,8 @@
 Three launches, no host sync:
 
 1. ``_prepare``: program 0 estimates contention from a strided sample of the indices
-   (the share of equal pairs between ``SAMPLE`` indices and ``SHIFTS`` shifts of them) and
+   (the share of equal pairs between ``SAMPLE`` indices and ``SHIFTS`` shifts of them;
+   ``OWN_SAMPLE`` and ``OWN_SHIFTS`` with ``OWN_ADDS``) and
    picks ``p``: 1 (plain atomics) where the expected atomic adds per address (after
    combining, below) stay under ``PER_ADDRESS``, else the power of two (``MIN_COPIES`` to
    ``P``) that brings them under, and stores it on the device; every other program copies
@@ -37,7 +38,16 @@ import triton.language as tl
 from commrt.dispatch.profile import has_pdl
 from commrt.symm_mem.launch import cdiv, next_pow2
 
-from .scatter_rule import BLOCK_ROWS, LEADERS, MIN_COPIES, PER_ADDRESS, SAMPLE, SHIFTS
+from .scatter_rule import (
+    BLOCK_ROWS,
+    LEADERS,
+    MIN_COPIES,
+    OWN_SAMPLE,
+    OWN_SHIFTS,
+    PER_ADDRESS,
+    SAMPLE,
+    SHIFTS,
+)
 from .scatter_scratch import zeroed
 
 
@@ -343,8 +353,9 @@ def partitioned_index_add(self: torch.Tensor, index: torch.Tensor, values: torch
     cfg = dict(scatter_config(D, values.dtype), LEADERS=leaders)
     pdl = has_pdl(self.device)
     _prepare[(1 + cdiv(plane, PREPARE_BLOCK),)](
-        self, acc, index, state, n, rows, plane, P=partitions, SAMPLE=SAMPLE,
-        SHIFTS=SHIFTS, PER_ADDRESS=per_address, MIN_COPIES=min(min_copies, partitions),
+        self, acc, index, state, n, rows, plane, P=partitions,
+        SAMPLE=OWN_SAMPLE if own_adds else SAMPLE, SHIFTS=OWN_SHIFTS if own_adds else SHIFTS,
+        PER_ADDRESS=per_address, MIN_COPIES=min(min_copies, partitions),
         R=cfg["R"], LEADERS=leaders, BLOCK=PREPARE_BLOCK, PDL=pdl, OWN=own_adds, out=out)
     # _sum a programmatic dependent, as the narrow kernels' is: on one H200 every cell the
     # wide kernels take ran 0.3-0.6 µs faster so (cf70dce,

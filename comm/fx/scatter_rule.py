@@ -56,7 +56,16 @@ PER_ADDRESS = 512
 MIN_COPIES = 16
 BLOCK_ROWS = 16
 LEADERS = 14
-SAMPLE, SHIFTS = 128, 8  # indices sampled (strided), and shifted copies compared with them
+SAMPLE, SHIFTS = 64, 4  # indices sampled (strided), and shifted copies compared with them
+# ... and where the plan also chooses whether to add in the output's dtype (wide_own_adds:
+# at most WIDE_OWN_ADDS adds an address), OWN_SAMPLE and OWN_SHIFTS: among 256 pairs, one
+# equal pair of uniform indices of rows of 100 into 1,024 rows reads as 164 adds an
+# address (the fp32 copies), among 1,024 pairs as 41; copies (over PER_ADDRESS adds) take
+# four equal pairs of 256 there. On one H200
+# (benchmarks/results/probe_wide_plan_NVIDIA_H200.json, 1b86a7c), fp32 rows of 100 into
+# 1,024 rows, µs uniform / skewed / hot: 9.7 / 18.1 / 18.4 with 64 x 4, 10.1 / 18.4 / 18.6
+# with 128 x 8 (_prepare 1.5 against 1.7), Inductor's plain scatter 9.5 uniform.
+OWN_SAMPLE, OWN_SHIFTS = 128, 8
 # Narrow rows (scatter_narrow): rows of at most NARROW_ROW elements; up to HOT rows that
 # take HOT_MIN of a sample of NARROW_SAMPLE indices and would put over HOT_ADDS adds on each
 # copy are summed a block before one add; the rest go to copies where an address expects
