@@ -5,7 +5,9 @@ strided sample of ``SAMPLE`` indices compared with ``SHIFTS`` shifts of it (1,02
 and ``_scatter`` waits for all of ``_prepare``. On rows of 100 into 1,024 rows, uniform,
 the call is 1-2 µs slower than Inductor's plain scatter (two launches). Variants: the op
 as the pass calls it with the sample as shipped ("op 128x8") and smaller ("op SxK": S
-indices, K shifts), against Inductor's plain scatter and its partitions, in the same
+indices, K shifts; set through ``scatter_kernels.SAMPLE`` and ``SHIFTS``, which the wide
+kernels read for every plan at 1b86a7c, where this ran, and since only where they do not
+choose the output's dtype), against Inductor's plain scatter and its partitions, in the same
 rounds; then each kernel's own time (median of 20 eager calls in a profiler trace), and
 Inductor's kernels'.
 
