@@ -47,20 +47,21 @@ def graph_us(fn) -> float:
     return time_graph(fn, DEV, ops=20, replays=15)
 
 
-def kernel_us(fn, calls: int = 20, names: tuple = KERNELS) -> dict:
-    """Median µs of each of the kernels ``names`` over ``calls`` eager calls (0: none)."""
+def kernel_us(fn, calls: int = 20, names: tuple | None = KERNELS) -> dict:
+    """Median µs of each of the kernels ``names`` over ``calls`` eager calls (0: none;
+    ``names`` None: every kernel, its name cut to 60 characters)."""
     fn()
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(calls):
             fn()
         torch.cuda.synchronize()
-    times = {k: [] for k in names}
+    times = {k: [] for k in names or ()}
     for ev in prof.events():
         if ev.device_type == torch.autograd.DeviceType.CUDA:
-            for k in names:
-                if ev.name == k:
-                    times[k].append(ev.time_range.elapsed_us())
+            name = ev.name if names else ev.name[:60]
+            if name in times or names is None:
+                times.setdefault(name, []).append(ev.time_range.elapsed_us())
     return {k: statistics.median(v) if v else 0.0 for k, v in times.items()}
 
 

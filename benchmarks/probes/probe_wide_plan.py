@@ -19,12 +19,9 @@ least and most); each variant's error against float64 is checked first::
 
 from __future__ import annotations
 
-import statistics
-
 import torch
 from probe_local_columns import partitioned
-from probe_narrow_costs import cell_data, checked_rounds, inductor, run_cells
-from torch.profiler import ProfilerActivity, profile
+from probe_narrow_costs import cell_data, checked_rounds, inductor, kernel_us, run_cells
 
 import commrt.fx.scatter  # noqa: F401 (defines commrt::partitioned_index_put)
 from commrt.fx import scatter_kernels
@@ -46,19 +43,9 @@ def with_sample(S: int, K: int):
     return run
 
 
-def kernels_us(fn, calls: int = 20) -> dict:
-    """Median µs of each CUDA kernel over ``calls`` eager calls of ``fn``."""
-    fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(calls):
-            fn()
-        torch.cuda.synchronize()
-    times: dict = {}
-    for ev in prof.events():
-        if ev.device_type == torch.autograd.DeviceType.CUDA:
-            times.setdefault(ev.name[:60], []).append(ev.time_range.elapsed_us())
-    return {k: round(statistics.median(v), 2) for k, v in times.items()}
+def kernels_us(fn) -> dict:
+    """Median µs of each CUDA kernel over 20 eager calls of ``fn``."""
+    return {k: round(v, 2) for k, v in kernel_us(fn, names=None).items()}
 
 
 def cell(dtype, width: int, rows: int, dist: str) -> dict:
