@@ -344,9 +344,9 @@ def test_block_local_sums_against_float64(dtype, width, rows, n, local):
     """Rows of a block that share an index summed and added once, with no plan (as the
     pass sends them: wide rows in blocks of part of a row, bf16 rows of over 128 added in
     bf16, blocks on one warp comparing indices before the wait; else fp16/bf16 through an
-    fp32 copy), eager and in a CUDA graph, three calls
-    each: every index distribution and index dtype against float64, no worse than torch's
-    own scatter; an index out of range poisons."""
+    fp32 copy), eager and in a CUDA graph, three calls each: every index distribution and
+    index dtype against float64, no worse than torch's own scatter; an index out of range
+    poisons."""
     from commrt.fx.scatter_narrow import narrow_index_add
     from commrt.fx.scatter_rule import half_adds, local_blocks
 
