@@ -6,8 +6,8 @@ one. That needs the indices only, yet it ran after ``_scatter`` waited for ``_in
 copy of the output), between the values' load and their adds; on bf16 rows of 1024 into
 1,024 rows the sums took 6.5 µs uniform where the same blocks without them took 5.8
 (``probe_half_wide.py``). With ``local_early`` the comparison runs before the wait (at
-3d8743a, where this ran, for every dtype; the pass now asks for it where the blocks add in
-fp16/bf16). Variants: the op as the pass calls it, comparing before the wait ("early") or
+3d8743a, where this ran, for every dtype; the pass now asks for it where the blocks run on
+one warp). Variants: the op as the pass calls it, comparing before the wait ("early") or
 after it ("after wait"), and on bf16 rows of 1024 the blocks without sums ("no sums"), against
 Inductor's plain scatter ("inductor"). µs a call in a CUDA graph of 20 calls (median of
 five rounds taken in turn; spread: the least and most)::

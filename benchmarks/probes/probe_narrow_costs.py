@@ -59,8 +59,8 @@ def kernel_us(fn, calls: int = 20, names: tuple | None = KERNELS) -> dict:
     times = {k: [] for k in names or ()}
     for ev in prof.events():
         if ev.device_type == torch.autograd.DeviceType.CUDA:
-            name = ev.name if names else ev.name[:60]
-            if name in times or names is None:
+            name = ev.name[:60] if names is None else ev.name
+            if names is None or name in times:
                 times.setdefault(name, []).append(ev.time_range.elapsed_us())
     return {k: statistics.median(v) if v else 0.0 for k, v in times.items()}
 
