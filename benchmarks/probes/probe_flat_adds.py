@@ -1,0 +1,56 @@
+"""Do the wide kernels gain from adding uncontended values over the flattened values
+instead of by rows?
+
+One GPU. Where the plan leaves one copy and no combining (uniform indices), ``_scatter``'s
+programs added their 16 rows in [16, BD] blocks, BD the power of two at or over the row
+width up to 128: rows of 100 leave 28 of 128 lanes idle. Inductor's scatter adds
+flattened values, 1,024 a program. Variants: the op as the pass calls it, with
+``partitioned_index_add(flat=True)`` (each program adds a span of next_pow2(16 * D)
+flattened values) and with ``flat=False`` (rows), against Inductor's plain scatter and
+its partitions in the same rounds; then each kernel's own time (median of 20 eager calls
+in a profiler trace), and Inductor's kernels'.
+
+µs a call in a CUDA graph of 20 calls (median of five rounds taken in turn; spread: the
+least and most); each variant's error against float64 is checked first::
+
+    python benchmarks/probes/probe_flat_adds.py [--out probe_flat_adds.json]
+"""
+
+from __future__ import annotations
+
+import torch
+from probe_local_columns import partitioned
+from probe_narrow_costs import cell_data, checked_rounds, inductor, kernel_us, patched_op, run_cells
+
+import commrt.fx.scatter  # noqa: F401 (defines commrt::partitioned_index_put)
+from commrt.fx import scatter_kernels
+
+ROUNDS = 5
+F32, B16 = torch.float32, torch.bfloat16
+CELLS = [(t, 100, 1024, d) for t in (B16, F32) for d in ("uniform", "skewed", "hot")] + \
+    [(t, 200, 1024, "uniform") for t in (B16, F32)]
+
+
+def cell(dtype, width: int, rows: int, dist: str) -> dict:
+    variants = {f"op {name}": patched_op(scatter_kernels, "partitioned_index_add", flat=flat)
+                for name, flat in (("flat", True), ("rows", False))}
+    variants["inductor partitioned"] = partitioned()
+    row = checked_rounds(dtype, width, rows, dist, variants, ROUNDS)
+    out, idx, vals = cell_data(dtype, width, rows, dist)
+    P = row["partitions"]
+    row["kernels"] = {name: {k: round(v, 2) for k, v in
+                             kernel_us(lambda fn=fn: fn(out, idx, vals, P), names=None).items()}
+                      for name, fn in variants.items() if name.startswith("op")}
+    f = inductor("index_put")
+    row["kernels"]["inductor"] = {k: round(v, 2) for k, v in
+                                  kernel_us(lambda: f(out, idx, vals), names=None).items()}
+    return row
+
+
+def main() -> None:
+    run_cells(__doc__, "probe_flat_adds.json", CELLS, cell,
+              f"µs a call (median of {ROUNDS} rounds, each a CUDA graph of 20 calls)")
+
+
+if __name__ == "__main__":
+    main()
