@@ -27,13 +27,27 @@ from commrt.fx import scatter_kernels
 
 ROUNDS = 5
 F32, B16 = torch.float32, torch.bfloat16
-CELLS = [(t, 100, 1024, d) for t in (B16, F32) for d in ("uniform", "skewed", "hot")] + \
-    [(t, 200, 1024, "uniform") for t in (B16, F32)]
+CELLS = [(t, w, 1024, "uniform") for w in (100, 200) for t in (B16, F32)]
+CHUNKS = (256, 512, 1024, 2048)
+
+
+def chunked(chunk: int):
+    """The op with flattened adds, ``chunk`` value elements a step."""
+    op = patched_op(scatter_kernels, "partitioned_index_add", flat=True)
+
+    def run(out, idx, vals, P):
+        kept = scatter_kernels.FLAT_CHUNK
+        scatter_kernels.FLAT_CHUNK = chunk
+        try:
+            return op(out, idx, vals, P)
+        finally:
+            scatter_kernels.FLAT_CHUNK = kept
+    return run
 
 
 def cell(dtype, width: int, rows: int, dist: str) -> dict:
-    variants = {f"op {name}": patched_op(scatter_kernels, "partitioned_index_add", flat=flat)
-                for name, flat in (("flat", True), ("rows", False))}
+    variants = {f"op flat {c}": chunked(c) for c in CHUNKS}
+    variants["op rows"] = patched_op(scatter_kernels, "partitioned_index_add", flat=False)
     variants["inductor partitioned"] = partitioned()
     row = checked_rounds(dtype, width, rows, dist, variants, ROUNDS)
     out, idx, vals = cell_data(dtype, width, rows, dist)

@@ -160,7 +160,7 @@ def _scatter(acc, extra, idx, vals, state, n, rows, D: tl.constexpr, R: tl.const
              BD: tl.constexpr, LEADERS: tl.constexpr, PARTS: tl.constexpr,
              WIDE: tl.constexpr, PDL: tl.constexpr, TRIGGER: tl.constexpr = False,
              EARLY: tl.constexpr = False, OWN: tl.constexpr = False, out=None,
-             FLAT: tl.constexpr = 0):
+             FLAT: tl.constexpr = 0, CHUNK: tl.constexpr = 2048):
     # D is a compile-time constant; offsets are int32 unless an operand holds 2**31
     # elements or more (WIDE). LEADERS < 0: never combine. PDL: launched while _prepare
     # runs; the indices load (written before it) before waiting for it, the values after
@@ -199,7 +199,7 @@ def _scatter(acc, extra, idx, vals, state, n, rows, D: tl.constexpr, R: tl.const
         own = tl.load(state + 3) != 0
     if FLAT > 0:
         if tl.load(state + 2) == 0:
-            _add_flat(acc, idx, vals, n, rows, pid, D, FLAT, WIDE, own, OWN, out)
+            _add_flat(acc, idx, vals, n, rows, pid, D, FLAT, CHUNK, WIDE, own, OWN, out)
             return
     part = (pid + j) & (tl.load(state) - 1)  # p is a power of two
     dst = tl.where(part == 0, acc + i * D, extra + ((part - 1) * rows + i) * D)
@@ -232,10 +232,9 @@ def _scatter(acc, extra, idx, vals, state, n, rows, D: tl.constexpr, R: tl.const
 
 @triton.jit
 def _add_flat(acc, idx, vals, n, rows, pid, D: tl.constexpr, FLAT: tl.constexpr,
-              WIDE: tl.constexpr, own, OWN: tl.constexpr, out):
+              CHUNK: tl.constexpr, WIDE: tl.constexpr, own, OWN: tl.constexpr, out):
     # value elements pid * FLAT .. + FLAT - 1 into copy 0 (into out in its dtype where own),
     # CHUNK at a time
-    CHUNK: tl.constexpr = min(FLAT, 2048)
     for k in range(0, FLAT, CHUNK):
         e = pid * FLAT + k + tl.arange(0, CHUNK)
         if WIDE:
@@ -326,6 +325,7 @@ def _sum_wait_and_add(acc, extra, out, state, plane, SAME: tl.constexpr, BLOCK: 
 
 
 FLAT_MAX = 4096  # value elements a program takes flattened, at most, unless asked
+FLAT_CHUNK = 2048  # ... a step
 SUM_PROGRAMS = 2048  # the most _sum programs (each loops over the plane)
 PREPARE_BLOCK = 4096  # elements of self a _prepare program copies
 PARTS = {torch.float32: 3, torch.float16: 1, torch.bfloat16: 1}  # tf32 pieces of a value
@@ -338,7 +338,8 @@ def scatter_config(D: int, dtype: torch.dtype, flat: bool | None = None) -> dict
     if flat is None:
         flat = D % BD != 0 and BLOCK_ROWS * D <= FLAT_MAX
     return dict(D=D, R=BLOCK_ROWS, BD=BD, LEADERS=LEADERS, PARTS=PARTS[dtype],
-                FLAT=next_pow2(BLOCK_ROWS * D) if flat else 0)
+                FLAT=next_pow2(BLOCK_ROWS * D) if flat else 0,
+                CHUNK=min(FLAT_CHUNK, next_pow2(BLOCK_ROWS * D)))
 
 
 def scatter_shape(self: torch.Tensor, index: torch.Tensor, values: torch.Tensor,
