@@ -61,7 +61,6 @@ def scatter_calls() -> None:
                 self, vals = torch.zeros(64, d, dtype=dtype), torch.zeros(1000, d, dtype=dtype)
                 for partitions, leaders in ((1, -1), (8, 16)):
                     partitioned_index_add(self, idx, vals, partitions, leaders=leaders)
-                partitioned_index_add(self, idx, vals, 8, flat=d != 100)  # the other form
                 if dtype != torch.float32:  # adds in the output's dtype where uncontended
                     partitioned_index_add(self, idx, vals, 8, own_adds=128)
             for shape in ((), (3,), (16,)):

@@ -22,15 +22,13 @@ def main() -> None:
                 idx[::7] -= rows  # negative indices count from the end
                 vals = torch.randn(n, d, generator=g).to(dtype)
                 ref = base.double().index_add(0, idx % rows, vals.double())
-                # (copies, adds an address, fewest copies, most distinct indices to combine),
-                # uncontended adds by rows and over the flattened values
+                # (copies, adds an address, fewest copies, most distinct indices to combine)
                 for rule in ((1, 512, 1, -1), (4, 512, 1, 4), (4, 1, 1, 32), (8, 512, 16, 0)):
-                    for flat in (False, True):
-                        got = partitioned_index_add(base, idx.to(itype), vals, *rule, flat=flat)
-                        err = float((got.double() - ref).norm() / ref.norm())
-                        assert got.dtype == dtype and err < TOL[dtype], (
-                            rows, d, n, k, dtype, itype, rule, flat, err)
-                        cases += 1
+                    got = partitioned_index_add(base, idx.to(itype), vals, *rule)
+                    err = float((got.double() - ref).norm() / ref.norm())
+                    assert got.dtype == dtype and err < TOL[dtype], (rows, d, n, k, dtype,
+                                                                    itype, rule, err)
+                    cases += 1
     # the copies chosen from the sample: every index on one row, spread, sorted into 4 runs
     n, state = 1024, torch.zeros(3, dtype=torch.int32)
     for idx, rows, want in ((torch.zeros(n, dtype=torch.long), 64, 8),

@@ -409,18 +409,17 @@ def test_own_adds_against_float64(dtype, width, rows, n):
 @pytest.mark.parametrize("width,rows,n,copies", [(100, 1031, 41_947, 32), (100, 8, 40_009, 128),
                                                  (257, 1024, 16_001, 16), (1024, 8, 4099, 1)])
 @pytest.mark.parametrize("sum_pdl", [True, False])
-@pytest.mark.parametrize("flat", [True, False])
-def test_wide_kernels_against_float64(dtype, width, rows, n, copies, sum_pdl, flat):
+def test_wide_kernels_against_float64(dtype, width, rows, n, copies, sum_pdl):
     """The wide kernels, their ``_sum`` a programmatic dependent of ``_scatter`` or a plain
-    launch, uncontended adds over the flattened values or by rows, eager and in a CUDA
-    graph, three calls each: every index distribution and index dtype against float64, no
-    worse than torch's own scatter; an index out of range poisons."""
+    launch, eager and in a CUDA graph, three calls each: every index distribution and index
+    dtype against float64, no worse than torch's own scatter; an index out of range
+    poisons."""
     from commrt.fx.scatter_kernels import partitioned_index_add
 
     g = torch.Generator(device="cuda").manual_seed(width + rows + n)
 
     def call(base, i, vals):
-        return partitioned_index_add(base, i, vals, copies, sum_pdl=sum_pdl, flat=flat)
+        return partitioned_index_add(base, i, vals, copies, sum_pdl=sum_pdl)
     _, base, idx, vals = _checked_cases(call, dtype, rows, n, width, g)[-1]
     idx[n // 2] = rows
     assert call(base, idx, vals).isnan().all()
@@ -451,13 +450,12 @@ def _wide_plan_adds(idx: torch.Tensor, rows: int, n: int) -> float:
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("width,rows,n", [(100, 1031, 41_947), (1024, 1024, 4099)])
 @pytest.mark.parametrize("sum_pdl", [True, False])
-@pytest.mark.parametrize("flat", [True, False])
-def test_wide_own_adds_against_float64(dtype, width, rows, n, sum_pdl, flat):
+def test_wide_own_adds_against_float64(dtype, width, rows, n, sum_pdl):
     """fp16/bf16 wide rows as the pass sends them with ``own_adds``: the plan adds in their
     dtype where it expects few adds an address (skewed and hot indices never) and through
-    the fp32 copies elsewhere, uncontended adds over the flattened values or by rows, eager
-    and in a CUDA graph, three calls each, every index dtype, against float64, no worse
-    than torch's own scatter; an index out of range poisons either way."""
+    the fp32 copies elsewhere, eager and in a CUDA graph, three calls each, every index
+    dtype, against float64, no worse than torch's own scatter; an index out of range
+    poisons either way."""
     from commrt.fx.scatter_kernels import partitioned_index_add
     from commrt.fx.scatter_rule import WIDE_OWN_ADDS, partitions_for
 
@@ -467,7 +465,7 @@ def test_wide_own_adds_against_float64(dtype, width, rows, n, sum_pdl, flat):
 
     def call(base, i, vals, state=None):
         return partitioned_index_add(base, i, vals, copies, state=state, sum_pdl=sum_pdl,
-                                     own_adds=WIDE_OWN_ADDS, flat=flat)
+                                     own_adds=WIDE_OWN_ADDS)
 
     def check(dist, idx, state):
         want = _wide_plan_adds(idx, rows, n) <= WIDE_OWN_ADDS

@@ -1,19 +1,20 @@
 """Do the wide kernels gain from adding uncontended values over the flattened values
 instead of by rows?
 
-One GPU. Where the plan leaves one copy and no combining (uniform indices), ``_scatter``'s
-programs added their 16 rows in [16, BD] blocks, BD the power of two at or over the row
-width up to 128: rows of 100 leave 28 of 128 lanes idle. Inductor's scatter adds
-flattened values, 1,024 a program. Variants: the op as the pass calls it, with
-``partitioned_index_add(flat=True)`` (each program adds a span of next_pow2(16 * D)
-flattened values) and with ``flat=False`` (rows), against Inductor's plain scatter and
-its partitions in the same rounds; then each kernel's own time (median of 20 eager calls
-in a profiler trace), and Inductor's kernels'.
+One GPU, at 28e4676 (``partitioned_index_add(flat=...)`` and ``FLAT_CHUNK`` were removed
+after it). Where the plan leaves one copy and no combining (uniform indices),
+``_scatter``'s programs add their 16 rows in [16, BD] blocks, BD the power of two at or
+over the row width up to 128: rows of 100 leave 28 of 128 lanes idle. Inductor's scatter
+adds flattened values, 1,024 a program. Variants: the op as the pass calls it, with
+``flat=True`` (each program adds a span of next_pow2(16 * D) flattened values, CHUNK of
+them a step) and with ``flat=False`` (rows, as shipped), against Inductor's plain scatter
+and its partitions in the same rounds; then each kernel's own time (median of 20 eager
+calls in a profiler trace), and Inductor's kernels'.
 
 µs a call in a CUDA graph of 20 calls (median of five rounds taken in turn; spread: the
 least and most); each variant's error against float64 is checked first::
 
-    python benchmarks/probes/probe_flat_adds.py [--out probe_flat_adds.json]
+    git checkout 28e4676 && python benchmarks/probes/probe_flat_adds.py [--out probe.json]
 """
 
 from __future__ import annotations

@@ -159,8 +159,7 @@ def _rows_of(idx, r, n, rows, WIDE: tl.constexpr):
 def _scatter(acc, extra, idx, vals, state, n, rows, D: tl.constexpr, R: tl.constexpr,
              BD: tl.constexpr, LEADERS: tl.constexpr, PARTS: tl.constexpr,
              WIDE: tl.constexpr, PDL: tl.constexpr, TRIGGER: tl.constexpr = False,
-             EARLY: tl.constexpr = False, OWN: tl.constexpr = False, out=None,
-             FLAT: tl.constexpr = 0, CHUNK: tl.constexpr = 2048):
+             EARLY: tl.constexpr = False, OWN: tl.constexpr = False, out=None):
     # D is a compile-time constant; offsets are int32 unless an operand holds 2**31
     # elements or more (WIDE). LEADERS < 0: never combine. PDL: launched while _prepare
     # runs; the indices load (written before it) before waiting for it, the values after
@@ -168,11 +167,7 @@ def _scatter(acc, extra, idx, vals, state, n, rows, D: tl.constexpr, R: tl.const
     # a programmatic dependent, may launch once every program has started (EARLY: once
     # every program has seen the plan, and an index out of range poisons acc here, and out
     # with OWN). OWN: where the plan says so (state[3]), add into out in its fp16/bf16
-    # dtype instead (the plan then chose one copy, no combining). FLAT > 0: where the plan
-    # chose one copy and no combining (state[2] == 0), program b adds value elements
-    # b * FLAT to (b + 1) * FLAT - 1 of the flattened values instead of its rows, FLAT
-    # (a power of two, at least R * D) a chunk, as Inductor's scatter does: no lanes idle
-    # past a row's end where D is not a multiple of BD (rows of 100: 28 of 128).
+    # dtype instead (the plan then chose one copy, no combining).
     if TRIGGER and not EARLY:
         tl.extra.cuda.gdc_launch_dependents()
     pid = tl.program_id(0)
@@ -197,10 +192,6 @@ def _scatter(acc, extra, idx, vals, state, n, rows, D: tl.constexpr, R: tl.const
     own = False
     if OWN:
         own = tl.load(state + 3) != 0
-    if FLAT > 0:
-        if tl.load(state + 2) == 0:
-            _add_flat(acc, idx, vals, n, rows, pid, D, FLAT, CHUNK, WIDE, own, OWN, out)
-            return
     part = (pid + j) & (tl.load(state) - 1)  # p is a power of two
     dst = tl.where(part == 0, acc + i * D, extra + ((part - 1) * rows + i) * D)
     combine = False  # unused code is dropped when LEADERS < 0
@@ -228,33 +219,6 @@ def _scatter(acc, extra, idx, vals, state, n, rows, D: tl.constexpr, R: tl.const
         else:
             tl.atomic_add(dst[:, None] + c[None, :], v,
                           mask=ok[:, None] & cm[None, :], sem="relaxed")
-
-
-@triton.jit
-def _add_flat(acc, idx, vals, n, rows, pid, D: tl.constexpr, FLAT: tl.constexpr,
-              CHUNK: tl.constexpr, WIDE: tl.constexpr, own, OWN: tl.constexpr, out):
-    # value elements pid * FLAT .. + FLAT - 1 into copy 0 (into out in its dtype where own),
-    # CHUNK at a time
-    for k in range(0, FLAT, CHUNK):
-        e = pid * FLAT + k + tl.arange(0, CHUNK)
-        if WIDE:
-            e = pid.to(tl.int64) * FLAT + k + tl.arange(0, CHUNK)
-        em = e < n * D
-        r = e // D
-        col = e - r * D
-        i = tl.load(idx + r, mask=em, other=0)
-        i = tl.where(i < 0, i + rows, i)
-        ok = em & (i >= 0) & (i < rows)
-        if not WIDE:
-            i = i.to(tl.int32)
-        vn = tl.load(vals + e, mask=em, other=0)
-        if OWN:
-            if own:
-                tl.atomic_add(out + i * D + col, vn, mask=ok, sem="relaxed")
-            else:
-                tl.atomic_add(acc + i * D + col, vn.to(tl.float32), mask=ok, sem="relaxed")
-        else:
-            tl.atomic_add(acc + i * D + col, vn.to(tl.float32), mask=ok, sem="relaxed")
 
 
 @triton.jit
@@ -324,22 +288,15 @@ def _sum_wait_and_add(acc, extra, out, state, plane, SAME: tl.constexpr, BLOCK: 
             tl.store(out + offs, x.to(out.dtype.element_ty), mask=m)
 
 
-FLAT_MAX = 4096  # value elements a program takes flattened, at most, unless asked
-FLAT_CHUNK = 2048  # ... a step
 SUM_PROGRAMS = 2048  # the most _sum programs (each loops over the plane)
 PREPARE_BLOCK = 4096  # elements of self a _prepare program copies
 PARTS = {torch.float32: 3, torch.float16: 1, torch.bfloat16: 1}  # tf32 pieces of a value
 
 
-def scatter_config(D: int, dtype: torch.dtype, flat: bool | None = None) -> dict:
-    """Constexpr arguments of ``_scatter`` for rows of ``D`` values of ``dtype``; ``flat``:
-    uncontended adds over the flattened values (None: where BD does not divide D)."""
-    BD = max(16, min(128, next_pow2(D)))
-    if flat is None:
-        flat = D % BD != 0 and BLOCK_ROWS * D <= FLAT_MAX
-    return dict(D=D, R=BLOCK_ROWS, BD=BD, LEADERS=LEADERS, PARTS=PARTS[dtype],
-                FLAT=next_pow2(BLOCK_ROWS * D) if flat else 0,
-                CHUNK=min(FLAT_CHUNK, next_pow2(BLOCK_ROWS * D)))
+def scatter_config(D: int, dtype: torch.dtype) -> dict:
+    """Constexpr arguments of ``_scatter`` for rows of ``D`` values of ``dtype``."""
+    return dict(D=D, R=BLOCK_ROWS, BD=max(16, min(128, next_pow2(D))),
+                LEADERS=LEADERS, PARTS=PARTS[dtype])
 
 
 def scatter_shape(self: torch.Tensor, index: torch.Tensor, values: torch.Tensor,
@@ -359,7 +316,7 @@ def partitioned_index_add(self: torch.Tensor, index: torch.Tensor, values: torch
                           min_copies: int = MIN_COPIES, leaders: int = LEADERS,
                           state: torch.Tensor | None = None,
                           sum_pdl: bool = True, sum_early: bool = True,
-                          own_adds: int = 0, flat: bool | None = None) -> torch.Tensor:
+                          own_adds: int = 0) -> torch.Tensor:
     """``self.index_add(0, index, values)`` (a new tensor) with the scheme above.
 
     ``self`` and ``values`` contiguous floating tensors, ``values`` shaped
@@ -370,9 +327,7 @@ def partitioned_index_add(self: torch.Tensor, index: torch.Tensor, values: torch
     ``sum_early``: that ``_sum`` returns without waiting where the plan left nothing to
     sum; ``own_adds``: fp16/bf16 values and output: where the plan expects at most this
     many adds an address, add in the output's dtype straight into it (``_sum`` then does
-    nothing), else through the fp32 copies (0: always); ``flat``: where the plan leaves
-    one copy and no combining, programs add spans of the flattened values, not rows
-    (None: where rows leave lanes idle, ``scatter_config``).
+    nothing), else through the fp32 copies (0: always).
     """
     rows, n, D = scatter_shape(self, index, values, partitions, tuple(PARTS),
                                "partitioned_index_add")
@@ -395,7 +350,7 @@ def partitioned_index_add(self: torch.Tensor, index: torch.Tensor, values: torch
     elif state.numel() < need:
         raise ValueError(f"partitioned_index_add: state holds {state.numel()} entries, needs "
                          f"{need} (own_adds={own_adds})")
-    cfg = dict(scatter_config(D, values.dtype, flat), LEADERS=leaders)
+    cfg = dict(scatter_config(D, values.dtype), LEADERS=leaders)
     pdl = has_pdl(self.device)
     _prepare[(1 + cdiv(plane, PREPARE_BLOCK),)](
         self, acc, index, state, n, rows, plane, P=partitions,
@@ -410,7 +365,7 @@ def partitioned_index_add(self: torch.Tensor, index: torch.Tensor, values: torch
     # else _sum always has work
     early = sum_pdl and sum_early and (same or own_adds > 0) and n * D > 0
     if n * D:
-        wide = max(n * D, partitions * plane, cdiv(n, cfg["R"]) * cfg["FLAT"]) >= 1 << 31
+        wide = max(n * D, partitions * plane) >= 1 << 31
         _scatter[(cdiv(n, cfg["R"]),)](acc, extra, index, values, state, n, rows,
                                        WIDE=wide, PDL=pdl, TRIGGER=sum_pdl, EARLY=early,
                                        OWN=own_adds > 0, out=out, num_warps=4, **cfg,
