@@ -1,0 +1,63 @@
+"""Which block should a wide ``_scatter`` program take on the grid's 4M-element scatters?
+
+One GPU. The wide kernels (``scatter_kernels``) give a ``_scatter`` program
+``BLOCK_ROWS`` (16) value rows on ``SCATTER_WARPS`` (4) warps, chosen on the seed
+benchmark's 100M elements. Variants: the op as the pass calls it with R rows a program
+(``scatter_kernels.BLOCK_ROWS``, which ``_prepare``'s plan reads too) on W warps, against
+Inductor's plain scatter and its partitions in the same rounds; then each kernel's own
+time (median of 20 eager calls in a profiler trace), and Inductor's kernels'.
+
+µs a call in a CUDA graph of 20 calls (median of five rounds taken in turn; spread: the
+least and most); each variant's error against float64 is checked first::
+
+    python benchmarks/probes/probe_wide_blocks.py [--out probe_wide_blocks.json]
+"""
+
+from __future__ import annotations
+
+import torch
+from probe_local_columns import partitioned
+from probe_narrow_costs import cell_data, checked_rounds, inductor, kernel_us, run_cells
+
+import commrt.fx.scatter  # noqa: F401 (defines commrt::partitioned_index_put)
+from commrt.fx import scatter_kernels
+
+ROUNDS = 5
+F32, B16 = torch.float32, torch.bfloat16
+CELLS = [(t, 100, 1024, d) for t in (B16, F32) for d in ("uniform", "skewed", "hot")]
+BLOCKS = ((16, 4), (8, 4), (32, 4), (16, 2), (16, 8), (32, 8))  # (rows, warps); shipped first
+
+
+def blocked(R: int, W: int):
+    def run(out, idx, vals, P):
+        kept = scatter_kernels.BLOCK_ROWS, scatter_kernels.SCATTER_WARPS
+        scatter_kernels.BLOCK_ROWS, scatter_kernels.SCATTER_WARPS = R, W
+        try:
+            return torch.ops.commrt.partitioned_index_put(out, idx, vals, P)
+        finally:
+            scatter_kernels.BLOCK_ROWS, scatter_kernels.SCATTER_WARPS = kept
+    return run
+
+
+def cell(dtype, width: int, rows: int, dist: str) -> dict:
+    variants = {f"op R{r} w{w}": blocked(r, w) for r, w in BLOCKS}
+    variants["inductor partitioned"] = partitioned()
+    row = checked_rounds(dtype, width, rows, dist, variants, ROUNDS)
+    out, idx, vals = cell_data(dtype, width, rows, dist)
+    P = row["partitions"]
+    row["kernels"] = {name: {k: round(v, 2) for k, v in
+                             kernel_us(lambda fn=fn: fn(out, idx, vals, P), names=None).items()}
+                      for name, fn in variants.items() if name.startswith("op")}
+    f = inductor("index_put")
+    row["kernels"]["inductor"] = {k: round(v, 2) for k, v in
+                                  kernel_us(lambda: f(out, idx, vals), names=None).items()}
+    return row
+
+
+def main() -> None:
+    run_cells(__doc__, "probe_wide_blocks.json", CELLS, cell,
+              f"µs a call (median of {ROUNDS} rounds, each a CUDA graph of 20 calls)")
+
+
+if __name__ == "__main__":
+    main()
