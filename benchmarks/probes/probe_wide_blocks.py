@@ -10,38 +10,60 @@ time (median of 20 eager calls in a profiler trace), and Inductor's kernels'.
 µs a call in a CUDA graph of 20 calls (median of five rounds taken in turn; spread: the
 least and most); each variant's error against float64 is checked first::
 
-    python benchmarks/probes/probe_wide_blocks.py [--out probe_wide_blocks.json]
+    python benchmarks/probes/probe_wide_blocks.py [--small] [--out probe_wide_blocks.json]
+
+``--small``: on uniform indices only, blocks of 16, 8 and 4 rows that never sum rows
+first (``leaders=-1``), as Inductor's scatter drew [8, 128] tiles on 4 warps in the
+grid (5.3 µs a kernel on bf16 rows of 100 into 1,024 rows).
 """
 
 from __future__ import annotations
 
+import sys
+
 import torch
 from probe_local_columns import partitioned
-from probe_narrow_costs import cell_data, checked_rounds, inductor, kernel_us, run_cells
+from probe_narrow_costs import (
+    cell_data,
+    checked_rounds,
+    inductor,
+    kernel_us,
+    patched_op,
+    run_cells,
+)
 
 import commrt.fx.scatter  # noqa: F401 (defines commrt::partitioned_index_put)
 from commrt.fx import scatter_kernels
 
 ROUNDS = 5
 F32, B16 = torch.float32, torch.bfloat16
+# --small: blocks of fewer rows, without combining, on uniform indices only
+SMALL_CELLS = [(t, 100, 1024, "uniform") for t in (B16, F32)]
+SMALL_BLOCKS = ((16, 4, True), (16, 4, False), (8, 4, False), (8, 2, False), (4, 4, False))
 CELLS = [(t, 100, 1024, d) for t in (B16, F32) for d in ("uniform", "skewed", "hot")]
-BLOCKS = ((16, 4), (32, 4), (16, 2), (16, 8), (32, 8))  # (rows, warps); shipped first
-# (fewer than 16 rows: tl.dot takes K >= 16)
+# (rows, warps, combining); shipped first (fewer than 16 rows: tl.dot takes K >= 16)
+BLOCKS = ((16, 4, True), (32, 4, True), (16, 2, True), (16, 8, True), (32, 8, True))
 
 
-def blocked(R: int, W: int):
+def blocked(R: int, W: int, combine: bool = True):
+    """The op with R rows a program on W warps; ``combine`` False: never summing rows that
+    share an index first (``leaders=-1``: no ``tl.dot``, which takes 16 rows or more)."""
+    op = patched_op(scatter_kernels, "partitioned_index_add", **({} if combine else
+                                                                {"leaders": -1}))
+
     def run(out, idx, vals, P):
         kept = scatter_kernels.BLOCK_ROWS, scatter_kernels.SCATTER_WARPS
         scatter_kernels.BLOCK_ROWS, scatter_kernels.SCATTER_WARPS = R, W
         try:
-            return torch.ops.commrt.partitioned_index_put(out, idx, vals, P)
+            return op(out, idx, vals, P)
         finally:
             scatter_kernels.BLOCK_ROWS, scatter_kernels.SCATTER_WARPS = kept
     return run
 
 
 def cell(dtype, width: int, rows: int, dist: str) -> dict:
-    variants = {f"op R{r} w{w}": blocked(r, w) for r, w in BLOCKS}
+    variants = {f"op R{r} w{w}" + ("" if c else " no combining"): blocked(r, w, c)
+                for r, w, c in BLOCKS}
     variants["inductor partitioned"] = partitioned()
     row = checked_rounds(dtype, width, rows, dist, variants, ROUNDS)
     out, idx, vals = cell_data(dtype, width, rows, dist)
@@ -56,8 +78,14 @@ def cell(dtype, width: int, rows: int, dist: str) -> dict:
 
 
 def main() -> None:
-    run_cells(__doc__, "probe_wide_blocks.json", CELLS, cell,
-              f"µs a call (median of {ROUNDS} rounds, each a CUDA graph of 20 calls)")
+    global BLOCKS
+    small = "--small" in sys.argv
+    if small:
+        sys.argv.remove("--small")
+        BLOCKS = SMALL_BLOCKS
+    run_cells(__doc__, "probe_wide_blocks.json", SMALL_CELLS if small else CELLS, cell,
+              f"µs a call (median of {ROUNDS} rounds, each a CUDA graph of 20 calls)",
+              flags=" --small" if small else "")
 
 
 if __name__ == "__main__":
