@@ -207,15 +207,16 @@ def _scatter(acc, extra, idx, vals, state, n, rows, D: tl.constexpr, R: tl.const
             tl.atomic_add(out + (i * D)[:, None] + c[None, :], vn,
                           mask=ok[:, None] & cm[None, :], sem="relaxed")
         elif combine:
-            # the product takes finite values only (0 * inf is NaN in every row of the
-            # column); each row adds its infinities and NaNs itself, as torch would
-            fin = tl.abs(v) < float("inf")
-            s = _add_exact(tl.zeros([R, BD], tl.float32), tl.where(same, 1.0, 0.0),
-                           tl.where(fin, v, 0.0), PARTS)
-            tl.atomic_add(dst[:, None] + c[None, :], s,
-                          mask=first[:, None] & cm[None, :], sem="relaxed")
-            tl.atomic_add(dst[:, None] + c[None, :], v,
-                          mask=ok[:, None] & cm[None, :] & (fin == 0), sem="relaxed")
+            if LEADERS >= 0:  # traced only where rows may combine (tl.dot: R >= 16)
+                # the product takes finite values only (0 * inf is NaN in every row of the
+                # column); each row adds its infinities and NaNs itself, as torch would
+                fin = tl.abs(v) < float("inf")
+                s = _add_exact(tl.zeros([R, BD], tl.float32), tl.where(same, 1.0, 0.0),
+                               tl.where(fin, v, 0.0), PARTS)
+                tl.atomic_add(dst[:, None] + c[None, :], s,
+                              mask=first[:, None] & cm[None, :], sem="relaxed")
+                tl.atomic_add(dst[:, None] + c[None, :], v,
+                              mask=ok[:, None] & cm[None, :] & (fin == 0), sem="relaxed")
         else:
             tl.atomic_add(dst[:, None] + c[None, :], v,
                           mask=ok[:, None] & cm[None, :], sem="relaxed")
