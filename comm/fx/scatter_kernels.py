@@ -157,7 +157,7 @@ def _rows_of(idx, r, n, rows, WIDE: tl.constexpr):
 
 @triton.jit
 def _scatter(acc, extra, idx, vals, state, n, rows, D: tl.constexpr, R: tl.constexpr,
-             BD: tl.constexpr, LEADERS: tl.constexpr, PARTS: tl.constexpr,
+             BD: tl.constexpr, BDC: tl.constexpr, LEADERS: tl.constexpr, PARTS: tl.constexpr,
              WIDE: tl.constexpr, PDL: tl.constexpr, TRIGGER: tl.constexpr = False,
              EARLY: tl.constexpr = False, OWN: tl.constexpr = False, out=None):
     # D is a compile-time constant; offsets are int32 unless an operand holds 2**31
@@ -197,29 +197,43 @@ def _scatter(acc, extra, idx, vals, state, n, rows, D: tl.constexpr, R: tl.const
     combine = False  # unused code is dropped when LEADERS < 0
     if LEADERS >= 0:
         combine = (tl.load(state + 2) != 0) & (tl.sum(first.to(tl.int32)) <= LEADERS)
-    for c0 in range(0, D, BD):
-        c = c0 + tl.arange(0, BD)
+    if combine:
+        if LEADERS >= 0:  # traced only where rows may combine (tl.dot: R >= 16)
+            _add_combined(dst, vals, r, n, ok, same, first, D, R, BDC, PARTS)
+    else:
+        for c0 in range(0, D, BD):
+            c = c0 + tl.arange(0, BD)
+            cm = c < D
+            vn = tl.load(vals + r[:, None] * D + c[None, :],
+                         mask=(r < n)[:, None] & cm[None, :], other=0)
+            if own:
+                tl.atomic_add(out + (i * D)[:, None] + c[None, :], vn,
+                              mask=ok[:, None] & cm[None, :], sem="relaxed")
+            else:
+                tl.atomic_add(dst[:, None] + c[None, :], vn.to(tl.float32),
+                              mask=ok[:, None] & cm[None, :], sem="relaxed")
+
+
+@triton.jit
+def _add_combined(dst, vals, r, n, ok, same, first, D: tl.constexpr, R: tl.constexpr,
+                  BDC: tl.constexpr, PARTS: tl.constexpr):
+    # one add per distinct index: the rows that share it summed by an exact 0/1 product,
+    # BDC columns a step (fewer than the plain adds' BD, so that this branch does not hold
+    # more registers than they do)
+    for c0 in range(0, D, BDC):
+        c = c0 + tl.arange(0, BDC)
         cm = c < D
-        vn = tl.load(vals + r[:, None] * D + c[None, :], mask=(r < n)[:, None] & cm[None, :],
-                     other=0)  # not waiting for the indices
-        v = vn.to(tl.float32)
-        if own:
-            tl.atomic_add(out + (i * D)[:, None] + c[None, :], vn,
-                          mask=ok[:, None] & cm[None, :], sem="relaxed")
-        elif combine:
-            if LEADERS >= 0:  # traced only where rows may combine (tl.dot: R >= 16)
-                # the product takes finite values only (0 * inf is NaN in every row of the
-                # column); each row adds its infinities and NaNs itself, as torch would
-                fin = tl.abs(v) < float("inf")
-                s = _add_exact(tl.zeros([R, BD], tl.float32), tl.where(same, 1.0, 0.0),
-                               tl.where(fin, v, 0.0), PARTS)
-                tl.atomic_add(dst[:, None] + c[None, :], s,
-                              mask=first[:, None] & cm[None, :], sem="relaxed")
-                tl.atomic_add(dst[:, None] + c[None, :], v,
-                              mask=ok[:, None] & cm[None, :] & (fin == 0), sem="relaxed")
-        else:
-            tl.atomic_add(dst[:, None] + c[None, :], v,
-                          mask=ok[:, None] & cm[None, :], sem="relaxed")
+        v = tl.load(vals + r[:, None] * D + c[None, :], mask=(r < n)[:, None] & cm[None, :],
+                    other=0).to(tl.float32)
+        # the product takes finite values only (0 * inf is NaN in every row of the column);
+        # each row adds its infinities and NaNs itself, as torch would
+        fin = tl.abs(v) < float("inf")
+        s = _add_exact(tl.zeros([R, BDC], tl.float32), tl.where(same, 1.0, 0.0),
+                       tl.where(fin, v, 0.0), PARTS)
+        tl.atomic_add(dst[:, None] + c[None, :], s, mask=first[:, None] & cm[None, :],
+                      sem="relaxed")
+        tl.atomic_add(dst[:, None] + c[None, :], v,
+                      mask=ok[:, None] & cm[None, :] & (fin == 0), sem="relaxed")
 
 
 @triton.jit
@@ -290,6 +304,7 @@ def _sum_wait_and_add(acc, extra, out, state, plane, SAME: tl.constexpr, BLOCK: 
 
 
 SCATTER_WARPS = 4  # warps a _scatter program
+COMBINE_COLUMNS = 128  # columns a step of its row sums
 SUM_PROGRAMS = 2048  # the most _sum programs (each loops over the plane)
 PREPARE_BLOCK = 4096  # elements of self a _prepare program copies
 PARTS = {torch.float32: 3, torch.float16: 1, torch.bfloat16: 1}  # tf32 pieces of a value
@@ -297,8 +312,9 @@ PARTS = {torch.float32: 3, torch.float16: 1, torch.bfloat16: 1}  # tf32 pieces o
 
 def scatter_config(D: int, dtype: torch.dtype) -> dict:
     """Constexpr arguments of ``_scatter`` for rows of ``D`` values of ``dtype``."""
-    return dict(D=D, R=BLOCK_ROWS, BD=max(16, min(128, next_pow2(D))),
-                LEADERS=LEADERS, PARTS=PARTS[dtype])
+    BD = max(16, min(128, next_pow2(D)))
+    return dict(D=D, R=BLOCK_ROWS, BD=BD, BDC=min(BD, COMBINE_COLUMNS), LEADERS=LEADERS,
+                PARTS=PARTS[dtype])
 
 
 def scatter_shape(self: torch.Tensor, index: torch.Tensor, values: torch.Tensor,

@@ -1,0 +1,76 @@
+"""Does the wide ``_scatter`` add uncontended rows faster once its row sums hold fewer
+registers?
+
+One GPU. ``_scatter`` sums the rows of a program that share an index (a 0/1 product on
+tensor cores) where the plan finds the adds contended, else adds every row; the kernel's
+registers are the larger branch's. With the sums compiled out (``leaders=-1``), bf16 rows
+of 100 into 1,024 rows, uniform, ran 7.5 µs against 8.6 (``probe_wide_blocks_NVIDIA_H200
+.json``, ``--small``): on sm_90 the kernel held 128 registers a thread with the sums, 80
+without. The sums now run in a function of their own, ``COMBINE_COLUMNS`` columns a step.
+Variants: the op as the pass calls it with the sums on 128, 64 and 32 columns a step, and
+without sums (``leaders=-1``: contended rows go to the copies one by one), against
+Inductor's plain scatter and its partitions in the same rounds; then each kernel's own
+time (median of 20 eager calls in a profiler trace), and Inductor's kernels'.
+
+µs a call in a CUDA graph of 20 calls (median of five rounds taken in turn; spread: the
+least and most); each variant's error against float64 is checked first::
+
+    python benchmarks/probes/probe_combine_columns.py [--out probe_combine_columns.json]
+"""
+
+from __future__ import annotations
+
+import torch
+from probe_local_columns import partitioned
+from probe_narrow_costs import (
+    cell_data,
+    checked_rounds,
+    inductor,
+    kernel_us,
+    patched_op,
+    run_cells,
+)
+
+import commrt.fx.scatter  # noqa: F401 (defines commrt::partitioned_index_put)
+from commrt.fx import scatter_kernels
+
+ROUNDS = 5
+F32, B16 = torch.float32, torch.bfloat16
+CELLS = [(t, 100, 1024, d) for t in (B16, F32) for d in ("uniform", "skewed", "hot")]
+COLUMNS = (128, 64, 32)
+
+
+def columns(bdc: int):
+    def run(out, idx, vals, P):
+        kept = scatter_kernels.COMBINE_COLUMNS
+        scatter_kernels.COMBINE_COLUMNS = bdc
+        try:
+            return torch.ops.commrt.partitioned_index_put(out, idx, vals, P)
+        finally:
+            scatter_kernels.COMBINE_COLUMNS = kept
+    return run
+
+
+def cell(dtype, width: int, rows: int, dist: str) -> dict:
+    variants = {f"op sums on {c}": columns(c) for c in COLUMNS}
+    variants["op no sums"] = patched_op(scatter_kernels, "partitioned_index_add", leaders=-1)
+    variants["inductor partitioned"] = partitioned()
+    row = checked_rounds(dtype, width, rows, dist, variants, ROUNDS)
+    out, idx, vals = cell_data(dtype, width, rows, dist)
+    P = row["partitions"]
+    row["kernels"] = {name: {k: round(v, 2) for k, v in
+                             kernel_us(lambda fn=fn: fn(out, idx, vals, P), names=None).items()}
+                      for name, fn in variants.items() if name.startswith("op")}
+    f = inductor("index_put")
+    row["kernels"]["inductor"] = {k: round(v, 2) for k, v in
+                                  kernel_us(lambda: f(out, idx, vals), names=None).items()}
+    return row
+
+
+def main() -> None:
+    run_cells(__doc__, "probe_combine_columns.json", CELLS, cell,
+              f"µs a call (median of {ROUNDS} rounds, each a CUDA graph of 20 calls)")
+
+
+if __name__ == "__main__":
+    main()
