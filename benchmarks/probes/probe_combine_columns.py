@@ -20,6 +20,8 @@ least and most); each variant's error against float64 is checked first::
 
 from __future__ import annotations
 
+import gc
+
 import torch
 from probe_local_columns import partitioned
 from probe_narrow_costs import (
@@ -36,23 +38,36 @@ from commrt.fx import scatter_kernels
 
 ROUNDS = 5
 F32, B16 = torch.float32, torch.bfloat16
-CELLS = [(t, 100, 1024, d) for t in (B16, F32) for d in ("uniform", "skewed", "hot")]
-COLUMNS = (128, 64, 32)
+CELLS = [(t, 100, 1024, d) for t in (B16, F32) for d in ("uniform", "skewed")]
+SUMS = ((128, False), (32, False), (64, True), (32, True))  # (columns a step, a row at a time)
 
 
-def columns(bdc: int):
+def columns(bdc: int, loop: bool):
     def run(out, idx, vals, P):
-        kept = scatter_kernels.COMBINE_COLUMNS
-        scatter_kernels.COMBINE_COLUMNS = bdc
+        kept = scatter_kernels.COMBINE_COLUMNS, scatter_kernels.COMBINE_LOOP
+        scatter_kernels.COMBINE_COLUMNS, scatter_kernels.COMBINE_LOOP = bdc, loop
         try:
             return torch.ops.commrt.partitioned_index_put(out, idx, vals, P)
         finally:
-            scatter_kernels.COMBINE_COLUMNS = kept
+            scatter_kernels.COMBINE_COLUMNS, scatter_kernels.COMBINE_LOOP = kept
     return run
 
 
+def registers() -> list:
+    """(registers, spills, LOOP, BDC, LEADERS, OWN) of each _scatter compiled so far."""
+    found = []
+    for obj in gc.get_objects():
+        if type(obj).__name__ == "CompiledKernel" and getattr(obj, "name", "") == "_scatter":
+            consts = {k[-1] if isinstance(k, tuple) else k: v
+                      for k, v in getattr(obj.src, "constants", {}).items()} \
+                if hasattr(obj, "src") else {}
+            found.append([obj.n_regs, obj.n_spills, str(consts)[:200]])
+    return found
+
+
 def cell(dtype, width: int, rows: int, dist: str) -> dict:
-    variants = {f"op sums on {c}": columns(c) for c in COLUMNS}
+    variants = {f"op sums on {c}" + (" by rows" if loop else ""): columns(c, loop)
+                for c, loop in SUMS}
     variants["op no sums"] = patched_op(scatter_kernels, "partitioned_index_add", leaders=-1)
     variants["inductor partitioned"] = partitioned()
     row = checked_rounds(dtype, width, rows, dist, variants, ROUNDS)
@@ -64,6 +79,7 @@ def cell(dtype, width: int, rows: int, dist: str) -> dict:
     f = inductor("index_put")
     row["kernels"]["inductor"] = {k: round(v, 2) for k, v in
                                   kernel_us(lambda: f(out, idx, vals), names=None).items()}
+    row["registers"] = registers()
     return row
 
 

@@ -159,7 +159,8 @@ def _rows_of(idx, r, n, rows, WIDE: tl.constexpr):
 def _scatter(acc, extra, idx, vals, state, n, rows, D: tl.constexpr, R: tl.constexpr,
              BD: tl.constexpr, BDC: tl.constexpr, LEADERS: tl.constexpr, PARTS: tl.constexpr,
              WIDE: tl.constexpr, PDL: tl.constexpr, TRIGGER: tl.constexpr = False,
-             EARLY: tl.constexpr = False, OWN: tl.constexpr = False, out=None):
+             EARLY: tl.constexpr = False, OWN: tl.constexpr = False, out=None,
+             LOOP: tl.constexpr = False):
     # D is a compile-time constant; offsets are int32 unless an operand holds 2**31
     # elements or more (WIDE). LEADERS < 0: never combine. PDL: launched while _prepare
     # runs; the indices load (written before it) before waiting for it, the values after
@@ -199,7 +200,10 @@ def _scatter(acc, extra, idx, vals, state, n, rows, D: tl.constexpr, R: tl.const
         combine = (tl.load(state + 2) != 0) & (tl.sum(first.to(tl.int32)) <= LEADERS)
     if combine:
         if LEADERS >= 0:  # traced only where rows may combine (tl.dot: R >= 16)
-            _add_combined(dst, vals, r, n, ok, same, first, D, R, BDC, PARTS)
+            if LOOP:
+                _add_looped(dst, idx, vals, pid * R, n, rows, i, first, D, R, BDC, WIDE)
+            else:
+                _add_combined(dst, vals, r, n, ok, same, first, D, R, BDC, PARTS)
     else:
         for c0 in range(0, D, BD):
             c = c0 + tl.arange(0, BD)
@@ -212,6 +216,27 @@ def _scatter(acc, extra, idx, vals, state, n, rows, D: tl.constexpr, R: tl.const
             else:
                 tl.atomic_add(dst[:, None] + c[None, :], vn.to(tl.float32),
                               mask=ok[:, None] & cm[None, :], sem="relaxed")
+
+
+@triton.jit
+def _add_looped(dst, idx, vals, r0, n, rows, i, first, D: tl.constexpr, R: tl.constexpr,
+                BDC: tl.constexpr, WIDE: tl.constexpr):
+    # one add per distinct index: each first row sums the rows that share its index, row k
+    # at a time in fp32 (an infinity or NaN stays in its own index's sum, as torch's adds)
+    for c0 in range(0, D, BDC):
+        c = c0 + tl.arange(0, BDC)
+        cm = c < D
+        s = tl.zeros([R, BDC], tl.float32)
+        for k in range(R):  # not unrolled: a row's loads at a time
+            rk = r0 + k
+            if WIDE:
+                rk = rk.to(tl.int64)
+            ik = tl.load(idx + rk, mask=rk < n, other=-1)
+            ik = tl.where(ik < 0, ik + rows, ik)
+            vk = tl.load(vals + rk * D + c, mask=cm & (rk < n), other=0).to(tl.float32)
+            s += tl.where(((i == ik) & (rk < n))[:, None], vk[None, :], 0.0)
+        tl.atomic_add(dst[:, None] + c[None, :], s, mask=first[:, None] & cm[None, :],
+                      sem="relaxed")
 
 
 @triton.jit
@@ -305,6 +330,7 @@ def _sum_wait_and_add(acc, extra, out, state, plane, SAME: tl.constexpr, BLOCK: 
 
 SCATTER_WARPS = 4  # warps a _scatter program
 COMBINE_COLUMNS = 128  # columns a step of its row sums
+COMBINE_LOOP = False  # ... summed a row at a time, not by a product on tensor cores
 SUM_PROGRAMS = 2048  # the most _sum programs (each loops over the plane)
 PREPARE_BLOCK = 4096  # elements of self a _prepare program copies
 PARTS = {torch.float32: 3, torch.float16: 1, torch.bfloat16: 1}  # tf32 pieces of a value
@@ -314,7 +340,7 @@ def scatter_config(D: int, dtype: torch.dtype) -> dict:
     """Constexpr arguments of ``_scatter`` for rows of ``D`` values of ``dtype``."""
     BD = max(16, min(128, next_pow2(D)))
     return dict(D=D, R=BLOCK_ROWS, BD=BD, BDC=min(BD, COMBINE_COLUMNS), LEADERS=LEADERS,
-                PARTS=PARTS[dtype])
+                PARTS=PARTS[dtype], LOOP=COMBINE_LOOP)
 
 
 def scatter_shape(self: torch.Tensor, index: torch.Tensor, values: torch.Tensor,
