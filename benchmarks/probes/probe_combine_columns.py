@@ -38,18 +38,22 @@ from commrt.fx import scatter_kernels
 
 ROUNDS = 5
 F32, B16 = torch.float32, torch.bfloat16
-CELLS = [(t, 100, 1024, d) for t in (B16, F32) for d in ("uniform", "skewed")]
-SUMS = ((128, False), (32, False), (64, True), (32, True))  # (columns a step, a row at a time)
+CELLS = [(t, 100, 1024, d) for t in (B16, F32) for d in ("uniform", "skewed", "hot")]
+# (columns a step, a row at a time, registers a thread at most: 0 ptxas's choice)
+SUMS = ((128, False, 0), (64, False, 0), (32, False, 0), (128, False, 40), (64, False, 40))
+NAMES = ("COMBINE_COLUMNS", "COMBINE_LOOP", "SCATTER_MAXNREG")
 
 
-def columns(bdc: int, loop: bool):
+def columns(bdc: int, loop: bool, maxnreg: int):
     def run(out, idx, vals, P):
-        kept = scatter_kernels.COMBINE_COLUMNS, scatter_kernels.COMBINE_LOOP
-        scatter_kernels.COMBINE_COLUMNS, scatter_kernels.COMBINE_LOOP = bdc, loop
+        kept = [getattr(scatter_kernels, k) for k in NAMES]
+        for k, v in zip(NAMES, (bdc, loop, maxnreg), strict=True):
+            setattr(scatter_kernels, k, v)
         try:
             return torch.ops.commrt.partitioned_index_put(out, idx, vals, P)
         finally:
-            scatter_kernels.COMBINE_COLUMNS, scatter_kernels.COMBINE_LOOP = kept
+            for k, v in zip(NAMES, kept, strict=True):
+                setattr(scatter_kernels, k, v)
     return run
 
 
@@ -61,13 +65,14 @@ def registers() -> list:
             consts = {k[-1] if isinstance(k, tuple) else k: v
                       for k, v in getattr(obj.src, "constants", {}).items()} \
                 if hasattr(obj, "src") else {}
-            found.append([obj.n_regs, obj.n_spills, str(consts)[:200]])
+            found.append([obj.n_regs, obj.n_spills, str(consts)[:200],
+                          getattr(obj.metadata, "maxnreg", None)])
     return found
 
 
 def cell(dtype, width: int, rows: int, dist: str) -> dict:
-    variants = {f"op sums on {c}" + (" by rows" if loop else ""): columns(c, loop)
-                for c, loop in SUMS}
+    variants = {f"op sums on {c}" + (" by rows" if loop else "") +
+                (f" maxnreg {m}" if m else ""): columns(c, loop, m) for c, loop, m in SUMS}
     variants["op no sums"] = patched_op(scatter_kernels, "partitioned_index_add", leaders=-1)
     variants["inductor partitioned"] = partitioned()
     row = checked_rounds(dtype, width, rows, dist, variants, ROUNDS)

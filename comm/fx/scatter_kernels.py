@@ -329,6 +329,7 @@ def _sum_wait_and_add(acc, extra, out, state, plane, SAME: tl.constexpr, BLOCK: 
 
 
 SCATTER_WARPS = 4  # warps a _scatter program
+SCATTER_MAXNREG = 0  # ... and the registers a thread may hold (0: ptxas's choice)
 COMBINE_COLUMNS = 128  # columns a step of its row sums
 COMBINE_LOOP = False  # ... summed a row at a time, not by a product on tensor cores
 SUM_PROGRAMS = 2048  # the most _sum programs (each loops over the plane)
@@ -413,6 +414,7 @@ def partitioned_index_add(self: torch.Tensor, index: torch.Tensor, values: torch
         _scatter[(cdiv(n, cfg["R"]),)](acc, extra, index, values, state, n, rows,
                                        WIDE=wide, PDL=pdl, TRIGGER=sum_pdl, EARLY=early,
                                        OWN=own_adds > 0, out=out, num_warps=SCATTER_WARPS, **cfg,
+                                       **({"maxnreg": SCATTER_MAXNREG} if SCATTER_MAXNREG else {}),
                                        **({"launch_pdl": True} if pdl else {}))
     _sum[(min(cdiv(plane, 256), SUM_PROGRAMS),)](acc, extra, out, state, plane, SAME=same,
                                                  BLOCK=256, CP=16, PDL=sum_pdl,
