@@ -157,10 +157,9 @@ def _rows_of(idx, r, n, rows, WIDE: tl.constexpr):
 
 @triton.jit
 def _scatter(acc, extra, idx, vals, state, n, rows, D: tl.constexpr, R: tl.constexpr,
-             BD: tl.constexpr, BDC: tl.constexpr, LEADERS: tl.constexpr, PARTS: tl.constexpr,
+             BD: tl.constexpr, LEADERS: tl.constexpr, PARTS: tl.constexpr,
              WIDE: tl.constexpr, PDL: tl.constexpr, TRIGGER: tl.constexpr = False,
-             EARLY: tl.constexpr = False, OWN: tl.constexpr = False, out=None,
-             LOOP: tl.constexpr = False):
+             EARLY: tl.constexpr = False, OWN: tl.constexpr = False, out=None):
     # D is a compile-time constant; offsets are int32 unless an operand holds 2**31
     # elements or more (WIDE). LEADERS < 0: never combine. PDL: launched while _prepare
     # runs; the indices load (written before it) before waiting for it, the values after
@@ -198,67 +197,29 @@ def _scatter(acc, extra, idx, vals, state, n, rows, D: tl.constexpr, R: tl.const
     combine = False  # unused code is dropped when LEADERS < 0
     if LEADERS >= 0:
         combine = (tl.load(state + 2) != 0) & (tl.sum(first.to(tl.int32)) <= LEADERS)
-    if combine:
-        if LEADERS >= 0:  # traced only where rows may combine (tl.dot: R >= 16)
-            if LOOP:
-                _add_looped(dst, idx, vals, pid * R, n, rows, i, first, D, R, BDC, WIDE)
-            else:
-                _add_combined(dst, vals, r, n, ok, same, first, D, R, BDC, PARTS)
-    else:
-        for c0 in range(0, D, BD):
-            c = c0 + tl.arange(0, BD)
-            cm = c < D
-            vn = tl.load(vals + r[:, None] * D + c[None, :],
-                         mask=(r < n)[:, None] & cm[None, :], other=0)
-            if own:
-                tl.atomic_add(out + (i * D)[:, None] + c[None, :], vn,
-                              mask=ok[:, None] & cm[None, :], sem="relaxed")
-            else:
-                tl.atomic_add(dst[:, None] + c[None, :], vn.to(tl.float32),
-                              mask=ok[:, None] & cm[None, :], sem="relaxed")
-
-
-@triton.jit
-def _add_looped(dst, idx, vals, r0, n, rows, i, first, D: tl.constexpr, R: tl.constexpr,
-                BDC: tl.constexpr, WIDE: tl.constexpr):
-    # one add per distinct index: each first row sums the rows that share its index, row k
-    # at a time in fp32 (an infinity or NaN stays in its own index's sum, as torch's adds)
-    for c0 in range(0, D, BDC):
-        c = c0 + tl.arange(0, BDC)
+    for c0 in range(0, D, BD):
+        c = c0 + tl.arange(0, BD)
         cm = c < D
-        s = tl.zeros([R, BDC], tl.float32)
-        for k in range(R):  # not unrolled: a row's loads at a time
-            rk = r0 + k
-            if WIDE:
-                rk = rk.to(tl.int64)
-            ik = tl.load(idx + rk, mask=rk < n, other=-1)
-            ik = tl.where(ik < 0, ik + rows, ik)
-            vk = tl.load(vals + rk * D + c, mask=cm & (rk < n), other=0).to(tl.float32)
-            s += tl.where(((i == ik) & (rk < n))[:, None], vk[None, :], 0.0)
-        tl.atomic_add(dst[:, None] + c[None, :], s, mask=first[:, None] & cm[None, :],
-                      sem="relaxed")
-
-
-@triton.jit
-def _add_combined(dst, vals, r, n, ok, same, first, D: tl.constexpr, R: tl.constexpr,
-                  BDC: tl.constexpr, PARTS: tl.constexpr):
-    # one add per distinct index: the rows that share it summed by an exact 0/1 product,
-    # BDC columns a step (fewer than the plain adds' BD, so that this branch does not hold
-    # more registers than they do)
-    for c0 in range(0, D, BDC):
-        c = c0 + tl.arange(0, BDC)
-        cm = c < D
-        v = tl.load(vals + r[:, None] * D + c[None, :], mask=(r < n)[:, None] & cm[None, :],
-                    other=0).to(tl.float32)
-        # the product takes finite values only (0 * inf is NaN in every row of the column);
-        # each row adds its infinities and NaNs itself, as torch would
-        fin = tl.abs(v) < float("inf")
-        s = _add_exact(tl.zeros([R, BDC], tl.float32), tl.where(same, 1.0, 0.0),
-                       tl.where(fin, v, 0.0), PARTS)
-        tl.atomic_add(dst[:, None] + c[None, :], s, mask=first[:, None] & cm[None, :],
-                      sem="relaxed")
-        tl.atomic_add(dst[:, None] + c[None, :], v,
-                      mask=ok[:, None] & cm[None, :] & (fin == 0), sem="relaxed")
+        vn = tl.load(vals + r[:, None] * D + c[None, :], mask=(r < n)[:, None] & cm[None, :],
+                     other=0)  # not waiting for the indices
+        v = vn.to(tl.float32)
+        if own:
+            tl.atomic_add(out + (i * D)[:, None] + c[None, :], vn,
+                          mask=ok[:, None] & cm[None, :], sem="relaxed")
+        elif combine:
+            if LEADERS >= 0:  # traced only where rows may combine (tl.dot: R >= 16)
+                # the product takes finite values only (0 * inf is NaN in every row of the
+                # column); each row adds its infinities and NaNs itself, as torch would
+                fin = tl.abs(v) < float("inf")
+                s = _add_exact(tl.zeros([R, BD], tl.float32), tl.where(same, 1.0, 0.0),
+                               tl.where(fin, v, 0.0), PARTS)
+                tl.atomic_add(dst[:, None] + c[None, :], s,
+                              mask=first[:, None] & cm[None, :], sem="relaxed")
+                tl.atomic_add(dst[:, None] + c[None, :], v,
+                              mask=ok[:, None] & cm[None, :] & (fin == 0), sem="relaxed")
+        else:
+            tl.atomic_add(dst[:, None] + c[None, :], v,
+                          mask=ok[:, None] & cm[None, :], sem="relaxed")
 
 
 @triton.jit
@@ -329,9 +290,6 @@ def _sum_wait_and_add(acc, extra, out, state, plane, SAME: tl.constexpr, BLOCK: 
 
 
 SCATTER_WARPS = 4  # warps a _scatter program
-SCATTER_MAXNREG = 0  # ... and the registers a thread may hold (0: ptxas's choice)
-COMBINE_COLUMNS = 128  # columns a step of its row sums
-COMBINE_LOOP = False  # ... summed a row at a time, not by a product on tensor cores
 SUM_PROGRAMS = 2048  # the most _sum programs (each loops over the plane)
 PREPARE_BLOCK = 4096  # elements of self a _prepare program copies
 PARTS = {torch.float32: 3, torch.float16: 1, torch.bfloat16: 1}  # tf32 pieces of a value
@@ -339,9 +297,8 @@ PARTS = {torch.float32: 3, torch.float16: 1, torch.bfloat16: 1}  # tf32 pieces o
 
 def scatter_config(D: int, dtype: torch.dtype) -> dict:
     """Constexpr arguments of ``_scatter`` for rows of ``D`` values of ``dtype``."""
-    BD = max(16, min(128, next_pow2(D)))
-    return dict(D=D, R=BLOCK_ROWS, BD=BD, BDC=min(BD, COMBINE_COLUMNS), LEADERS=LEADERS,
-                PARTS=PARTS[dtype], LOOP=COMBINE_LOOP)
+    return dict(D=D, R=BLOCK_ROWS, BD=max(16, min(128, next_pow2(D))),
+                LEADERS=LEADERS, PARTS=PARTS[dtype])
 
 
 def scatter_shape(self: torch.Tensor, index: torch.Tensor, values: torch.Tensor,
@@ -414,7 +371,6 @@ def partitioned_index_add(self: torch.Tensor, index: torch.Tensor, values: torch
         _scatter[(cdiv(n, cfg["R"]),)](acc, extra, index, values, state, n, rows,
                                        WIDE=wide, PDL=pdl, TRIGGER=sum_pdl, EARLY=early,
                                        OWN=own_adds > 0, out=out, num_warps=SCATTER_WARPS, **cfg,
-                                       **({"maxnreg": SCATTER_MAXNREG} if SCATTER_MAXNREG else {}),
                                        **({"launch_pdl": True} if pdl else {}))
     _sum[(min(cdiv(plane, 256), SUM_PROGRAMS),)](acc, extra, out, state, plane, SAME=same,
                                                  BLOCK=256, CP=16, PDL=sum_pdl,
