@@ -2,17 +2,18 @@
 registers?
 
 One GPU, at fae51e6 (``COMBINE_COLUMNS``, ``COMBINE_LOOP`` and ``SCATTER_MAXNREG`` were
-removed after it; 1a1f427 ran the row-at-a-time sums). ``_scatter`` sums the rows of a program that share an index (a 0/1 product on
-tensor cores) where the plan finds the adds contended, else adds every row; the kernel's
-registers are the larger branch's. With the sums compiled out (``leaders=-1``), bf16 rows
-of 100 into 1,024 rows, uniform, ran 7.5 µs against 8.6 (``probe_wide_blocks_NVIDIA_H200
-.json``, ``--small``): on sm_90 the kernel held 128 registers a thread with the sums, 80
-without. There the sums ran in a function of their own, ``COMBINE_COLUMNS`` columns a
-step. Variants: the op as the pass calls it with the sums on 128, 64 and 32 columns a
-step, on 128 and 64 with at most 40 registers a thread (``maxnreg``), and without sums
-(``leaders=-1``: contended rows go to the copies one by one), against
-Inductor's plain scatter and its partitions in the same rounds; then each kernel's own
-time (median of 20 eager calls in a profiler trace), and Inductor's kernels'.
+removed after it; 1a1f427 ran the row-at-a-time sums). ``_scatter`` sums the rows of a
+program that share an index (a 0/1 product on tensor cores) where the plan finds the adds
+contended, else adds every row; the kernel holds the registers of its larger branch. With
+the sums compiled out (``leaders=-1``), bf16 rows of 100 into 1,024 rows, uniform, ran
+7.5 µs against 8.6 (``probe_wide_blocks_small_NVIDIA_H200.json``); Triton 3.8 compiling
+for sm_90 gave the kernel 128 registers a thread with the sums, 80 without. Here the
+sums run in a function of their own, ``COMBINE_COLUMNS`` columns a step. Variants: the op
+as the pass calls it with the sums on 128, 64 and 32 columns a step, on 128 and 64 with
+at most 40 registers a thread (``maxnreg``), and without sums (``leaders=-1``: contended
+rows go to the copies one by one), against Inductor's plain scatter and its partitions in
+the same rounds; then each kernel's own time (median of 20 eager calls in a profiler
+trace), and Inductor's kernels'.
 
 µs a call in a CUDA graph of 20 calls (median of five rounds taken in turn; spread: the
 least and most); each variant's error against float64 is checked first::
