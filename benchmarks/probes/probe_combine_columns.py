@@ -29,14 +29,7 @@ import gc
 
 import torch
 from probe_local_columns import partitioned
-from probe_narrow_costs import (
-    cell_data,
-    checked_rounds,
-    inductor,
-    kernel_us,
-    patched_op,
-    run_cells,
-)
+from probe_narrow_costs import checked_rounds, op_kernels, patched_op, run_cells, with_constants
 
 import commrt.fx.scatter  # noqa: F401 (defines commrt::partitioned_index_put)
 from commrt.fx import scatter_kernels
@@ -50,16 +43,8 @@ NAMES = ("COMBINE_COLUMNS", "COMBINE_LOOP", "SCATTER_MAXNREG")
 
 
 def columns(bdc: int, loop: bool, maxnreg: int):
-    def run(out, idx, vals, P):
-        kept = [getattr(scatter_kernels, k) for k in NAMES]
-        for k, v in zip(NAMES, (bdc, loop, maxnreg), strict=True):
-            setattr(scatter_kernels, k, v)
-        try:
-            return torch.ops.commrt.partitioned_index_put(out, idx, vals, P)
-        finally:
-            for k, v in zip(NAMES, kept, strict=True):
-                setattr(scatter_kernels, k, v)
-    return run
+    return with_constants(scatter_kernels, **dict(zip(NAMES, (bdc, loop, maxnreg),
+                                                      strict=True)))
 
 
 def registers() -> list:
@@ -79,16 +64,9 @@ def cell(dtype, width: int, rows: int, dist: str) -> dict:
     variants = {f"op sums on {c}" + (" by rows" if loop else "") +
                 (f" maxnreg {m}" if m else ""): columns(c, loop, m) for c, loop, m in SUMS}
     variants["op no sums"] = patched_op(scatter_kernels, "partitioned_index_add", leaders=-1)
-    variants["inductor partitioned"] = partitioned()
-    row = checked_rounds(dtype, width, rows, dist, variants, ROUNDS)
-    out, idx, vals = cell_data(dtype, width, rows, dist)
-    P = row["partitions"]
-    row["kernels"] = {name: {k: round(v, 2) for k, v in
-                             kernel_us(lambda fn=fn: fn(out, idx, vals, P), names=None).items()}
-                      for name, fn in variants.items() if name.startswith("op")}
-    f = inductor("index_put")
-    row["kernels"]["inductor"] = {k: round(v, 2) for k, v in
-                                  kernel_us(lambda: f(out, idx, vals), names=None).items()}
+    row = checked_rounds(dtype, width, rows, dist,
+                         {**variants, "inductor partitioned": partitioned()}, ROUNDS)
+    row["kernels"] = op_kernels(variants, dtype, width, rows, dist, row["partitions"])
     row["registers"] = registers()
     return row
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 from probe_local_columns import partitioned
-from probe_narrow_costs import cell_data, checked_rounds, inductor, kernel_us, patched_op, run_cells
+from probe_narrow_costs import checked_rounds, op_kernels, patched_op, run_cells, with_constants
 
 import commrt.fx.scatter  # noqa: F401 (defines commrt::partitioned_index_put)
 from commrt.fx import scatter_kernels
@@ -35,30 +35,15 @@ CHUNKS = (256, 512, 1024, 2048)
 def chunked(chunk: int):
     """The op with flattened adds, ``chunk`` value elements a step."""
     op = patched_op(scatter_kernels, "partitioned_index_add", flat=True)
-
-    def run(out, idx, vals, P):
-        kept = scatter_kernels.FLAT_CHUNK
-        scatter_kernels.FLAT_CHUNK = chunk
-        try:
-            return op(out, idx, vals, P)
-        finally:
-            scatter_kernels.FLAT_CHUNK = kept
-    return run
+    return with_constants(scatter_kernels, op, FLAT_CHUNK=chunk)
 
 
 def cell(dtype, width: int, rows: int, dist: str) -> dict:
     variants = {f"op flat {c}": chunked(c) for c in CHUNKS}
     variants["op rows"] = patched_op(scatter_kernels, "partitioned_index_add", flat=False)
-    variants["inductor partitioned"] = partitioned()
-    row = checked_rounds(dtype, width, rows, dist, variants, ROUNDS)
-    out, idx, vals = cell_data(dtype, width, rows, dist)
-    P = row["partitions"]
-    row["kernels"] = {name: {k: round(v, 2) for k, v in
-                             kernel_us(lambda fn=fn: fn(out, idx, vals, P), names=None).items()}
-                      for name, fn in variants.items() if name.startswith("op")}
-    f = inductor("index_put")
-    row["kernels"]["inductor"] = {k: round(v, 2) for k, v in
-                                  kernel_us(lambda: f(out, idx, vals), names=None).items()}
+    row = checked_rounds(dtype, width, rows, dist,
+                         {**variants, "inductor partitioned": partitioned()}, ROUNDS)
+    row["kernels"] = op_kernels(variants, dtype, width, rows, dist, row["partitions"])
     return row
 
 

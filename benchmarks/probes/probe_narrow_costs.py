@@ -168,6 +168,35 @@ def patched_op(module, name: str, **kw):
     return run
 
 
+def with_constants(module, op=None, **values):
+    """``op`` (None: the op as the pass calls it) with ``module``'s constants set to
+    ``values`` for the call and restored after it."""
+    def run(out, idx, vals, P):
+        kept = {k: getattr(module, k) for k in values}
+        for k, v in values.items():
+            setattr(module, k, v)
+        try:
+            if op is None:
+                return torch.ops.commrt.partitioned_index_put(out, idx, vals, P)
+            return op(out, idx, vals, P)
+        finally:
+            for k, v in kept.items():
+                setattr(module, k, v)
+    return run
+
+
+def op_kernels(variants: dict, dtype, width: int, rows: int, dist: str, P: int) -> dict:
+    """Each kernel's µs (``kernel_us``, every kernel) in the calls of ``variants`` whose names
+    start with "op", and in Inductor's plain scatter, on one grid cell's data."""
+    out, idx, vals = cell_data(dtype, width, rows, dist)
+    f = inductor("index_put")
+    calls = {name: lambda fn=fn: fn(out, idx, vals, P)
+             for name, fn in variants.items() if name.startswith("op")}
+    calls["inductor"] = lambda: f(out, idx, vals)
+    return {name: {k: round(v, 2) for k, v in kernel_us(call, names=None).items()}
+            for name, call in calls.items()}
+
+
 def inductor(op: str):
     torch._dynamo.reset()
     if op == "index_add":

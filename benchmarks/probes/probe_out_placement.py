@@ -4,9 +4,13 @@ One GPU. The same compiled scatter graph ran 17.1 µs in one process and 20.3 in
 with the same kernel configs (``probe_compiles_NVIDIA_H200.json``), and Inductor's bf16
 scatter kernel took 5.3 µs in one run and 9.7 in another
 (``probe_wide_blocks_NVIDIA_H200.json``, ``probe_flat_adds_NVIDIA_H200.json``). Here one
-kernel, Inductor's form of an accumulating ``index_put`` (flattened values, ``XBLOCK``
-values a program, plain atomics), adds the grid's values into output views at several
-byte offsets into one large buffer: rows of 100 into 1,024 rows, uniform, fp32 and bf16.
+kernel, an accumulating ``index_put`` over the flattened values (``XBLOCK`` values a
+program, plain atomics, Inductor's two 1-D pointwise configs), adds the grid's values into
+output views at several byte offsets into one large buffer: rows of 100 into 1,024 rows,
+uniform, fp32 and bf16. (Inductor's own kernel for rows of 100 tiles rows and columns in
+2-D, ``YBLOCK`` by ``XBLOCK``. In this 1-D form bf16 ran 71-106 µs, over ten times
+Inductor's kernel; its PTX moves the values through shared memory before the atomics, the
+cause is not known. So only the fp32 rows speak to placement.)
 
 µs a call in a CUDA graph of 20 calls (median of five rounds taken in turn)::
 

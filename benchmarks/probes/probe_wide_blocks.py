@@ -23,14 +23,7 @@ import sys
 
 import torch
 from probe_local_columns import partitioned
-from probe_narrow_costs import (
-    cell_data,
-    checked_rounds,
-    inductor,
-    kernel_us,
-    patched_op,
-    run_cells,
-)
+from probe_narrow_costs import checked_rounds, op_kernels, patched_op, run_cells, with_constants
 
 import commrt.fx.scatter  # noqa: F401 (defines commrt::partitioned_index_put)
 from commrt.fx import scatter_kernels
@@ -50,30 +43,15 @@ def blocked(R: int, W: int, combine: bool = True):
     share an index first (``leaders=-1``: no ``tl.dot``, which takes 16 rows or more)."""
     op = patched_op(scatter_kernels, "partitioned_index_add", **({} if combine else
                                                                 {"leaders": -1}))
-
-    def run(out, idx, vals, P):
-        kept = scatter_kernels.BLOCK_ROWS, scatter_kernels.SCATTER_WARPS
-        scatter_kernels.BLOCK_ROWS, scatter_kernels.SCATTER_WARPS = R, W
-        try:
-            return op(out, idx, vals, P)
-        finally:
-            scatter_kernels.BLOCK_ROWS, scatter_kernels.SCATTER_WARPS = kept
-    return run
+    return with_constants(scatter_kernels, op, BLOCK_ROWS=R, SCATTER_WARPS=W)
 
 
 def cell(dtype, width: int, rows: int, dist: str) -> dict:
     variants = {f"op R{r} w{w}" + ("" if c else " no combining"): blocked(r, w, c)
                 for r, w, c in BLOCKS}
-    variants["inductor partitioned"] = partitioned()
-    row = checked_rounds(dtype, width, rows, dist, variants, ROUNDS)
-    out, idx, vals = cell_data(dtype, width, rows, dist)
-    P = row["partitions"]
-    row["kernels"] = {name: {k: round(v, 2) for k, v in
-                             kernel_us(lambda fn=fn: fn(out, idx, vals, P), names=None).items()}
-                      for name, fn in variants.items() if name.startswith("op")}
-    f = inductor("index_put")
-    row["kernels"]["inductor"] = {k: round(v, 2) for k, v in
-                                  kernel_us(lambda: f(out, idx, vals), names=None).items()}
+    row = checked_rounds(dtype, width, rows, dist,
+                         {**variants, "inductor partitioned": partitioned()}, ROUNDS)
+    row["kernels"] = op_kernels(variants, dtype, width, rows, dist, row["partitions"])
     return row
 
 
