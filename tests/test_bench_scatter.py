@@ -1,5 +1,6 @@
 """bench_scatter's command line and grid selection, on the CPU."""
 
+import json
 import pathlib
 import sys
 
@@ -51,8 +52,6 @@ def test_autotune_log_records_each_autotuned_kernel_and_puts_the_method_back():
 
 
 def test_update_keeps_the_cells_it_does_not_redo_with_their_commit(tmp_path):
-    import json
-
     old_meta = {"columns": ["eager"], "date": "2026-01-01", "command": "python full",
                 "torch": "2.11", "triton": "3.6", "commit": "abc1234"}
     cells = [{"op": "index_put", "dtype": "float32", "width": w, "rows": 8} for w in (4, 16)]

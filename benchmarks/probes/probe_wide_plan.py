@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 from probe_local_columns import partitioned
-from probe_narrow_costs import cell_data, checked_rounds, inductor, kernel_us, run_cells
+from probe_narrow_costs import checked_rounds, op_kernels, run_cells, with_constants
 
 import commrt.fx.scatter  # noqa: F401 (defines commrt::partitioned_index_put)
 from commrt.fx import scatter_kernels
@@ -33,31 +33,14 @@ SAMPLES = ((128, 8), (64, 4), (64, 2), (32, 2))
 
 
 def with_sample(S: int, K: int):
-    def run(out, idx, vals, P):
-        kept = scatter_kernels.SAMPLE, scatter_kernels.SHIFTS
-        scatter_kernels.SAMPLE, scatter_kernels.SHIFTS = S, K
-        try:
-            return torch.ops.commrt.partitioned_index_put(out, idx, vals, P)
-        finally:
-            scatter_kernels.SAMPLE, scatter_kernels.SHIFTS = kept
-    return run
-
-
-def kernels_us(fn) -> dict:
-    """Median µs of each CUDA kernel over 20 eager calls of ``fn``."""
-    return {k: round(v, 2) for k, v in kernel_us(fn, names=None).items()}
+    return with_constants(scatter_kernels, SAMPLE=S, SHIFTS=K)
 
 
 def cell(dtype, width: int, rows: int, dist: str) -> dict:
     variants = {f"op {s}x{k}": with_sample(s, k) for s, k in SAMPLES}
-    variants["inductor partitioned"] = partitioned()
-    row = checked_rounds(dtype, width, rows, dist, variants, ROUNDS)
-    out, idx, vals = cell_data(dtype, width, rows, dist)
-    P = row["partitions"]
-    row["kernels"] = {name: kernels_us(lambda fn=fn: fn(out, idx, vals, P))
-                      for name, fn in variants.items() if name.startswith("op")}
-    f = inductor("index_put")
-    row["kernels"]["inductor"] = kernels_us(lambda: f(out, idx, vals))
+    row = checked_rounds(dtype, width, rows, dist,
+                         {**variants, "inductor partitioned": partitioned()}, ROUNDS)
+    row["kernels"] = op_kernels(variants, dtype, width, rows, dist, row["partitions"])
     return row
 
 

@@ -194,7 +194,7 @@ def _scatter(acc, extra, idx, vals, state, n, rows, D: tl.constexpr, R: tl.const
         own = tl.load(state + 3) != 0
     part = (pid + j) & (tl.load(state) - 1)  # p is a power of two
     dst = tl.where(part == 0, acc + i * D, extra + ((part - 1) * rows + i) * D)
-    combine = False  # unused code is dropped when LEADERS < 0
+    combine = False  # LEADERS < 0: never (the row sums are not even traced, below)
     if LEADERS >= 0:
         combine = (tl.load(state + 2) != 0) & (tl.sum(first.to(tl.int32)) <= LEADERS)
     for c0 in range(0, D, BD):
