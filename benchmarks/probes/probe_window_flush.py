@@ -1,0 +1,168 @@
+"""Do single values into 65,536 rows gain from shared-memory sums over windows of rows
+flushed by atomics of the non-zero sums, and would a kernel that holds that shared memory
+still add uncontended values as fast as the narrow kernels?
+
+One GPU. fp32 1-D values into 65,536 rows go to the narrow kernels, whose copies took
+skewed indices 1.12-1.17x Inductor's partitions in the grid. ``scatter_shared`` sums up to
+32,768 rows in shared memory and stores a dense partial a program; over windows (and
+dense partials) 65,536 rows took 88 µs (``probe_shared_windows_NVIDIA_H200.json``). Here
+``_windowed`` runs one program an SM on 16 warps, with 32,768 sums reserved in shared
+memory; with ``flag`` set it sums each contiguous window of 32,768 rows there in turn
+(every program reading its share of the indices once a window) and adds each non-zero sum
+to the output with one atomic, a warp's 32 lanes on one 128-byte line; with ``flag``
+clear it adds the values straight to the output with atomics (as a merged kernel would
+where the plan sees no contention). For 4M fp32 values, µs a call in a CUDA graph of 20
+calls (median of five rounds taken in turn): the narrow kernels as the pass calls them, the
+output's copy plus ``_windowed`` each way, the direct adds without the shared memory
+reserved, and Inductor's plain and partitioned scatters (``index_put``).
+
+    python benchmarks/probes/probe_window_flush.py [--out probe_window_flush.json]
+"""
+
+from __future__ import annotations
+
+import torch
+import torch._inductor.config as ic
+import triton
+import triton.language as tl
+from probe_narrow_costs import cell_data, rounds, run_cells
+
+from commrt.fx import scatter as pass_scatter
+from commrt.fx.scatter_shared import (
+    _load_index,
+    _shared_add,
+    _shared_base,
+    _shared_read,
+    _shared_zero,
+    fenced,
+)
+
+DEV = torch.device("cuda")
+ROUNDS = 5
+DISTS = ("uniform", "skewed", "hot")
+CELLS = tuple((rows, d) for rows in (65536, 131072) for d in DISTS)
+PLANE = 32768  # sums a window (128 KB)
+WARPS = 16
+RB = 2048  # values a step
+ZC = 4096  # sums a zeroing step
+
+
+@triton.jit
+def _direct(idx, vals, acc, rows, lo, hi, RB: tl.constexpr):
+    for start in range(lo, hi, RB):
+        r = start + tl.arange(0, RB)
+        rm = r < hi
+        v = tl.load(vals + r, mask=rm, other=0).to(tl.float32)
+        i = tl.load(idx + r, mask=rm, other=0)
+        i = tl.where(i < 0, i + rows, i)
+        tl.atomic_add(acc + i, v, mask=rm, sem="relaxed")
+
+
+@triton.jit
+def _windowed(idx, vals, acc, flag, n, rows, chunk, never, PLANE: tl.constexpr,
+              W: tl.constexpr, RB: tl.constexpr, ZC: tl.constexpr, FZ: tl.constexpr,
+              RESERVE: tl.constexpr):
+    g = tl.program_id(0)
+    lo = g * chunk
+    hi = tl.minimum(lo + chunk, n)
+    if not RESERVE:
+        _direct(idx, vals, acc, rows, lo, hi, RB)
+        return
+    # PLANE * 4 bytes of shared memory: a gather's scratch
+    oc = tl.arange(0, PLANE)
+    reserve = tl.gather(oc.to(tl.float32), oc, 0)
+    tl.store(acc + oc, reserve, mask=oc < never)
+    if tl.load(flag) != 0:
+        tl.debug_barrier()
+        base = _shared_base()
+        for w in tl.static_range(W):
+            for z in tl.static_range(0, PLANE, ZC):
+                _shared_zero(base + (z + tl.arange(0, ZC)) * 4)
+            tl.debug_barrier()
+            for start in range(lo, hi, RB):
+                r = start + tl.arange(0, RB)
+                rm = r < hi
+                v = tl.load(vals + r, mask=rm, other=0).to(tl.float32)
+                i = _load_index(idx + r, rm)
+                i = tl.where(i < 0, i + rows, i) - w * PLANE
+                ok = rm & (i >= 0) & (i < PLANE)
+                _shared_add(base + i.to(tl.int32) * 4, v, ok, 0, PLANE * 4)
+            tl.debug_barrier()
+            for z in range(0, PLANE, FZ):  # a lane an element: a warp's adds on one line
+                o = z + tl.arange(0, FZ)
+                x = _shared_read(base + o * 4)
+                row = w * PLANE + o
+                tl.atomic_add(acc + row, x, mask=(x != 0) & (row < rows), sem="relaxed")
+            tl.debug_barrier()
+    else:
+        _direct(idx, vals, acc, rows, lo, hi, RB)
+
+
+_checked: dict = {}
+
+
+def windowed(out, idx, vals, flag, reserve: bool = True):
+    """``out.index_add(0, idx, vals)`` (fp32, 1-D) through ``_windowed``."""
+    acc = out.clone()
+    n, rows = idx.numel(), out.numel()
+    G = torch.cuda.get_device_properties(DEV).multi_processor_count
+    W = triton.cdiv(rows, PLANE)
+    args = (idx, vals, acc, flag, n, rows, triton.cdiv(n, G), 0)
+    meta = {"PLANE": PLANE, "W": W, "RB": RB, "ZC": ZC, "FZ": 32 * WARPS,
+            "RESERVE": reserve, "num_warps": WARPS, "num_stages": 1}
+    key = (rows, reserve)
+    if key not in _checked:
+        k = _windowed.warmup(*args, grid=(G,), **meta)
+        _checked[key] = k.metadata.shared, not reserve or fenced(k.asm["ptx"])
+        assert not reserve or (k.metadata.shared >= PLANE * 4 and _checked[key][1]), \
+            ("shared memory not fenced", _checked[key])
+    _windowed[(G,)](*args, **meta)
+    return acc
+
+
+def _plain(o, i, v):
+    return torch.index_put(o, (i,), v, accumulate=True)
+
+
+def _parted(o, i, v):  # the same op, compiled with Inductor's partitions
+    return torch.index_put(o, (i,), v, accumulate=True)
+
+
+def cell(rows: int, dist: str) -> dict:
+    out, idx, vals = cell_data(torch.float32, 0, rows, dist)
+    P = pass_scatter.copies(rows, 1, idx.numel(), torch.float32,
+                            torch.cuda.get_device_properties(DEV).total_memory)
+    ref = out.double().index_put((idx,), vals.double(), accumulate=True)
+    on = torch.ones(1, device=DEV, dtype=torch.int32)
+    off = torch.zeros(1, device=DEV, dtype=torch.int32)
+    torch._dynamo.reset()  # two functions of their own code: dynamo caches by code
+    plain, parted = torch.compile(_plain, dynamic=False), torch.compile(_parted, dynamic=False)
+    with ic.patch({"fx_graph_cache": False}):
+        plain(out, idx, vals)
+    with ic.patch({"partitioned_scatter_enabled": True, "fx_graph_cache": False}):
+        parted(out, idx, vals)
+    calls = {
+        "narrow": lambda: torch.ops.commrt.partitioned_index_put(out, idx, vals, P),
+        "windows": lambda: windowed(out, idx, vals, on),
+        "direct, shared reserved": lambda: windowed(out, idx, vals, off),
+        "direct, none reserved": lambda: windowed(out, idx, vals, off, reserve=False),
+        "inductor": lambda: plain(out, idx, vals),
+        "inductor partitioned": lambda: parted(out, idx, vals)}
+    row = {"dtype": "float32", "rows": rows, "dist": dist, "partitions": P, "err": {}}
+    for name, fn in calls.items():
+        row["err"][name] = err = float((fn().double() - ref).norm() / ref.norm())
+        assert err < 1e-5, (name, row)
+    row["shared bytes"] = {str(k): v[0] for k, v in _checked.items()}
+    row.update(rounds(calls, ROUNDS))
+    return row
+
+
+def main() -> None:
+    run_cells(__doc__, "probe_window_flush.json", CELLS, cell,
+              f"µs a call (median of {ROUNDS} rounds, each a CUDA graph of 20 calls); "
+              "spread: the least and most of the rounds; err: relative error against "
+              "float64")
+
+
+if __name__ == "__main__":
+    main()
