@@ -94,7 +94,7 @@ def scatter_calls() -> None:
 def shared_calls() -> None:
     """The shared-sums kernel in every shape the rule gives it (``usable`` is checked on
     each compiled variant in ``main``: it runs only on the GPU)."""
-    from commrt.fx.scatter_rule import FEW_ROWS, SHARED_PLANE
+    from commrt.fx.scatter_rule import FEW_ROWS, SHARED_PLANE, SHARED_WINDOWS
     from commrt.fx.scatter_shared import WIDE_PLANE, _shared_partial, partial_launch
 
     for dtype in (torch.float32, torch.bfloat16, torch.float16):
@@ -105,6 +105,13 @@ def shared_calls() -> None:
                 _, args, meta = partial_launch(idx, rows, 1)
                 part = torch.zeros(1, dtype=torch.float32)
                 calls.append((_shared_partial, (idx, vals, part, *args), dict(meta)))
+            if dtype == torch.float32:  # added to the output, past WIDE_PLANE rows
+                for rows in (WIDE_PLANE + 1, SHARED_PLANE, SHARED_PLANE + 1,
+                             SHARED_WINDOWS * SHARED_PLANE):
+                    idx, vals = torch.zeros(1 << 22, dtype=itype), torch.zeros(1 << 22)
+                    _, args, meta = partial_launch(idx, rows, 1, flush=True)
+                    part = torch.zeros(1, dtype=torch.float32)
+                    calls.append((_shared_partial, (idx, vals, part, *args), dict(meta)))
 
 
 def collective_calls() -> None:

@@ -162,18 +162,32 @@ def test_spread_takes_fp32_narrow_rows_with_many_values_a_row():
     # (5%) to 32; on 256 KiB not two fit
     assert copies(1024, 4, 1 << 20, torch.float32, 16 << 20) == 32
     assert spread_copies(4096, 1 << 20, 256 << 10) == 1
-    assert copies(40_000, 1, 80_000_000, torch.float32, 80 * gib) == 128  # 1-D past shared
+    assert copies(70_000, 1, 80_000_000, torch.float32, 80 * gib) == 128  # 1-D past shared
+    # fp32 single values in shared windows: the copies of the narrow kernels' fallback
+    assert copies(40_000, 1, 80_000_000, torch.float32, 80 * gib) == 128
+    assert copies(20_000, 1, 80_000_000, torch.float32, 80 * gib) == 1
 
 
 def test_shared_sums_takes_single_values_into_few_thousand_rows():
-    from commrt.fx.scatter_rule import FEW_ROWS, MIN_INDICES, SHARED_PLANE, shared_sums
+    from commrt.fx.scatter_rule import (
+        FEW_ROWS,
+        MIN_INDICES,
+        SHARED_PLANE,
+        SHARED_WINDOWS,
+        shared_sums,
+    )
 
     n = 1 << 22
     for dtype in (torch.float32, torch.bfloat16, torch.float16):
         assert shared_sums(FEW_ROWS + 1, 1, n, dtype) and shared_sums(SHARED_PLANE, 1, n, dtype)
         assert "shared memory" in decide(1024, 1, n, dtype)[1]
     assert not shared_sums(FEW_ROWS, 1, n, torch.float32)  # scatter_few's
-    assert not shared_sums(SHARED_PLANE + 1, 1, n, torch.float32)
+    # fp32 in windows (added to the output), fp16/bf16 to the narrow kernels
+    assert shared_sums(SHARED_WINDOWS * SHARED_PLANE, 1, n, torch.float32)
+    assert "shared memory" in decide(65536, 1, n, torch.float32)[1]
+    assert not shared_sums(SHARED_WINDOWS * SHARED_PLANE + 1, 1, n, torch.float32)
+    assert not shared_sums(SHARED_PLANE + 1, 1, n, torch.bfloat16)
+    assert not shared_sums(SHARED_PLANE + 1, 1, n, torch.float16)
     assert not shared_sums(1024, 4, n, torch.float32)  # wider rows: L2's atomics
     assert not shared_sums(1024, 1, MIN_INDICES - 1, torch.float32)
     assert not shared_sums(1024, 1, n, torch.int64)
@@ -198,6 +212,16 @@ def test_shared_sums_launch_by_plane_and_shared_memory(monkeypatch):
     with pytest.raises(ss.NoRoom, match="32768 rows of 1 need 131072 bytes"):
         ss.partial_launch(idx, SHARED_PLANE, 1)
     assert issubclass(ss.NoRoom, ss.Unusable) and issubclass(ss.Unfenced, ss.Unusable)
+    monkeypatch.setattr(ss, "shared_memory_per_sm", lambda dev: 228 * 1024)
+    # fp32 single values added to the output: windows of SHARED_PLANE rows past it
+    for rows, windows in ((ss.WIDE_PLANE + 1, 1), (SHARED_PLANE, 1), (SHARED_PLANE + 1, 2),
+                          (2 * SHARED_PLANE, 2)):
+        G, _, meta = ss.partial_launch(idx, rows, 1, flush=True)
+        assert (meta["W"], meta["PLANE"], meta["COPIES"], meta["FLUSH"], G) == \
+            (windows, SHARED_PLANE, 1, True, 132)
+        assert meta["FZ"] == 32 * meta["num_warps"] == 32 * ss.WIDE_WARPS
+    with pytest.raises(ValueError, match="flush single values, got rows of 2"):
+        ss.partial_launch(idx, 1000, 2, flush=True)
 
 
 @pytest.mark.parametrize("rows,width,n,dtype,choice", [

@@ -281,15 +281,22 @@ def test_spread_kernels_against_float64(dtype, shape, rows, copies):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("shape", [(), (1,)])  # 1-D values, rows of 1
-@pytest.mark.parametrize("rows", [17, 1000, 16384, 20011, 32768])
+@pytest.mark.parametrize("rows", [17, 1000, 16384, 20011, 32768, 40009, 65536])
 def test_shared_sums_kernels_against_float64(dtype, shape, rows):
-    """The shared-memory sums on the GPU (one program an SM on 16 warps past 16,384 rows),
-    eager and in a CUDA graph, three calls each: every index distribution (a hot row summed
-    in registers), index dtype and negative indices against float64; an index out of range
-    poisons the output."""
+    """The shared-memory sums on the GPU (one program an SM on 16 warps past 16,384 rows;
+    fp32 added to the output there, in two windows past 32,768 rows), eager and in a CUDA
+    graph, three calls each: every index distribution (a hot row summed in registers),
+    index dtype and negative indices against float64; an index out of range poisons the
+    output."""
+    from commrt.fx.scatter_rule import SHARED_PLANE
     from commrt.fx.scatter_shared import shared_sums_index_add
 
     g = torch.Generator(device="cuda").manual_seed(rows + 7 * len(shape))
+    if rows > SHARED_PLANE and dtype != torch.float32:
+        base, idx, vals, _, _ = _case("uniform", rows, 4097, shape, dtype, g)
+        with pytest.raises(ValueError, match="at most 32768 elements"):
+            shared_sums_index_add(base, idx, vals)
+        return
     tol = TOL[dtype]
     for n, dist in ((1_000_003, "uniform"), (300_007, "skewed"), (4_111_111, "hot"),
                     (4097, "uniform")):

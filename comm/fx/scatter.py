@@ -23,8 +23,9 @@ an index before adding them, those of ``scatter_narrow`` (narrow rows, and wider
 with one copy) add a hot row's values once a block (fp32 rows on a smaller output: the
 rows of a block that share an index, with no plan), and those of ``scatter_few`` (narrow
 rows into a few output rows) sum every output row a program, no copies, and those of
-``scatter_shared`` (single values into up to ``SHARED_PLANE`` rows) sum every output
-element a program in shared memory, and those of ``scatter_spread`` (fp32 narrow rows with
+``scatter_shared`` (single values into up to ``SHARED_PLANE`` rows, fp32 ones into up to
+``SHARED_WINDOWS`` times that in windows) sum every output element a program in shared
+memory, and those of ``scatter_spread`` (fp32 narrow rows with
 many values a row: ``spread``) add value ``j`` to copy ``j % partitions``, a block's hot rows
 summed first; elsewhere, and for integer values, the copies are torch ops.
 """
@@ -49,6 +50,7 @@ from .scatter_rule import (
     ONE_COPY_HOT_MIN,
     PER_ADDRESS,
     SAMPLE,
+    SHARED_PLANE,
     SHIFTS,
     SPREAD_HOT,
     SPREAD_HOT_MIN,
@@ -242,8 +244,10 @@ def copies(rows: int, width: int, n: int, dtype: torch.dtype, memory: int,
            fraction: float = MEMORY_FRACTION) -> int:
     """The most copies ``commrt::partitioned_index_put`` may add into (its ``partitions``),
     for ``n`` values of ``width`` elements into ``rows`` rows that the rule gives commrt."""
-    if few_rows(rows, width) or shared_sums(rows, width, n, dtype) or \
-            local_sums(rows, width, n, dtype):
+    # past SHARED_PLANE rows, the copies of the narrow kernels that a GPU without room for
+    # the shared sums falls back to
+    if few_rows(rows, width) or local_sums(rows, width, n, dtype) or \
+            shared_sums(rows, width, n, dtype) and rows <= SHARED_PLANE:
         return 1
     if spread(rows, width, n, dtype):
         return spread_copies(rows * width, n, memory, fraction)

@@ -13,8 +13,8 @@ number of indices, value dtype) and answers one of:
 
 Rows of up to ``FEW_WIDTH`` elements into at most ``FEW_ROWS`` output rows (``few_rows``)
 go to ``scatter_few``, which sums every output row a program; single values into up to
-``SHARED_PLANE`` rows (``shared_sums``) to ``scatter_shared``, which sums them in shared
-memory. Other narrow rows go to
+``SHARED_PLANE`` rows (fp32: ``SHARED_WINDOWS`` times that; ``shared_sums``) to
+``scatter_shared``, which sums them in shared memory. Other narrow rows go to
 commrt's narrow kernels: whether they contend depends on the indices
 (one hot row among a million is as common as a histogram of eight bins), which only the
 GPU sees. Two exceptions, measured: rows of 4 or more (and fp32 1-D values on more than
@@ -265,6 +265,15 @@ WIDE_OWN_ADDS, WIDE_OWN_PER_ROW = 128, 64
 # and hot (88 and 83 µs against 55 and 36 for the narrow kernels; skewed 88 against 123)
 # (benchmarks/results/probe_shared_windows_NVIDIA_H200.json).
 SHARED_PLANE = 32768
+# fp32 single values into up to SHARED_WINDOWS * SHARED_PLANE rows: summed in windows of
+# SHARED_PLANE rows, each program adding its non-zero sums to the output with atomics (a
+# warp's on one line) instead of storing a partial. On one H200, 4M values into 65,536
+# rows, µs uniform / skewed / hot: 51.8 / 47.1 / 405 without a hot row, 56.4 / 52.3 / 51.0
+# with it, against Inductor's best 52.4 / 116.5 / 134.6 and the narrow kernels' 54.8 /
+# 119.8 / 35.8; into 131,072 rows (four windows) 89 / 81 / 80 against Inductor's 53 / 124
+# / 211; into 32,768 rows (one window) 34.8 / 34.9 / 31.5 against 49.2 / 50.3 / 46.3 with
+# dense partials (benchmarks/results/probe_window_flush_NVIDIA_H200.json, f6f0da2).
+SHARED_WINDOWS = 2
 
 COMMRT, INDUCTOR_PARTITIONED, INDUCTOR = "commrt", "inductor_partitioned", "inductor"
 HALF = (torch.float16, torch.bfloat16)
@@ -353,9 +362,10 @@ def spread_copies(plane: int, n: int, memory: int, fraction: float = MEMORY_FRAC
 
 def shared_sums(rows: int, width: int, n: int, dtype: torch.dtype) -> bool:
     """Single values (1-D, or rows of 1) into so few rows that each program sums them all
-    in shared memory."""
-    return (dtype in NARROW_DTYPES and width == 1 and FEW_ROWS < rows <= SHARED_PLANE and
-            n >= MIN_INDICES)
+    in shared memory (fp32: in windows of ``SHARED_PLANE`` rows)."""
+    most = SHARED_WINDOWS * SHARED_PLANE if dtype == torch.float32 else SHARED_PLANE
+    return dtype in NARROW_DTYPES and width == 1 and FEW_ROWS < rows <= most and \
+        n >= MIN_INDICES
 
 
 def half_adds(rows: int, width: int, n: int, partitions: int, dtype: torch.dtype) -> bool:

@@ -13,6 +13,11 @@ one partial a program. Two launches (the shared adds land in another order each 
    plain op raises a device-side assert).
 2. ``scatter_few._total``: output := ``self`` + the ``G`` partials, in the output's dtype.
 
+fp32 outputs of over ``WIDE_PLANE`` single values (one program an SM) take one launch
+after a copy of ``self``: each program adds every non-zero sum to the copy with an atomic
+(``flush``); past ``SHARED_PLANE`` rows (up to ``SHARED_WINDOWS`` times that) it sums the
+rows in windows of ``SHARED_PLANE``, reading its values once a window.
+
 Triton gives a kernel no shared memory of its own choosing: ``_shared_partial`` reserves it
 as the scratch of a ``tl.gather`` (``PLANE * COPIES * 4`` bytes of the ``global_smem``
 every Triton kernel declares) and then uses it through inline PTX, fenced by barriers.
@@ -33,7 +38,7 @@ from commrt.symm_mem.launch import cdiv, next_pow2
 
 from .scatter_few import _total
 from .scatter_kernels import PARTS, _rows_of, scatter_shape
-from .scatter_rule import SHARED_PLANE
+from .scatter_rule import SHARED_PLANE, SHARED_WINDOWS
 
 INTERPRETER_SMS = 8  # SMs assumed without a GPU
 INTERPRETER_SHARED = 228 * 1024  # shared memory an SM is assumed to have without a GPU
@@ -104,9 +109,13 @@ def _shared_read(addr):
 def _shared_partial(idx, vals, part, n, rows, chunk, never, D: tl.constexpr,
                     DP: tl.constexpr, PLANE: tl.constexpr, COPIES: tl.constexpr,
                     RB: tl.constexpr, HOT: tl.constexpr, WIDE: tl.constexpr,
-                    ZC: tl.constexpr):
+                    ZC: tl.constexpr, W: tl.constexpr = 1, FLUSH: tl.constexpr = False,
+                    FZ: tl.constexpr = 512):
     # ZC: sums zeroed and read a step (a [PLANE] tensor would hold PLANE / threads
-    # registers a thread)
+    # registers a thread). FLUSH (single values, one copy): part is the fp32 output, to
+    # which each non-zero sum is added with an atomic (FZ a step: a lane an element, so
+    # a warp's adds land on one line); the rows go through shared memory in W windows of
+    # PLANE rows, each window's adds over all of the program's values.
     g = tl.program_id(0)
     lo = g * chunk
     if WIDE:
@@ -129,49 +138,74 @@ def _shared_partial(idx, vals, part, n, rows, chunk, never, D: tl.constexpr,
         h = tl.where((top >= HOT_MIN) & (hi - lo >= SAMPLE), h, -1)
     tl.debug_barrier()
     base = _shared_base()
-    for z in tl.static_range(0, PLANE * COPIES, ZC):
-        _shared_zero(base + (z + tl.arange(0, ZC)) * 4)
-    tl.debug_barrier()
     c = tl.arange(0, DP)[None, :]
     cm = c < D
     hacc = tl.zeros([RB, DP], tl.float32)
     bad_any = tl.zeros([RB, DP], tl.int32)
-    for start in range(lo, hi, RB):
-        # every tensor here is [RB, DP] in the layout of the values' load: a layout
-        # conversion would go through shared memory (the indices are loaded for every column)
-        r = start + tl.arange(0, RB)[:, None] + 0 * c
-        rm = r < hi
-        v = tl.load(vals + r * D + c, mask=rm & cm, other=0).to(tl.float32)
-        i = _load_index(idx + r, rm)
-        i = tl.where(i < 0, i + rows, i)
-        bad = rm & ((i < 0) | (i >= rows))
-        bad_any |= bad.to(tl.int32)
-        ok = rm & (bad == 0) & cm
-        if HOT:
-            hot = i == h
-            hacc += tl.where(hot, v, 0.0)
-            ok = ok & (hot == 0)
-        _shared_add(base + (i * D + c).to(tl.int32) * 4, v, ok, COPIES - 1, PLANE * 4)
-    tl.debug_barrier()
-    dst = part + g * plane
-    for z in tl.static_range(0, PLANE, ZC):
-        o = z + tl.arange(0, ZC)
-        x = _shared_read(base + o * 4)
-        for k in tl.static_range(1, COPIES):
-            x += _shared_read(base + (k * PLANE + o) * 4)
-        tl.store(dst + o, x, mask=o < plane)
-    tl.debug_barrier()
-    if tl.max(bad_any) > 0:  # poison: the sum of every partial is NaN
+    for w in tl.static_range(W):
+        for z in tl.static_range(0, PLANE * COPIES, ZC):
+            _shared_zero(base + (z + tl.arange(0, ZC)) * 4)
+        tl.debug_barrier()
+        for start in range(lo, hi, RB):
+            # every tensor here is [RB, DP] in the layout of the values' load: a layout
+            # conversion would go through shared memory (the indices are loaded for every
+            # column)
+            r = start + tl.arange(0, RB)[:, None] + 0 * c
+            rm = r < hi
+            v = tl.load(vals + r * D + c, mask=rm & cm, other=0).to(tl.float32)
+            i = _load_index(idx + r, rm)
+            i = tl.where(i < 0, i + rows, i)
+            bad = rm & ((i < 0) | (i >= rows))
+            ok = rm & (bad == 0) & cm
+            if w == 0:
+                bad_any |= bad.to(tl.int32)
+            if HOT:
+                hot = i == h
+                if w == 0:
+                    hacc += tl.where(hot, v, 0.0)
+                ok = ok & (hot == 0)
+            if W > 1:  # this window's rows
+                i -= w * PLANE
+                ok = ok & (i >= 0) & (i < PLANE)
+            _shared_add(base + (i * D + c).to(tl.int32) * 4, v, ok, COPIES - 1, PLANE * 4)
+        tl.debug_barrier()
+        if FLUSH:
+            for z in range(0, PLANE, FZ):
+                o = z + tl.arange(0, FZ)
+                x = _shared_read(base + o * 4)
+                e = w * PLANE + o
+                tl.atomic_add(part + e, x, mask=(x != 0) & (e < plane), sem="relaxed")
+        else:
+            dst = part + g * plane
+            for z in tl.static_range(0, PLANE, ZC):
+                o = z + tl.arange(0, ZC)
+                x = _shared_read(base + o * 4)
+                for k in tl.static_range(1, COPIES):
+                    x += _shared_read(base + (k * PLANE + o) * 4)
+                tl.store(dst + o, x, mask=o < plane)
+        tl.debug_barrier()
+    if FLUSH:
+        dst = part
+    else:
+        dst = part + g * plane
+    if tl.max(bad_any) > 0:  # poison: the sum of every partial (the output) is NaN
         for y in range(0, plane, ZC):
             q = y + tl.arange(0, ZC)
-            tl.store(dst + q, tl.full([ZC], float("nan"), tl.float32), mask=q < plane)
+            nan = tl.full([ZC], float("nan"), tl.float32)
+            if FLUSH:
+                tl.atomic_add(dst + q, nan, mask=q < plane, sem="relaxed")
+            else:
+                tl.store(dst + q, nan, mask=q < plane)
     if HOT:
         if h >= 0:  # the hot row's sums, added to what this program stored
             tl.debug_barrier()
             hs = tl.sum(hacc, axis=0)
             cc = tl.arange(0, DP)
             p = dst + h * D + cc
-            tl.store(p, tl.load(p, mask=cc < D) + hs, mask=cc < D)
+            if FLUSH:
+                tl.atomic_add(p, hs, mask=cc < D, sem="relaxed")
+            else:
+                tl.store(p, tl.load(p, mask=cc < D) + hs, mask=cc < D)
 
 
 def fenced(ptx: str) -> bool:
@@ -242,10 +276,18 @@ def launch_shape(plane: int, values: int, steps: int, sms: int, shared: int,
 
 def partial_launch(index: torch.Tensor, rows: int, D: int, hot: bool = True,
                    warps: int | None = None, tile: int = TILE, copies: int | None = None,
-                   per_sm: int | None = None) -> tuple[int, tuple, dict]:
+                   per_sm: int | None = None, flush: bool = False) -> tuple[int, tuple, dict]:
     """``(programs, the integer arguments, the constexprs and options)`` of
-    ``_shared_partial`` for ``len(index)`` rows of ``D`` values into ``rows`` rows."""
+    ``_shared_partial`` for ``len(index)`` rows of ``D`` values into ``rows`` rows
+    (``flush``: single values added to the fp32 output, in windows of ``SHARED_PLANE``
+    rows past it)."""
     n, plane, DP = index.numel(), rows * D, next_pow2(D)
+    windows = 1
+    if flush:
+        if D != 1:
+            raise ValueError(f"shared sums flush single values, got rows of {D}")
+        windows, copies = cdiv(plane, SHARED_PLANE), 1
+        plane = cdiv(plane, windows)
     if warps is None:
         warps = WARPS if plane <= WIDE_PLANE else WIDE_WARPS
     rb = max(1, tile // DP)
@@ -261,25 +303,46 @@ def partial_launch(index: torch.Tensor, rows: int, D: int, hot: bool = True,
             "HOT": hot and D < 32, "WIDE": n * D >= 1 << 31,
             "ZC": min(ZERO_STEP, next_pow2(plane)), "num_warps": warps,
             "num_stages": 1}
+    if flush:
+        meta.update(W=windows, FLUSH=True, FZ=32 * warps)
     return G, (n, rows, cdiv(n, G), 0), meta
 
 
 def shared_sums_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tensor,
-                          hot: bool = True, **launch) -> torch.Tensor:
+                          hot: bool = True, flush: bool | None = None,
+                          **launch) -> torch.Tensor:
     """``self.index_add(0, index, values)`` (a new tensor) for outputs of at most
-    ``SHARED_PLANE`` elements.
+    ``SHARED_PLANE`` elements, and fp32 single values into up to ``SHARED_WINDOWS`` times
+    that many rows.
 
     ``self`` and ``values`` contiguous, of one of ``DTYPES``, ``values`` shaped
     ``[len(index), *self.shape[1:]]``; ``hot``: sum each program's hot row in registers;
+    ``flush``: add the sums to a copy of ``self`` with atomics instead of storing a partial
+    a program (None: fp32 outputs of over ``WIDE_PLANE`` elements, one program an SM);
     ``launch``: ``partial_launch``'s ``warps``, ``tile``, ``copies``, ``per_sm``.
     """
     rows, n, D = scatter_shape(self, index, values, 1, DTYPES, "shared_sums_index_add")
     plane = rows * D
-    if plane > SHARED_PLANE:
+    fp32 = self.dtype == torch.float32
+    if plane > (SHARED_WINDOWS * SHARED_PLANE if fp32 and D == 1 else SHARED_PLANE):
         raise ValueError(f"shared_sums_index_add takes outputs of at most {SHARED_PLANE} "
-                         f"elements, got {rows} rows of {D}")
+                         f"elements (fp32 single values: {SHARED_WINDOWS * SHARED_PLANE} "
+                         f"rows), got {rows} rows of {D} in {self.dtype}")
     if self.device.type != "cuda":
         raise ValueError(f"shared_sums_index_add runs on CUDA tensors, got {self.device}")
+    if flush is None:
+        flush = fp32 and D == 1 and plane > WIDE_PLANE
+    if plane > SHARED_PLANE and not flush:
+        raise ValueError(f"shared_sums_index_add sums {rows} rows in windows only with "
+                         "flush")
+    if flush:
+        if not fp32:
+            raise ValueError(f"shared_sums_index_add flushes into fp32 outputs, got {self.dtype}")
+        out = self.clone()
+        if plane and n:
+            G, args, meta = partial_launch(index, rows, D, hot, flush=True, **launch)
+            _launch((G,), (index, values, out, *args), meta)
+        return out
     out = torch.empty_like(self)
     if plane == 0:
         return out
