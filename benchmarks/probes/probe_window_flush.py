@@ -18,9 +18,14 @@ row that takes 6 of 32 sampled indices summed in registers), the direct adds wit
 shared memory reserved, and Inductor's plain and partitioned scatters (``index_put``).
 
     python benchmarks/probes/probe_window_flush.py [--out probe_window_flush.json]
+
+``--flush``: ``scatter_shared`` itself into 1,024 to 65,536 rows, its sums added to the
+output with atomics (``flush``) against a partial a program (up to 32,768 rows).
 """
 
 from __future__ import annotations
+
+import sys
 
 import torch
 import torch._inductor.config as ic
@@ -30,7 +35,7 @@ from probe_narrow_costs import cell_data, rounds, run_cells
 
 from commrt.fx import scatter as pass_scatter
 from commrt.fx.scatter_narrow import narrow_index_add
-from commrt.fx.scatter_rule import pair_sample
+from commrt.fx.scatter_rule import SHARED_PLANE, pair_sample
 from commrt.fx.scatter_shared import (
     _load_index,
     _shared_add,
@@ -38,6 +43,7 @@ from commrt.fx.scatter_shared import (
     _shared_read,
     _shared_zero,
     fenced,
+    shared_sums_index_add,
 )
 
 DEV = torch.device("cuda")
@@ -186,11 +192,34 @@ def cell(rows: int, dist: str) -> dict:
     return row
 
 
+FLUSH_CELLS = tuple((rows, d) for rows in (1024, 4096, 16384, 32768, 65536) for d in DISTS)
+
+
+def flush_cell(rows: int, dist: str) -> dict:
+    """``--flush``: ``scatter_shared`` storing a partial a program (``_total`` adding them)
+    against adding its sums to a copy of the output with atomics, fp32."""
+    out, idx, vals = cell_data(torch.float32, 0, rows, dist)
+    ref = out.double().index_put((idx,), vals.double(), accumulate=True)
+    calls = {"flush": lambda: shared_sums_index_add(out, idx, vals, flush=True)}
+    if rows <= SHARED_PLANE:
+        calls["partials"] = lambda: shared_sums_index_add(out, idx, vals, flush=False)
+    row = {"dtype": "float32", "rows": rows, "dist": dist, "err": {}}
+    for name, fn in calls.items():
+        row["err"][name] = err = float((fn().double() - ref).norm() / ref.norm())
+        assert err < 1e-5, (name, row)
+    row.update(rounds(calls, ROUNDS))
+    return row
+
+
 def main() -> None:
-    run_cells(__doc__, "probe_window_flush.json", CELLS, cell,
+    flush = "--flush" in sys.argv
+    if flush:
+        sys.argv.remove("--flush")
+    run_cells(__doc__, "probe_window_flush.json", FLUSH_CELLS if flush else CELLS,
+              flush_cell if flush else cell,
               f"µs a call (median of {ROUNDS} rounds, each a CUDA graph of 20 calls); "
               "spread: the least and most of the rounds; err: relative error against "
-              "float64")
+              "float64", flags=" --flush" if flush else "", script="probe_window_flush")
 
 
 if __name__ == "__main__":

@@ -106,6 +106,24 @@ def _shared_read(addr):
 
 
 @triton.jit
+def _step(idx, vals, start, hi, c, cm, D: tl.constexpr, DP: tl.constexpr, RB: tl.constexpr):
+    """(values in fp32, indices, in range, to add) of the ``RB`` rows from ``start``: 1-D
+    where ``DP`` is 1, else ``[RB, DP]`` in the layout of the values' load (a layout
+    conversion would go through shared memory: the indices load for every column)."""
+    if DP == 1:
+        r = start + tl.arange(0, RB)
+        rm = r < hi
+        v = tl.load(vals + r, mask=rm, other=0).to(tl.float32)
+        ok = rm
+    else:
+        r = start + tl.arange(0, RB)[:, None] + 0 * c
+        rm = r < hi
+        v = tl.load(vals + r * D + c, mask=rm & cm, other=0).to(tl.float32)
+        ok = rm & cm
+    return v, _load_index(idx + r, rm), rm, ok
+
+
+@triton.jit
 def _shared_partial(idx, vals, part, n, rows, chunk, never, D: tl.constexpr,
                     DP: tl.constexpr, PLANE: tl.constexpr, COPIES: tl.constexpr,
                     RB: tl.constexpr, HOT: tl.constexpr, WIDE: tl.constexpr,
@@ -140,23 +158,22 @@ def _shared_partial(idx, vals, part, n, rows, chunk, never, D: tl.constexpr,
     base = _shared_base()
     c = tl.arange(0, DP)[None, :]
     cm = c < D
-    hacc = tl.zeros([RB, DP], tl.float32)
-    bad_any = tl.zeros([RB, DP], tl.int32)
+    if DP == 1:  # single values: 1-D steps, the sums in the layout of the values' load
+        r0 = tl.arange(0, RB)
+        hacc = tl.load(vals + lo + r0, mask=r0 < 0, other=0).to(tl.float32)
+        bad_any = hacc.to(tl.int32)
+    else:
+        hacc = tl.zeros([RB, DP], tl.float32)
+        bad_any = tl.zeros([RB, DP], tl.int32)
     for w in tl.static_range(W):
         for z in tl.static_range(0, PLANE * COPIES, ZC):
             _shared_zero(base + (z + tl.arange(0, ZC)) * 4)
         tl.debug_barrier()
         for start in range(lo, hi, RB):
-            # every tensor here is [RB, DP] in the layout of the values' load: a layout
-            # conversion would go through shared memory (the indices are loaded for every
-            # column)
-            r = start + tl.arange(0, RB)[:, None] + 0 * c
-            rm = r < hi
-            v = tl.load(vals + r * D + c, mask=rm & cm, other=0).to(tl.float32)
-            i = _load_index(idx + r, rm)
+            v, i, rm, ok = _step(idx, vals, start, hi, c, cm, D, DP, RB)
             i = tl.where(i < 0, i + rows, i)
             bad = rm & ((i < 0) | (i >= rows))
-            ok = rm & (bad == 0) & cm
+            ok = ok & (bad == 0)
             if w == 0:
                 bad_any |= bad.to(tl.int32)
             if HOT:
@@ -167,7 +184,9 @@ def _shared_partial(idx, vals, part, n, rows, chunk, never, D: tl.constexpr,
             if W > 1:  # this window's rows
                 i -= w * PLANE
                 ok = ok & (i >= 0) & (i < PLANE)
-            _shared_add(base + (i * D + c).to(tl.int32) * 4, v, ok, COPIES - 1, PLANE * 4)
+            if DP > 1:
+                i = i * D + c
+            _shared_add(base + i.to(tl.int32) * 4, v, ok, COPIES - 1, PLANE * 4)
         tl.debug_barrier()
         if FLUSH:
             for z in range(0, PLANE, FZ):
