@@ -124,6 +124,34 @@ def _step(idx, vals, start, hi, c, cm, D: tl.constexpr, DP: tl.constexpr, RB: tl
 
 
 @triton.jit
+def _adds(idx, vals, lo, hi, rows, h, base, c, cm, hacc, bad_any, w: tl.constexpr,
+          D: tl.constexpr, DP: tl.constexpr, RB: tl.constexpr, HOT: tl.constexpr,
+          W: tl.constexpr, PLANE: tl.constexpr, COPIES: tl.constexpr):
+    """Window ``w``'s adds of the values ``lo`` to ``hi`` into the shared sums at ``base``
+    (``HOT``: those of row ``h`` into ``hacc`` instead, in window 0); returns ``hacc`` and
+    ``bad_any`` (the indices out of range, flagged in window 0)."""
+    for start in range(lo, hi, RB):
+        v, i, rm, ok = _step(idx, vals, start, hi, c, cm, D, DP, RB)
+        i = tl.where(i < 0, i + rows, i)
+        bad = rm & ((i < 0) | (i >= rows))
+        ok = ok & (bad == 0)
+        if w == 0:
+            bad_any |= bad.to(tl.int32)
+        if HOT:
+            hot = i == h
+            if w == 0:
+                hacc += tl.where(hot, v, 0.0)
+            ok = ok & (hot == 0)
+        if W > 1:  # this window's rows
+            i -= w * PLANE
+            ok = ok & (i >= 0) & (i < PLANE)
+        if DP > 1:
+            i = i * D + c
+        _shared_add(base + i.to(tl.int32) * 4, v, ok, COPIES - 1, PLANE * 4)
+    return hacc, bad_any
+
+
+@triton.jit
 def _shared_partial(idx, vals, part, n, rows, chunk, never, D: tl.constexpr,
                     DP: tl.constexpr, PLANE: tl.constexpr, COPIES: tl.constexpr,
                     RB: tl.constexpr, HOT: tl.constexpr, WIDE: tl.constexpr,
@@ -169,24 +197,12 @@ def _shared_partial(idx, vals, part, n, rows, chunk, never, D: tl.constexpr,
         for z in tl.static_range(0, PLANE * COPIES, ZC):
             _shared_zero(base + (z + tl.arange(0, ZC)) * 4)
         tl.debug_barrier()
-        for start in range(lo, hi, RB):
-            v, i, rm, ok = _step(idx, vals, start, hi, c, cm, D, DP, RB)
-            i = tl.where(i < 0, i + rows, i)
-            bad = rm & ((i < 0) | (i >= rows))
-            ok = ok & (bad == 0)
-            if w == 0:
-                bad_any |= bad.to(tl.int32)
-            if HOT:
-                hot = i == h
-                if w == 0:
-                    hacc += tl.where(hot, v, 0.0)
-                ok = ok & (hot == 0)
-            if W > 1:  # this window's rows
-                i -= w * PLANE
-                ok = ok & (i >= 0) & (i < PLANE)
-            if DP > 1:
-                i = i * D + c
-            _shared_add(base + i.to(tl.int32) * 4, v, ok, COPIES - 1, PLANE * 4)
+        if HOT and h >= 0:  # the loop without the hot row's compares where it has none
+            hacc, bad_any = _adds(idx, vals, lo, hi, rows, h, base, c, cm, hacc, bad_any, w,
+                                  D, DP, RB, True, W, PLANE, COPIES)
+        else:
+            hacc, bad_any = _adds(idx, vals, lo, hi, rows, h, base, c, cm, hacc, bad_any, w,
+                                  D, DP, RB, False, W, PLANE, COPIES)
         tl.debug_barrier()
         if FLUSH:
             for z in range(0, PLANE, FZ):
