@@ -268,11 +268,11 @@ SHARED_PLANE = 32768
 # fp32 single values into up to SHARED_WINDOWS * SHARED_PLANE rows: summed in windows of
 # SHARED_PLANE rows, each program adding its non-zero sums to the output with atomics (a
 # warp's on one line) instead of storing a partial. On one H200, 4M values into 65,536
-# rows, µs uniform / skewed / hot: 51.8 / 47.1 / 405 without a hot row, 56.4 / 52.3 / 51.0
-# with it, against Inductor's best 52.4 / 116.5 / 134.6 and the narrow kernels' 54.8 /
-# 119.8 / 35.8; into 131,072 rows (four windows) 89 / 81 / 80 against Inductor's 53 / 124
-# / 211; into 32,768 rows (one window) 34.8 / 34.9 / 31.5 against 49.2 / 50.3 / 46.3 with
-# dense partials (benchmarks/results/probe_window_flush_NVIDIA_H200.json, f6f0da2).
+# rows, µs uniform / skewed / hot: 54.1 / 50.5 / 47.7
+# (benchmarks/results/probe_window_flush_sums_NVIDIA_H200.json, e26c5bc); in the probe's
+# run, Inductor's best 53.5 / 128.8 / 155.6 and the narrow kernels' 54.7 / 125.1 / 35.8,
+# and into 131,072 rows (four windows) 90 / 78 / 82 against Inductor's 52 / 129 / 222
+# (benchmarks/results/probe_window_flush_NVIDIA_H200.json, 29b7fc2).
 SHARED_WINDOWS = 2
 
 COMMRT, INDUCTOR_PARTITIONED, INDUCTOR = "commrt", "inductor_partitioned", "inductor"
