@@ -224,6 +224,32 @@ def test_shared_sums_launch_by_plane_and_shared_memory(monkeypatch):
         ss.partial_launch(idx, 1000, 2, flush=True)
 
 
+def test_shared_sums_refuse_what_they_cannot_sum():
+    """Sizes and dtypes are checked before the device: past ``SHARED_PLANE`` elements only
+    fp32 single values (in windows, added to the output), up to ``SHARED_WINDOWS`` times
+    that; the flush only into fp32."""
+    from commrt.fx.scatter_rule import SHARED_PLANE, SHARED_WINDOWS
+    from commrt.fx.scatter_shared import shared_sums_index_add
+
+    idx = torch.zeros(4096, dtype=torch.int64)
+
+    def call(rows, dtype, shape=(), **kw):
+        return shared_sums_index_add(torch.zeros(rows, *shape, dtype=dtype), idx,
+                                     torch.ones(4096, *shape, dtype=dtype), **kw)
+
+    for rows, dtype, shape, kw in ((SHARED_PLANE + 1, torch.bfloat16, (), {}),
+                                   (SHARED_PLANE + 1, torch.float32, (), {"flush": False}),
+                                   (SHARED_WINDOWS * SHARED_PLANE + 1, torch.float32, (), {}),
+                                   (SHARED_PLANE // 2 + 1, torch.float32, (2,), {})):
+        with pytest.raises(ValueError, match=f"at most {SHARED_PLANE} elements .* got {rows} "
+                                             f"rows of {shape[0] if shape else 1} in "):
+            call(rows, dtype, shape, **kw)
+    with pytest.raises(ValueError, match="flushes into fp32 outputs, got torch.float16"):
+        call(1000, torch.float16, flush=True)
+    with pytest.raises(ValueError, match="runs on CUDA tensors, got cpu"):  # sizes pass
+        call(SHARED_WINDOWS * SHARED_PLANE, torch.float32)
+
+
 @pytest.mark.parametrize("rows,width,n,dtype,choice", [
     (8, 100, 40_000, torch.float32, "inductor_partitioned"),
     (1024, 100, 200_000, torch.float32, "inductor_partitioned"),

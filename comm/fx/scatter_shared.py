@@ -158,7 +158,9 @@ def _shared_partial(idx, vals, part, n, rows, chunk, never, D: tl.constexpr,
     base = _shared_base()
     c = tl.arange(0, DP)[None, :]
     cm = c < D
-    if DP == 1:  # single values: 1-D steps, the sums in the layout of the values' load
+    # carried over the loop in the layout of the values' load (single values: 1-D steps);
+    # in Triton's default layout they made it load the indices a second time a step
+    if DP == 1:
         r0 = tl.arange(0, RB)
         hacc = tl.load(vals + lo + r0, mask=r0 < 0, other=0).to(tl.float32)
         bad_any = hacc.to(tl.int32)
@@ -343,23 +345,20 @@ def shared_sums_index_add(self: torch.Tensor, index: torch.Tensor, values: torch
     rows, n, D = scatter_shape(self, index, values, 1, DTYPES, "shared_sums_index_add")
     plane = rows * D
     fp32 = self.dtype == torch.float32
-    if plane > (SHARED_WINDOWS * SHARED_PLANE if fp32 and D == 1 else SHARED_PLANE):
-        raise ValueError(f"shared_sums_index_add takes outputs of at most {SHARED_PLANE} "
-                         f"elements (fp32 single values: {SHARED_WINDOWS * SHARED_PLANE} "
-                         f"rows), got {rows} rows of {D} in {self.dtype}")
-    if self.device.type != "cuda":
-        raise ValueError(f"shared_sums_index_add runs on CUDA tensors, got {self.device}")
     if flush is None:  # on one H200, 4M values into 32,768 rows: 36.3 / 36.7 / 33.2 µs
         # uniform / skewed / hot so against 41.3 / 42.7 / 38.7 with partials, into 16,384
         # rows 52.8 / 55.7 / 46.4 against 49.5 / 52.7 / 43.4
         # (benchmarks/results/probe_window_flush_sums_NVIDIA_H200.json, e26c5bc)
         flush = fp32 and D == 1 and plane > WIDE_PLANE
-    if plane > SHARED_PLANE and not flush:
-        raise ValueError(f"shared_sums_index_add sums {rows} rows in windows only with "
-                         "flush")
+    if flush and not fp32:
+        raise ValueError(f"shared_sums_index_add flushes into fp32 outputs, got {self.dtype}")
+    if plane > (SHARED_WINDOWS * SHARED_PLANE if flush else SHARED_PLANE):
+        raise ValueError(f"shared_sums_index_add takes outputs of at most {SHARED_PLANE} "
+                         f"elements (fp32 single values: {SHARED_WINDOWS * SHARED_PLANE} "
+                         f"rows), got {rows} rows of {D} in {self.dtype}")
+    if self.device.type != "cuda":
+        raise ValueError(f"shared_sums_index_add runs on CUDA tensors, got {self.device}")
     if flush:
-        if not fp32:
-            raise ValueError(f"shared_sums_index_add flushes into fp32 outputs, got {self.dtype}")
         out = self.clone()
         if plane and n:
             G, args, meta = partial_launch(index, rows, D, hot, flush=True, **launch)
