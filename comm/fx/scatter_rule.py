@@ -208,7 +208,6 @@ LOCAL_HALF_WARPS = 1
 # 0.3-0.6x the narrow kernels' time); into 16 rows, rows of 4 0.85x; rows of 16 into 8
 # rows 1.07x or more, wider rows more: those stay where they were.
 FEW_ROWS, FEW_WIDTH = 16, 4
-FEW_DOT_WIDTH = 256  # rows wider than FEW_WIDTH: summed by one-hot products
 # fp16/bf16 narrow rows with one copy (half_adds): rows of HALF_ADDS_ROW elements or more,
 # with at most HALF_ADDS_PER_ROW values a row, add in the output's dtype (as Inductor's
 # scatter does; hot rows still summed in fp32), not in an fp32 copy converted at the end.
