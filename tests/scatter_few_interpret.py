@@ -13,8 +13,10 @@ def main() -> None:
     g = torch.Generator().manual_seed(0)
     cases = 0
     # (rows, row shape, indices); () is 1-D values
+    # rows wider than FEW_WIDTH: one-hot products
     for rows, shape, n in ((8, (), 5003), (1, (1,), 777), (5, (3,), 1500), (16, (4,), 999),
-                           (3, (2,), 1)):
+                           (3, (2,), 1), (8, (16,), 3001), (13, (100,), 777), (2, (128,), 40),
+                           (5, (5,), 17)):
         for dist in ("uniform", "one"):
             for dtype in TOL:
                 base = torch.randn(rows, *shape, generator=g).to(dtype)
@@ -25,10 +27,12 @@ def main() -> None:
                 vals = torch.randn(n, *shape, generator=g).to(dtype)
                 ref = base.double().index_add(0, idx % rows, vals.double())
                 # small tiles: several blocks a program
-                for itype, tile in ((torch.int64, few.TILE), (torch.int32, 64)):
-                    few.TILE, kept = tile, few.TILE
+                for itype, tile, dot_tile in ((torch.int64, few.TILE, few.DOT_TILE),
+                                              (torch.int32, 64, 256)):
+                    kept = few.TILE, few.DOT_TILE
+                    few.TILE, few.DOT_TILE = tile, dot_tile
                     got = few_rows_index_add(base, idx.to(itype), vals)
-                    few.TILE = kept
+                    few.TILE, few.DOT_TILE = kept
                     err = float((got.double() - ref).norm() / ref.norm())
                     assert got.dtype == dtype and got.shape == base.shape and \
                         err < TOL[dtype], (rows, shape, dist, dtype, itype, tile, err)
@@ -37,23 +41,29 @@ def main() -> None:
     base = torch.randn(8, 4, generator=g)
     empty = few_rows_index_add(base, torch.zeros(0, dtype=torch.long), torch.zeros(0, 4))
     assert torch.equal(empty, base), "no indices must leave self as it is"
-    # an infinity and a NaN stay in their own rows
+    # an infinity and a NaN stay in their own rows (products: 0 * inf would reach every row)
     idx = torch.randint(0, 8, (3000,), generator=g)
     for dtype in TOL:
-        vals = torch.randn(3000, 3, generator=g).to(dtype)
-        vals[5, 2], vals[9, 1] = float("inf"), float("nan")
-        ref = base[:, :3].double().index_add(0, idx, vals.double())
-        got = few_rows_index_add(base[:, :3].contiguous().to(dtype), idx, vals)
-        err = finite_error(got, ref, dtype)
-        assert err < TOL[dtype], (dtype, err)
+        for width in (3, 20):
+            base = torch.randn(8, width, generator=g)
+            vals = torch.randn(3000, width, generator=g).to(dtype)
+            vals[5, 2], vals[9, 1] = float("inf"), float("nan")
+            ref = base.double().index_add(0, idx, vals.double())
+            got = few_rows_index_add(base.to(dtype), idx, vals)
+            assert torch.equal(got.isnan(), ref.isnan()), (dtype, width)
+            err = finite_error(got, ref, dtype)
+            assert err < TOL[dtype], (dtype, width, err)
     for bad in (8, -9):
-        out = few_rows_index_add(torch.zeros(8, 2), torch.tensor([0, 1, bad]), torch.ones(3, 2))
-        assert out.isnan().all(), "an index out of range must poison the result"
-    try:
-        few_rows_index_add(torch.zeros(17, 2), torch.tensor([0]), torch.ones(1, 2))
-        raise AssertionError("more rows than FEW_ROWS must be refused")
-    except ValueError as e:
-        assert "17 rows" in str(e), e
+        for width in (2, 20):
+            out = few_rows_index_add(torch.zeros(8, width), torch.tensor([0, 1, bad]),
+                                     torch.ones(3, width))
+            assert out.isnan().all(), "an index out of range must poison the result"
+    for rows, width in ((17, 2), (8, 129)):
+        try:
+            few_rows_index_add(torch.zeros(rows, width), torch.tensor([0]), torch.ones(1, width))
+            raise AssertionError(f"{rows} rows of {width} must be refused")
+        except ValueError as e:
+            assert f"{rows} rows of {width}" in str(e), e
     print(f"ok {cases}")
 
 

@@ -81,7 +81,11 @@ def test_rewrite_fires_and_keeps_the_sums(fn, dtype, idx_dtype, k, choice):
 REGIMES = [  # (rows, row width, indices, dtype, index_put, choice)
     (501, 100, 1_000_000, torch.float32, False, "commrt"),  # the seed: wide, contended
     (8, 100, 400_000, torch.float32, True, "commrt"),  # wide, 50,000 a row, 40M values
-    (8, 100, 40_000, torch.float32, True, "inductor_partitioned"),  # 5,000 a row, 4M values
+    (8, 100, 40_000, torch.float32, True, "commrt"),  # 5,000 a row, 4M values: products
+    (8, 64, 65_536, torch.float32, True, "inductor_partitioned"),  # ... from rows of 65
+    (8, 129, 32_768, torch.float32, True, "commrt"),  # ... to 128 (here block-local sums)
+    (17, 100, 40_000, torch.float32, True, "inductor_partitioned"),  # ... into 16 rows
+    (8, 100, 40_000, torch.bfloat16, True, "inductor_partitioned"),  # ... fp32 only
     (1024, 100, 40_000, torch.float32, True, "commrt"),  # wide, 40 a row: hot rows on the GPU
     (65536, 100, 40_000, torch.float32, True, "commrt"),  # under one a row, 6.5M: one copy
     (65536, 100, 40_000, torch.bfloat16, True, "commrt"),  # ... bf16: added in bf16
@@ -95,7 +99,7 @@ REGIMES = [  # (rows, row width, indices, dtype, index_put, choice)
     (8, 1024, 4096, torch.float32, True, "commrt"),  # 512 a row on 8 rows: ... too
     (16, 1024, 4096, torch.float32, True, "inductor_partitioned"),  # ... not on 16
     (8, 1024, 4096, torch.float32, False, "commrt"),  # ... index_add too
-    (8, 100, 40_960, torch.float32, True, "inductor_partitioned"),  # not rows of 100
+    (8, 100, 40_960, torch.float32, True, "commrt"),  # not block-local sums: products
     (1024, 256, 16_384, torch.float32, True, "commrt"),  # 16 a row: block-local sums
     (1024, 256, 2048, torch.float32, True, "inductor"),  # ... too few indices
     (8, 1024, 4096, torch.bfloat16, True, "inductor_partitioned"),  # 512 a row, 4M values
@@ -251,7 +255,8 @@ def test_shared_sums_refuse_what_they_cannot_sum():
 
 
 @pytest.mark.parametrize("rows,width,n,dtype,choice", [
-    (8, 100, 40_000, torch.float32, "inductor_partitioned"),
+    (8, 100, 40_000, torch.float32, "commrt"),  # one-hot products
+    (8, 100, 40_000, torch.bfloat16, "inductor_partitioned"),
     (1024, 100, 200_000, torch.float32, "inductor_partitioned"),
     (1024, 100, 40_000, torch.float32, "commrt"),
     (1024, 1024, 4096, torch.float32, "commrt"),  # block-local sums
@@ -502,7 +507,7 @@ def test_off_by_default_and_switched_by_the_config(monkeypatch):
 @pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs triton")
 @pytest.mark.parametrize("script,cases", [("scatter_interpret.py", 128),
                                           ("scatter_narrow_interpret.py", 456),
-                                          ("scatter_few_interpret.py", 60),
+                                          ("scatter_few_interpret.py", 108),
                                           ("scatter_spread_interpret.py", 120)])
 def test_cuda_kernels_under_the_triton_interpreter(script, cases):
     """The Triton kernels the op runs on CUDA, on CPU tensors: float64-exact sums for

@@ -215,7 +215,8 @@ def _checked_cases(call, dtype, rows: int, n: int, width: int, g, state_entries:
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("shape", [(), (1,), (3,), (4,)])  # 1-D values, narrow rows
+# 1-D values, narrow rows (compares), wider rows (one-hot products)
+@pytest.mark.parametrize("shape", [(), (1,), (3,), (4,), (16,), (100,)])
 @pytest.mark.parametrize("rows", [1, 8, 13])
 def test_few_rows_kernels_against_float64(dtype, shape, rows):
     """The few-rows kernels on the GPU, eager and in a CUDA graph, five calls each: every
@@ -235,6 +236,27 @@ def test_few_rows_kernels_against_float64(dtype, shape, rows):
             assert all(torch.equal(out, outs[0]) for out in outs), (n, dist, itype)
     idx[n // 2] = rows
     assert few_rows_index_add(base, idx, vals).isnan().all()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("width", [16, 100])
+def test_few_rows_products_keep_infinities_in_their_rows(dtype, width):
+    """Rows summed by one-hot products (0 * inf is NaN in every row a product reaches): an
+    infinity and a NaN among the values reach only their own rows, as torch's sum does;
+    the other rows keep their float64 sums."""
+    from commrt.fx.scatter_few import few_rows_index_add
+
+    g = torch.Generator(device="cuda").manual_seed(width)
+    base, idx, vals, ref, scale = _case("uniform", 8, 200_003, (width,), dtype, g)
+    vals[1000, 3], vals[150_000, width - 1] = float("inf"), float("nan")
+    ref = base.double().index_add(0, idx % 8, vals.double())
+    got = few_rows_index_add(base, idx, vals).double()
+    assert torch.equal(got.isnan(), ref.isnan()) and torch.equal(got.isinf(), ref.isinf())
+    fin = ref.isfinite()
+    err = float((got[fin] - ref[fin]).norm() / scale)
+    assert err < TOL[dtype], err
 
 
 @pytest.mark.gpu

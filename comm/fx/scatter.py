@@ -55,6 +55,7 @@ from .scatter_rule import (
     SPREAD_HOT,
     SPREAD_HOT_MIN,
     decide,
+    few_products,
     few_rows,
     half_adds,
     inductor_partitions,
@@ -92,7 +93,7 @@ def _partitioned_index_put(self: torch.Tensor, index: torch.Tensor, values: torc
             rows, n, dtype = self.shape[0] if self.dim() else 0, index.numel(), values.dtype
             if 0 < rows < 1 << 31:
                 width = self.numel() // rows
-                if few_rows(rows, width):
+                if few_rows(rows, width) or few_products(rows, width, n, dtype):
                     return few_rows_index_add(*args[:3])
                 if shared_sums(rows, width, n, dtype):
                     with contextlib.suppress(Unusable):  # else the narrow kernels
@@ -246,7 +247,8 @@ def copies(rows: int, width: int, n: int, dtype: torch.dtype, memory: int,
     for ``n`` values of ``width`` elements into ``rows`` rows that the rule gives commrt."""
     # past SHARED_PLANE rows, the copies of the narrow kernels that a GPU without room for
     # the shared sums falls back to
-    if few_rows(rows, width) or local_sums(rows, width, n, dtype) or \
+    if few_rows(rows, width) or few_products(rows, width, n, dtype) or \
+            local_sums(rows, width, n, dtype) or \
             shared_sums(rows, width, n, dtype) and rows <= SHARED_PLANE:
         return 1
     if spread(rows, width, n, dtype):

@@ -8,7 +8,10 @@ deterministic:
 1. ``_partial``: program ``g`` sums the values of its share of the indices into each
    output row (compares and adds, a block at a time, in registers across its share) and
    stores the ``[rows, columns]`` sums as its partial. An index out of range makes its
-   partial NaN (the plain op raises a device-side assert).
+   partial NaN (the plain op raises a device-side assert). Rows wider than ``FEW_WIDTH``
+   (``scatter_rule.few_products``): ``_dot_partial``, the same partial as one-hot
+   products on tensor cores (each product exact; their fp32 sums are not correctly
+   rounded: errors a few times the compares').
 2. ``_total``: output := ``self`` + the ``G`` partials, in the output's dtype.
 """
 
@@ -19,8 +22,8 @@ import triton.language as tl
 from commrt.dispatch.profile import sm_count
 from commrt.symm_mem.launch import cdiv, next_pow2
 
-from .scatter_kernels import PARTS, _rows_of, scatter_shape
-from .scatter_rule import FEW_ROWS, FEW_WIDTH
+from .scatter_kernels import PARTS, _add_exact, _rows_of, scatter_shape
+from .scatter_rule import FEW_DOT_WIDTH, FEW_ROWS, FEW_WIDTH
 
 # Launch shape, from an A/B on one H200 (docs/decisions.md, 2026-11-25): of 1-8 warps and
 # 2-16 programs an SM, 4 and 4 were within 11% of the fastest on rows of 4 and 1-D values
@@ -30,21 +33,23 @@ PROGRAMS_PER_SM = 4  # _partial programs an SM
 WARPS = 4  # a _partial program's
 TILE = 2048  # values a _partial step loads ([indices, columns])
 TOTAL_TILE = 4096  # partials a _total step loads
+# Rows wider than FEW_WIDTH (_dot_partial, scatter_rule.few_products): value elements a
+# step, programs an SM, and _total's block and tile, as in
+# benchmarks/results/probe_few_sums_NVIDIA_H200.json ("dot")
+DOT_TILE, DOT_PROGRAMS_PER_SM = 2048, 2
+DOT_TOTAL_BLOCK, DOT_TOTAL_TILE = 64, 8192
 
 
 @triton.jit
-def _partial(idx, vals, part, n, rows, chunk, D: tl.constexpr, R: tl.constexpr,
-             DP: tl.constexpr, SUB: tl.constexpr, WIDE: tl.constexpr):
-    g = tl.program_id(0)
+def _compare_sums(idx, vals, lo, hi, rows, D: tl.constexpr, R: tl.constexpr,
+                  DP: tl.constexpr, SUB: tl.constexpr, WIDE: tl.constexpr):
+    """([R, DP] sums of the values lo..hi into each output row, any index out of range):
+    compares and adds, a block at a time."""
     c = tl.arange(0, DP)
     cm = c < D
     rr = tl.arange(0, R)
     acc = tl.zeros([R, DP], tl.float32)
     bad_any = tl.zeros([SUB], tl.int32)
-    lo = g * chunk
-    if WIDE:
-        lo = lo.to(tl.int64)
-    hi = tl.minimum(lo + chunk, n)
     for start in range(lo, hi, SUB):
         r = start + tl.arange(0, SUB)
         v = tl.load(vals + r[:, None] * D + c[None, :], mask=(r < hi)[:, None] & cm[None, :],
@@ -54,14 +59,91 @@ def _partial(idx, vals, part, n, rows, chunk, D: tl.constexpr, R: tl.constexpr,
         for k in tl.static_range(R):  # acc[k] += the rows of this block that hit row k
             s = tl.sum(tl.where((ok & (i == k))[:, None], v, 0.0), axis=0)
             acc += tl.where(rr[:, None] == k, s[None, :], 0.0)
-    if tl.max(bad_any) > 0:  # poison: the sum of every partial is NaN
+    return acc, tl.max(bad_any) > 0
+
+
+@triton.jit
+def _store_partial(part, acc, bad, g, rows, D: tl.constexpr, R: tl.constexpr,
+                   DP: tl.constexpr):
+    if bad:  # poison: the sum of every partial is NaN
         acc = tl.full([R, DP], float("nan"), tl.float32)
+    c = tl.arange(0, DP)
+    rr = tl.arange(0, R)
     tl.store(part + (g * rows + rr[:, None]) * D + c[None, :], acc,
-             mask=(rr < rows)[:, None] & cm[None, :])
+             mask=(rr < rows)[:, None] & (c < D)[None, :])
+
+
+@triton.jit
+def _partial(idx, vals, part, n, rows, chunk, D: tl.constexpr, R: tl.constexpr,
+             DP: tl.constexpr, SUB: tl.constexpr, WIDE: tl.constexpr):
+    g = tl.program_id(0)
+    lo = g * chunk
+    if WIDE:
+        lo = lo.to(tl.int64)
+    hi = tl.minimum(lo + chunk, n)
+    acc, bad = _compare_sums(idx, vals, lo, hi, rows, D, R, DP, SUB, WIDE)
+    _store_partial(part, acc, bad, g, rows, D, R, DP)
+
+
+@triton.jit
+def _dot_partial(idx, vals, part, n, rows, chunk, D: tl.constexpr, R: tl.constexpr,
+                 DP: tl.constexpr, SUB: tl.constexpr, PARTS: tl.constexpr,
+                 WIDE: tl.constexpr):
+    # acc += onehot @ values a block at a time (R >= 16 output rows, SUB >= 16 indices, DP
+    # >= 16 columns, for tl.dot), each product exact (scatter_kernels' _add_exact: tf32
+    # parts). Where the chunk holds an infinity, a NaN (0 * inf would reach every row) or
+    # an index out of range, it is summed again by compares; both are only flagged in the
+    # loop, element-wise (a reduction a block cost more than the products).
+    g = tl.program_id(0)
+    lo = g * chunk
+    if WIDE:
+        lo = lo.to(tl.int64)
+    hi = tl.minimum(lo + chunk, n)
+    c = tl.arange(0, DP)
+    cm = c < D
+    rr = tl.arange(0, R)
+    acc = tl.zeros([R, DP], tl.float32)
+    nonfinite = tl.zeros([SUB, DP], tl.float32)  # value * 0: NaN where a value is not finite
+    bad_any = tl.zeros([SUB], tl.int32)
+    for start in range(lo, hi, SUB):
+        r = start + tl.arange(0, SUB)
+        v = tl.load(vals + r[:, None] * D + c[None, :], mask=(r < hi)[:, None] & cm[None, :],
+                    other=0).to(tl.float32)
+        i, ok, bad = _rows_of(idx, r, hi, rows, WIDE)
+        bad_any |= bad.to(tl.int32)
+        nonfinite += v * 0.0
+        onehot = tl.where((rr[:, None] == i[None, :]) & ok[None, :], 1.0, 0.0)
+        acc = _add_exact(acc, onehot, v, PARTS)
+    bad = tl.max(bad_any) > 0
+    if (tl.sum(tl.sum(nonfinite, axis=1), axis=0) != 0) & (bad == 0):
+        acc = _row_sums(idx, vals, lo, hi, rows, D, R, DP, SUB, WIDE)
+    _store_partial(part, acc, bad, g, rows, D, R, DP)
+
+
+@triton.jit
+def _row_sums(idx, vals, lo, hi, rows, D: tl.constexpr, R: tl.constexpr, DP: tl.constexpr,
+              SUB: tl.constexpr, WIDE: tl.constexpr):
+    """[R, DP] sums of the values lo..hi into each output row, one row at a time (the
+    products' rare way out, in few registers)."""
+    c = tl.arange(0, DP)
+    cm = c < D
+    rr = tl.arange(0, R)
+    acc = tl.zeros([R, DP], tl.float32)
+    for k in range(0, rows):
+        s = tl.zeros([SUB, DP], tl.float32)
+        for start in range(lo, hi, SUB):
+            r = start + tl.arange(0, SUB)
+            i, ok, bad = _rows_of(idx, r, hi, rows, WIDE)
+            v = tl.load(vals + r[:, None] * D + c[None, :],
+                        mask=(ok & (i == k))[:, None] & cm[None, :], other=0)
+            s += v.to(tl.float32)
+        acc = tl.where(rr[:, None] == k, tl.sum(s, axis=0)[None, :], acc)
+    return acc
 
 
 @triton.jit
 def _total(self_ptr, part, out, G, plane, PB: tl.constexpr, GB: tl.constexpr):
+    # out[a block of PB] := self + the G partials there, GB partials a step
     offs = tl.program_id(0) * PB + tl.arange(0, PB)
     m = offs < plane
     s = tl.zeros([GB, PB], tl.float32)
@@ -79,28 +161,40 @@ DTYPES = tuple(PARTS)
 def few_rows_index_add(self: torch.Tensor, index: torch.Tensor,
                        values: torch.Tensor) -> torch.Tensor:
     """``self.index_add(0, index, values)`` (a new tensor) for at most ``FEW_ROWS`` rows of
-    at most ``FEW_WIDTH`` elements.
+    at most ``FEW_WIDTH`` elements (compares), or of up to ``FEW_DOT_WIDTH`` (products).
 
     ``self`` and ``values`` contiguous, of one of ``DTYPES``, ``values`` shaped
     ``[len(index), *self.shape[1:]]``.
     """
     rows, n, D = scatter_shape(self, index, values, 1, DTYPES, "few_rows_index_add")
-    if rows > FEW_ROWS or D > FEW_WIDTH:
+    if rows > FEW_ROWS or D > FEW_DOT_WIDTH:
         raise ValueError(f"few_rows_index_add takes at most {FEW_ROWS} rows of at most "
-                         f"{FEW_WIDTH} elements, got {rows} rows of {D}")
+                         f"{FEW_DOT_WIDTH} elements, got {rows} rows of {D}")
     out = torch.empty_like(self)
     plane = rows * D
     if plane == 0:
         return out
-    DP = next_pow2(D)
-    sub = TILE // DP
-    programs = PROGRAMS_PER_SM * (sm_count(self.device) or INTERPRETER_SMS)
-    G = min(programs, cdiv(n, sub))
+    dot = D > FEW_WIDTH
+    if dot:  # tl.dot's operands: at least 16 a side
+        R, DP = max(16, next_pow2(rows)), max(16, next_pow2(D))
+        sub, per_sm = max(16, DOT_TILE // DP), DOT_PROGRAMS_PER_SM
+    else:
+        R, DP = next_pow2(rows), next_pow2(D)
+        sub, per_sm = TILE // DP, PROGRAMS_PER_SM
+    G = min(per_sm * (sm_count(self.device) or INTERPRETER_SMS), cdiv(n, sub))
     part = torch.empty(max(1, G * plane), device=self.device, dtype=torch.float32)
     if G:
-        _partial[(G,)](index, values, part, n, rows, cdiv(n, G), D=D, R=next_pow2(rows),
-                       DP=DP, SUB=sub, WIDE=n * D >= 1 << 31, num_warps=WARPS)
-    pb = next_pow2(plane)  # at most FEW_ROWS * FEW_WIDTH
-    _total[(1,)](self, part, out, G, plane, PB=pb, GB=max(1, min(next_pow2(G), TOTAL_TILE // pb)),
-                 num_warps=4)
+        args = (index, values, part, n, rows, cdiv(n, G))
+        meta = dict(D=D, R=R, DP=DP, SUB=sub, WIDE=n * D >= 1 << 31, num_warps=WARPS)
+        if dot:
+            _dot_partial[(G,)](*args, PARTS=PARTS[values.dtype], **meta)
+        else:
+            _partial[(G,)](*args, **meta)
+    if dot:  # a grid of DOT_TOTAL_BLOCK elements a program
+        pb = min(next_pow2(plane), DOT_TOTAL_BLOCK)
+        gb = max(1, min(next_pow2(G), DOT_TOTAL_TILE // pb))
+    else:  # one program: at most FEW_ROWS * FEW_WIDTH elements
+        pb = next_pow2(plane)
+        gb = max(1, min(next_pow2(G), TOTAL_TILE // pb))
+    _total[(cdiv(plane, pb),)](self, part, out, G, plane, PB=pb, GB=gb, num_warps=4)
     return out

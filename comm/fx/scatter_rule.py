@@ -12,10 +12,11 @@ number of indices, value dtype) and answers one of:
 - ``inductor``: the scatter left as it is, to Inductor's plain atomics.
 
 Rows of up to ``FEW_WIDTH`` elements into at most ``FEW_ROWS`` output rows (``few_rows``)
-go to ``scatter_few``, which sums every output row a program; single values into up to
-``SHARED_PLANE`` rows (fp32: ``SHARED_WINDOWS`` times that; ``shared_sums``) to
-``scatter_shared``, which sums them in shared memory. Other narrow rows go to
-commrt's narrow kernels: whether they contend depends on the indices
+go to ``scatter_few``, which sums every output row a program (so do fp32 rows of
+``FEW_PRODUCTS_ROW`` to ``FEW_DOT_WIDTH`` there, as one-hot products: ``few_products``);
+single values into up to ``SHARED_PLANE`` rows (fp32: ``SHARED_WINDOWS`` times that;
+``shared_sums``) to ``scatter_shared``, which sums them in shared memory. Other narrow
+rows go to commrt's narrow kernels: whether they contend depends on the indices
 (one hot row among a million is as common as a histogram of eight bins), which only the
 GPU sees. Two exceptions, measured: rows of 4 or more (and fp32 1-D values on more than
 ``HOT`` rows) with ``NARROW_PARTITIONED`` values a row or more (``_HALF`` for fp16/bf16),
@@ -208,6 +209,17 @@ LOCAL_HALF_WARPS = 1
 # 0.3-0.6x the narrow kernels' time); into 16 rows, rows of 4 0.85x; rows of 16 into 8
 # rows 1.07x or more, wider rows more: those stay where they were.
 FEW_ROWS, FEW_WIDTH = 16, 4
+# fp32 rows of FEW_PRODUCTS_ROW to FEW_DOT_WIDTH elements into at most FEW_ROWS rows
+# (few_products: scatter_few's one-hot products on tensor cores, a partial a program, no
+# atomics). On one H200 (benchmarks/results/probe_few_sums_NVIDIA_H200.json, 140b457), 4M
+# values of rows of 100 into 8 rows, µs uniform / skewed: 9.95 / 9.93 against 11.28 /
+# 13.03 for Inductor's partitions (the rule's choice before) and 63.5 / 211 for its plain
+# scatter; the error 4-7e-7 against float64 (Inductor's plain scatter 1.3-3.2e-6, its
+# partitions 1.4-3.0e-7: the products' fp32 sums on tensor cores are not correctly
+# rounded). Rows of 16 lost there (17.4 against 12.4), and rows of 1024 (14.0 against
+# 7.9 for commrt's block-local sums); the compares (FEW_WIDTH) lost on all three. From
+# WIDE_MIN_VALUES value elements (not measured) rows stay with the wide kernels.
+FEW_PRODUCTS_ROW, FEW_DOT_WIDTH = 65, 128
 # fp16/bf16 narrow rows with one copy (half_adds): rows of HALF_ADDS_ROW elements or more,
 # with at most HALF_ADDS_PER_ROW values a row, add in the output's dtype (as Inductor's
 # scatter does; hot rows still summed in fp32), not in an fp32 copy converted at the end.
@@ -288,6 +300,9 @@ def decide(rows: int, width: int, n: int, dtype: torch.dtype,
     those; Inductor keeps a bf16 ``index_add`` as the aten kernel).
     """
     per_row = n / max(1, rows)
+    if few_products(rows, width, n, dtype):
+        return COMMRT, (f"fp32 rows of {width} into {rows} rows: one-hot products, a "
+                        "partial a program")
     if dtype in NARROW_DTYPES and width <= NARROW_ROW and n >= MIN_INDICES:
         if few_rows(rows, width):
             return COMMRT, f"rows of {width} into {rows} rows: each summed a program"
@@ -343,6 +358,14 @@ def decide(rows: int, width: int, n: int, dtype: torch.dtype,
 def few_rows(rows: int, width: int) -> bool:
     """Rows of ``width`` elements into so few output rows that each is summed a program."""
     return 0 < rows <= FEW_ROWS and width <= FEW_WIDTH
+
+
+def few_products(rows: int, width: int, n: int, dtype: torch.dtype) -> bool:
+    """fp32 rows too wide for ``few_rows``' compares into so few output rows that each
+    program sums its values into every one of them as one-hot products."""
+    return (dtype == torch.float32 and 0 < rows <= FEW_ROWS and
+            FEW_PRODUCTS_ROW <= width <= FEW_DOT_WIDTH and MIN_INDICES <= n and
+            n * width < WIDE_MIN_VALUES)
 
 
 def spread(rows: int, width: int, n: int, dtype: torch.dtype) -> bool:
