@@ -91,9 +91,10 @@ def _dot_partial(idx, vals, part, n, rows, chunk, D: tl.constexpr, R: tl.constex
                  WIDE: tl.constexpr):
     # acc += onehot @ values a block at a time (R >= 16 output rows, SUB >= 16 indices, DP
     # >= 16 columns, for tl.dot), each product exact (scatter_kernels' _add_exact: tf32
-    # parts). Where the chunk holds an infinity, a NaN (0 * inf would reach every row) or
-    # an index out of range, it is summed again by compares; both are only flagged in the
-    # loop, element-wise (a reduction a block cost more than the products).
+    # parts). An infinity or a NaN among the values makes its column NaN in every row (0 *
+    # inf); where acc is not finite, or an index was out of range, the chunk is summed
+    # again a row at a time (nothing is checked a block: per-element flags cost more than
+    # the products).
     g = tl.program_id(0)
     lo = g * chunk
     if WIDE:
@@ -103,7 +104,6 @@ def _dot_partial(idx, vals, part, n, rows, chunk, D: tl.constexpr, R: tl.constex
     cm = c < D
     rr = tl.arange(0, R)
     acc = tl.zeros([R, DP], tl.float32)
-    nonfinite = tl.zeros([SUB, DP], tl.float32)  # value * 0: NaN where a value is not finite
     bad_any = tl.zeros([SUB], tl.int32)
     for start in range(lo, hi, SUB):
         r = start + tl.arange(0, SUB)
@@ -111,11 +111,10 @@ def _dot_partial(idx, vals, part, n, rows, chunk, D: tl.constexpr, R: tl.constex
                     other=0).to(tl.float32)
         i, ok, bad = _rows_of(idx, r, hi, rows, WIDE)
         bad_any |= bad.to(tl.int32)
-        nonfinite += v * 0.0
         onehot = tl.where((rr[:, None] == i[None, :]) & ok[None, :], 1.0, 0.0)
         acc = _add_exact(acc, onehot, v, PARTS)
     bad = tl.max(bad_any) > 0
-    if (tl.sum(tl.sum(nonfinite, axis=1), axis=0) != 0) & (bad == 0):
+    if (tl.max((tl.abs(acc) == float("inf")) | (acc != acc)) > 0) & (bad == 0):
         acc = _row_sums(idx, vals, lo, hi, rows, D, R, DP, SUB, WIDE)
     _store_partial(part, acc, bad, g, rows, D, R, DP)
 
