@@ -85,7 +85,8 @@ REGIMES = [  # (rows, row width, indices, dtype, index_put, choice)
     (8, 64, 65_536, torch.float32, True, "inductor_partitioned"),  # ... from rows of 65
     (8, 129, 32_768, torch.float32, True, "commrt"),  # ... to 128 (here block-local sums)
     (17, 100, 40_000, torch.float32, True, "inductor_partitioned"),  # ... into 16 rows
-    (8, 100, 40_000, torch.bfloat16, True, "inductor_partitioned"),  # ... fp32 only
+    (8, 100, 40_000, torch.bfloat16, True, "commrt"),  # ... bf16 too
+    (8, 100, 40_000, torch.float16, True, "inductor_partitioned"),  # ... not fp16
     (1024, 100, 40_000, torch.float32, True, "commrt"),  # wide, 40 a row: hot rows on the GPU
     (65536, 100, 40_000, torch.float32, True, "commrt"),  # under one a row, 6.5M: one copy
     (65536, 100, 40_000, torch.bfloat16, True, "commrt"),  # ... bf16: added in bf16
@@ -256,7 +257,8 @@ def test_shared_sums_refuse_what_they_cannot_sum():
 
 @pytest.mark.parametrize("rows,width,n,dtype,choice", [
     (8, 100, 40_000, torch.float32, "commrt"),  # one-hot products
-    (8, 100, 40_000, torch.bfloat16, "inductor_partitioned"),
+    (8, 100, 40_000, torch.bfloat16, "commrt"),
+    (8, 100, 40_000, torch.float16, "inductor_partitioned"),
     (1024, 100, 200_000, torch.float32, "inductor_partitioned"),
     (1024, 100, 40_000, torch.float32, "commrt"),
     (1024, 1024, 4096, torch.float32, "commrt"),  # block-local sums

@@ -282,8 +282,10 @@ def _rewrite(graph, node, self_, index, values, fraction, rule) -> tuple[str, st
     if choice != COMMRT:
         return choice, why
     p = copies(rows, width, n, sv.dtype, memory, fraction)
-    # wide fp16/bf16 rows need fp32 copies (fp32 rows add into the output, the one copy)
-    if p < 2 and not _narrow(rows, width, n, sv.dtype) and sv.dtype in HALF:
+    # wide fp16/bf16 rows need fp32 copies (fp32 rows add into the output, the one copy),
+    # but on the narrow kernels and the one-hot products
+    if p < 2 and sv.dtype in HALF and not (_narrow(rows, width, n, sv.dtype) or
+                                          few_products(rows, width, n, sv.dtype)):
         return INDUCTOR, f"{why}; too few values a row, or copies over the memory cap"
     with graph.inserting_before(node):
         new = graph.call_function(torch.ops.commrt.partitioned_index_put.default,

@@ -220,6 +220,7 @@ FEW_ROWS, FEW_WIDTH = 16, 4
 # 7.9 for commrt's block-local sums); the compares (FEW_WIDTH) lost on all three. From
 # WIDE_MIN_VALUES value elements (not measured) rows stay with the wide kernels.
 FEW_PRODUCTS_ROW, FEW_DOT_WIDTH = 65, 128
+FEW_PRODUCTS_DTYPES = (torch.float32, torch.bfloat16)
 # fp16/bf16 narrow rows with one copy (half_adds): rows of HALF_ADDS_ROW elements or more,
 # with at most HALF_ADDS_PER_ROW values a row, add in the output's dtype (as Inductor's
 # scatter does; hot rows still summed in fp32), not in an fp32 copy converted at the end.
@@ -301,7 +302,7 @@ def decide(rows: int, width: int, n: int, dtype: torch.dtype,
     """
     per_row = n / max(1, rows)
     if few_products(rows, width, n, dtype):
-        return COMMRT, (f"fp32 rows of {width} into {rows} rows: one-hot products, a "
+        return COMMRT, (f"{dtype} rows of {width} into {rows} rows: one-hot products, a "
                         "partial a program")
     if dtype in NARROW_DTYPES and width <= NARROW_ROW and n >= MIN_INDICES:
         if few_rows(rows, width):
@@ -361,9 +362,9 @@ def few_rows(rows: int, width: int) -> bool:
 
 
 def few_products(rows: int, width: int, n: int, dtype: torch.dtype) -> bool:
-    """fp32 rows too wide for ``few_rows``' compares into so few output rows that each
-    program sums its values into every one of them as one-hot products."""
-    return (dtype == torch.float32 and 0 < rows <= FEW_ROWS and
+    """fp32 or bf16 rows too wide for ``few_rows``' compares into so few output rows that
+    each program sums its values into every one of them as one-hot products."""
+    return (dtype in FEW_PRODUCTS_DTYPES and 0 < rows <= FEW_ROWS and
             FEW_PRODUCTS_ROW <= width <= FEW_DOT_WIDTH and MIN_INDICES <= n and
             n * width < WIDE_MIN_VALUES)
 
