@@ -24,7 +24,9 @@ CASES = [  # (op, dtype, row width (0: 1-D), rows, indices, expected choice)
     ("index_put", torch.float32, 100, 1 << 16, 40_000, "commrt"),  # wide, one copy
     ("index_put", torch.float32, 100, 1024, 40_000, "commrt"),  # wide, 40 a row
     ("index_put", torch.float32, 100, 4096, 80_000, "commrt"),  # wide, 19 a row
-    ("index_put", torch.bfloat16, 100, 8, 40_000, "inductor_partitioned"),  # small, crowded
+    ("index_put", torch.bfloat16, 100, 8, 40_000, "commrt"),  # small, crowded: products
+    ("index_add", torch.float32, 100, 8, 40_003, "commrt"),  # ... fp32
+    ("index_put", torch.float16, 100, 8, 40_000, "inductor_partitioned"),  # ... not fp16
     ("index_add", torch.bfloat16, 100, 8192, 300_000, "commrt"),  # _sum loops over the plane
     ("index_add", torch.bfloat16, 100, 1 << 16, 40_000, "commrt"),  # one copy, bf16 adds
     ("index_add", torch.bfloat16, 16, 1 << 18, 1 << 17, "commrt"),  # ... fewer than the rows
