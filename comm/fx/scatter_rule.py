@@ -209,15 +209,20 @@ LOCAL_HALF_WARPS = 1
 # 0.3-0.6x the narrow kernels' time); into 16 rows, rows of 4 0.85x; rows of 16 into 8
 # rows 1.07x or more, wider rows more: those stay where they were.
 FEW_ROWS, FEW_WIDTH = 16, 4
-# fp32 rows of FEW_PRODUCTS_ROW to FEW_DOT_WIDTH elements into at most FEW_ROWS rows
-# (few_products: scatter_few's one-hot products on tensor cores, a partial a program, no
-# atomics). On one H200 (benchmarks/results/probe_few_sums_NVIDIA_H200.json, 140b457), 4M
-# values of rows of 100 into 8 rows, µs uniform / skewed: 9.95 / 9.93 against 11.28 /
-# 13.03 for Inductor's partitions (the rule's choice before) and 63.5 / 211 for its plain
-# scatter; the error 4-7e-7 against float64 (Inductor's plain scatter 1.3-3.2e-6, its
-# partitions 1.4-3.0e-7: the products' fp32 sums on tensor cores are not correctly
-# rounded). Rows of 16 lost there (17.4 against 12.4), and rows of 1024 (14.0 against
-# 7.9 for commrt's block-local sums); the compares (FEW_WIDTH) lost on all three. From
+# fp32 and bf16 rows of FEW_PRODUCTS_ROW to FEW_DOT_WIDTH elements into at most FEW_ROWS
+# rows (few_products: scatter_few's one-hot products on tensor cores, a partial a program,
+# no atomics). On one H200 (benchmarks/results/probe_few_sums_NVIDIA_H200.json, 140b457),
+# 4M fp32 values of rows of 100 into 8 rows, µs uniform / skewed: 9.95 / 9.93 against
+# 11.28 / 13.03 for Inductor's partitions (the rule's choice before) and 63.5 / 211 for its
+# plain scatter; rows of 16 lost there (17.4 against 12.4), and rows of 1024 (14.0 against
+# 7.9 for commrt's block-local sums). As shipped (an index out of range or a sum that is not
+# finite checked once a program), in the grid at 54e2f3f
+# (benchmarks/results/scatter_grid_NVIDIA_H200.md), µs uniform / skewed / hot, fp32
+# index_put 11.2 / 11.2 / 11.1 against Inductor's best 10.8 / 13.7 / 11.6, bf16 index_put
+# 9.1 / 9.0 / 9.0 against its partitions' 8.3 / 10.0 / 9.0 (bf16 index_add 9.2, 15.4 on
+# the wide kernels before). Errors against float64: fp32 4-7e-7 (Inductor's plain scatter
+# 1.3-3.2e-6, its partitions 1.4-3.0e-7: the products' fp32 sums on tensor cores are not
+# correctly rounded), bf16 1.6e-3 (its partitions, adding in bf16, 0.9-2e-2). From
 # WIDE_MIN_VALUES value elements (not measured) rows stay with the wide kernels.
 FEW_PRODUCTS_ROW, FEW_DOT_WIDTH = 65, 128
 FEW_PRODUCTS_DTYPES = (torch.float32, torch.bfloat16)
