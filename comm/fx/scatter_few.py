@@ -41,6 +41,18 @@ DOT_TOTAL_BLOCK, DOT_TOTAL_TILE = 64, 8192
 
 
 @triton.jit
+def _block(idx, vals, start, hi, rows, c, cm, D: tl.constexpr, SUB: tl.constexpr,
+           WIDE: tl.constexpr):
+    """(values in fp32, their output rows, in range, out of range) of the SUB value rows
+    from ``start`` (before ``hi``)."""
+    r = start + tl.arange(0, SUB)
+    v = tl.load(vals + r[:, None] * D + c[None, :], mask=(r < hi)[:, None] & cm[None, :],
+                other=0).to(tl.float32)
+    i, ok, bad = _rows_of(idx, r, hi, rows, WIDE)
+    return v, i, ok, bad
+
+
+@triton.jit
 def _compare_sums(idx, vals, lo, hi, rows, D: tl.constexpr, R: tl.constexpr,
                   DP: tl.constexpr, SUB: tl.constexpr, WIDE: tl.constexpr):
     """([R, DP] sums of the values lo..hi into each output row, any index out of range):
@@ -51,10 +63,7 @@ def _compare_sums(idx, vals, lo, hi, rows, D: tl.constexpr, R: tl.constexpr,
     acc = tl.zeros([R, DP], tl.float32)
     bad_any = tl.zeros([SUB], tl.int32)
     for start in range(lo, hi, SUB):
-        r = start + tl.arange(0, SUB)
-        v = tl.load(vals + r[:, None] * D + c[None, :], mask=(r < hi)[:, None] & cm[None, :],
-                    other=0).to(tl.float32)
-        i, ok, bad = _rows_of(idx, r, hi, rows, WIDE)
+        v, i, ok, bad = _block(idx, vals, start, hi, rows, c, cm, D, SUB, WIDE)
         bad_any |= bad.to(tl.int32)
         for k in tl.static_range(R):  # acc[k] += the rows of this block that hit row k
             s = tl.sum(tl.where((ok & (i == k))[:, None], v, 0.0), axis=0)
@@ -93,8 +102,8 @@ def _dot_partial(idx, vals, part, n, rows, chunk, D: tl.constexpr, R: tl.constex
     # >= 16 columns, for tl.dot), each product exact (scatter_kernels' _add_exact: tf32
     # parts). An infinity or a NaN among the values makes its column NaN in every row (0 *
     # inf); where acc is not finite, or an index was out of range, the chunk is summed
-    # again a row at a time (nothing is checked a block: per-element flags cost more than
-    # the products).
+    # again a row at a time. The values are not checked in the loop: element-wise flags
+    # there cost more than the products (docs/decisions.md, 2026-11-29).
     g = tl.program_id(0)
     lo = g * chunk
     if WIDE:
@@ -106,10 +115,7 @@ def _dot_partial(idx, vals, part, n, rows, chunk, D: tl.constexpr, R: tl.constex
     acc = tl.zeros([R, DP], tl.float32)
     bad_any = tl.zeros([SUB], tl.int32)
     for start in range(lo, hi, SUB):
-        r = start + tl.arange(0, SUB)
-        v = tl.load(vals + r[:, None] * D + c[None, :], mask=(r < hi)[:, None] & cm[None, :],
-                    other=0).to(tl.float32)
-        i, ok, bad = _rows_of(idx, r, hi, rows, WIDE)
+        v, i, ok, bad = _block(idx, vals, start, hi, rows, c, cm, D, SUB, WIDE)
         bad_any |= bad.to(tl.int32)
         onehot = tl.where((rr[:, None] == i[None, :]) & ok[None, :], 1.0, 0.0)
         acc = _add_exact(acc, onehot, v, PARTS)
@@ -131,11 +137,8 @@ def _row_sums(idx, vals, lo, hi, rows, D: tl.constexpr, R: tl.constexpr, DP: tl.
     for k in range(0, rows):
         s = tl.zeros([SUB, DP], tl.float32)
         for start in range(lo, hi, SUB):
-            r = start + tl.arange(0, SUB)
-            i, ok, bad = _rows_of(idx, r, hi, rows, WIDE)
-            v = tl.load(vals + r[:, None] * D + c[None, :],
-                        mask=(ok & (i == k))[:, None] & cm[None, :], other=0)
-            s += v.to(tl.float32)
+            v, i, ok, bad = _block(idx, vals, start, hi, rows, c, cm, D, SUB, WIDE)
+            s += tl.where((ok & (i == k))[:, None], v, 0.0)
         acc = tl.where(rr[:, None] == k, tl.sum(s, axis=0)[None, :], acc)
     return acc
 
