@@ -9,9 +9,9 @@ deterministic:
    output row (compares and adds, a block at a time, in registers across its share) and
    stores the ``[rows, columns]`` sums as its partial. An index out of range makes its
    partial NaN (the plain op raises a device-side assert). Rows wider than ``FEW_WIDTH``
-   (``scatter_rule.few_products``): ``_dot_partial``, the same partial as one-hot
-   products on tensor cores (each product exact; their fp32 sums are not correctly
-   rounded: errors a few times the compares').
+   (``scatter_rule.few_products``): the same partial as one-hot products on tensor cores
+   (each product exact; their fp32 sums are not correctly rounded: errors a few times the
+   compares').
 2. ``_total``: output := ``self`` + the ``G`` partials, in the output's dtype.
 """
 
@@ -33,7 +33,7 @@ PROGRAMS_PER_SM = 4  # _partial programs an SM
 WARPS = 4  # a _partial program's
 TILE = 2048  # values a _partial step loads ([indices, columns])
 TOTAL_TILE = 4096  # partials a _total step loads
-# Rows wider than FEW_WIDTH (_dot_partial, scatter_rule.few_products): value elements a
+# Rows wider than FEW_WIDTH (products, scatter_rule.few_products): value elements a
 # step, programs an SM, and _total's block and tile, as in
 # benchmarks/results/probe_few_sums_NVIDIA_H200.json ("dot")
 DOT_TILE, DOT_PROGRAMS_PER_SM = 2048, 2
@@ -53,10 +53,12 @@ def _block(idx, vals, start, hi, rows, c, cm, D: tl.constexpr, SUB: tl.constexpr
 
 
 @triton.jit
-def _compare_sums(idx, vals, lo, hi, rows, D: tl.constexpr, R: tl.constexpr,
-                  DP: tl.constexpr, SUB: tl.constexpr, WIDE: tl.constexpr):
-    """([R, DP] sums of the values lo..hi into each output row, any index out of range):
-    compares and adds, a block at a time."""
+def _sums(idx, vals, lo, hi, rows, D: tl.constexpr, R: tl.constexpr, DP: tl.constexpr,
+          SUB: tl.constexpr, WIDE: tl.constexpr, PARTS: tl.constexpr = 0):
+    """([R, DP] sums of the values lo..hi into each output row, any index out of range), a
+    block at a time: compares and adds, or with PARTS > 0 one-hot products (tl.dot: R,
+    SUB and DP at least 16), each exact in PARTS tf32 parts (scatter_kernels'
+    _add_exact)."""
     c = tl.arange(0, DP)
     cm = c < D
     rr = tl.arange(0, R)
@@ -65,9 +67,13 @@ def _compare_sums(idx, vals, lo, hi, rows, D: tl.constexpr, R: tl.constexpr,
     for start in range(lo, hi, SUB):
         v, i, ok, bad = _block(idx, vals, start, hi, rows, c, cm, D, SUB, WIDE)
         bad_any |= bad.to(tl.int32)
-        for k in tl.static_range(R):  # acc[k] += the rows of this block that hit row k
-            s = tl.sum(tl.where((ok & (i == k))[:, None], v, 0.0), axis=0)
-            acc += tl.where(rr[:, None] == k, s[None, :], 0.0)
+        if PARTS > 0:
+            onehot = tl.where((rr[:, None] == i[None, :]) & ok[None, :], 1.0, 0.0)
+            acc = _add_exact(acc, onehot, v, PARTS)
+        else:
+            for k in tl.static_range(R):  # acc[k] += the rows of this block that hit row k
+                s = tl.sum(tl.where((ok & (i == k))[:, None], v, 0.0), axis=0)
+                acc += tl.where(rr[:, None] == k, s[None, :], 0.0)
     return acc, tl.max(bad_any) > 0
 
 
@@ -84,44 +90,22 @@ def _store_partial(part, acc, bad, g, rows, D: tl.constexpr, R: tl.constexpr,
 
 @triton.jit
 def _partial(idx, vals, part, n, rows, chunk, D: tl.constexpr, R: tl.constexpr,
-             DP: tl.constexpr, SUB: tl.constexpr, WIDE: tl.constexpr):
+             DP: tl.constexpr, SUB: tl.constexpr, WIDE: tl.constexpr,
+             PARTS: tl.constexpr = 0):
+    # PARTS > 0: _sums' one-hot products. An infinity or a NaN among the values makes its
+    # column NaN in every row there (0 * inf); where acc is not finite, or an index was out
+    # of range, the chunk is summed again a row at a time. The values are not checked in
+    # the loop: element-wise flags there cost more than the products (docs/decisions.md,
+    # 2026-11-29).
     g = tl.program_id(0)
     lo = g * chunk
     if WIDE:
         lo = lo.to(tl.int64)
     hi = tl.minimum(lo + chunk, n)
-    acc, bad = _compare_sums(idx, vals, lo, hi, rows, D, R, DP, SUB, WIDE)
-    _store_partial(part, acc, bad, g, rows, D, R, DP)
-
-
-@triton.jit
-def _dot_partial(idx, vals, part, n, rows, chunk, D: tl.constexpr, R: tl.constexpr,
-                 DP: tl.constexpr, SUB: tl.constexpr, PARTS: tl.constexpr,
-                 WIDE: tl.constexpr):
-    # acc += onehot @ values a block at a time (R >= 16 output rows, SUB >= 16 indices, DP
-    # >= 16 columns, for tl.dot), each product exact (scatter_kernels' _add_exact: tf32
-    # parts). An infinity or a NaN among the values makes its column NaN in every row (0 *
-    # inf); where acc is not finite, or an index was out of range, the chunk is summed
-    # again a row at a time. The values are not checked in the loop: element-wise flags
-    # there cost more than the products (docs/decisions.md, 2026-11-29).
-    g = tl.program_id(0)
-    lo = g * chunk
-    if WIDE:
-        lo = lo.to(tl.int64)
-    hi = tl.minimum(lo + chunk, n)
-    c = tl.arange(0, DP)
-    cm = c < D
-    rr = tl.arange(0, R)
-    acc = tl.zeros([R, DP], tl.float32)
-    bad_any = tl.zeros([SUB], tl.int32)
-    for start in range(lo, hi, SUB):
-        v, i, ok, bad = _block(idx, vals, start, hi, rows, c, cm, D, SUB, WIDE)
-        bad_any |= bad.to(tl.int32)
-        onehot = tl.where((rr[:, None] == i[None, :]) & ok[None, :], 1.0, 0.0)
-        acc = _add_exact(acc, onehot, v, PARTS)
-    bad = tl.max(bad_any) > 0
-    if (tl.max((tl.abs(acc) == float("inf")) | (acc != acc)) > 0) & (bad == 0):
-        acc = _row_sums(idx, vals, lo, hi, rows, D, R, DP, SUB, WIDE)
+    acc, bad = _sums(idx, vals, lo, hi, rows, D, R, DP, SUB, WIDE, PARTS)
+    if PARTS > 0:
+        if (tl.max((tl.abs(acc) == float("inf")) | (acc != acc)) > 0) & (bad == 0):
+            acc = _row_sums(idx, vals, lo, hi, rows, D, R, DP, SUB, WIDE)
     _store_partial(part, acc, bad, g, rows, D, R, DP)
 
 
@@ -186,12 +170,9 @@ def few_rows_index_add(self: torch.Tensor, index: torch.Tensor,
     G = min(per_sm * (sm_count(self.device) or INTERPRETER_SMS), cdiv(n, sub))
     part = torch.empty(max(1, G * plane), device=self.device, dtype=torch.float32)
     if G:
-        args = (index, values, part, n, rows, cdiv(n, G))
-        meta = dict(D=D, R=R, DP=DP, SUB=sub, WIDE=n * D >= 1 << 31, num_warps=WARPS)
-        if dot:
-            _dot_partial[(G,)](*args, PARTS=PARTS[values.dtype], **meta)
-        else:
-            _partial[(G,)](*args, **meta)
+        _partial[(G,)](index, values, part, n, rows, cdiv(n, G), D=D, R=R, DP=DP, SUB=sub,
+                       WIDE=n * D >= 1 << 31, PARTS=PARTS[values.dtype] if dot else 0,
+                       num_warps=WARPS)
     if dot:  # a grid of DOT_TOTAL_BLOCK elements a program
         pb = min(next_pow2(plane), DOT_TOTAL_BLOCK)
         gb = max(1, min(next_pow2(G), DOT_TOTAL_TILE // pb))
