@@ -23,7 +23,7 @@ from commrt.dispatch.profile import sm_count
 from commrt.symm_mem.launch import cdiv, next_pow2
 
 from .scatter_kernels import PARTS, _add_exact, _rows_of, scatter_shape
-from .scatter_rule import FEW_DOT_WIDTH, FEW_ROWS, FEW_WIDTH
+from .scatter_rule import FEW_PRODUCTS_MAX_ROW, FEW_ROWS, FEW_WIDTH
 
 # Launch shape, from an A/B on one H200 (docs/decisions.md, 2026-11-25): of 1-8 warps and
 # 2-16 programs an SM, 4 and 4 were within 11% of the fastest on rows of 4 and 1-D values
@@ -147,15 +147,16 @@ DTYPES = tuple(PARTS)
 def few_rows_index_add(self: torch.Tensor, index: torch.Tensor,
                        values: torch.Tensor) -> torch.Tensor:
     """``self.index_add(0, index, values)`` (a new tensor) for at most ``FEW_ROWS`` rows of
-    at most ``FEW_WIDTH`` elements (compares), or of up to ``FEW_DOT_WIDTH`` (products).
+    at most ``FEW_WIDTH`` elements (compares), or of up to ``FEW_PRODUCTS_MAX_ROW``
+    (products).
 
     ``self`` and ``values`` contiguous, of one of ``DTYPES``, ``values`` shaped
     ``[len(index), *self.shape[1:]]``.
     """
     rows, n, D = scatter_shape(self, index, values, 1, DTYPES, "few_rows_index_add")
-    if rows > FEW_ROWS or D > FEW_DOT_WIDTH:
+    if rows > FEW_ROWS or D > FEW_PRODUCTS_MAX_ROW:
         raise ValueError(f"few_rows_index_add takes at most {FEW_ROWS} rows of at most "
-                         f"{FEW_DOT_WIDTH} elements, got {rows} rows of {D}")
+                         f"{FEW_PRODUCTS_MAX_ROW} elements, got {rows} rows of {D}")
     out = torch.empty_like(self)
     plane = rows * D
     if plane == 0:

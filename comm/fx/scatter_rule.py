@@ -12,17 +12,17 @@ number of indices, value dtype) and answers one of:
 - ``inductor``: the scatter left as it is, to Inductor's plain atomics.
 
 Rows of up to ``FEW_WIDTH`` elements into at most ``FEW_ROWS`` output rows (``few_rows``)
-go to ``scatter_few``, which sums every output row a program (so do fp32 rows of
-``FEW_PRODUCTS_ROW`` to ``FEW_DOT_WIDTH`` there, as one-hot products: ``few_products``);
-single values into up to ``SHARED_PLANE`` rows (fp32: ``SHARED_WINDOWS`` times that;
-``shared_sums``) to ``scatter_shared``, which sums them in shared memory. Other narrow
-rows go to commrt's narrow kernels: whether they contend depends on the indices
-(one hot row among a million is as common as a histogram of eight bins), which only the
-GPU sees. Two exceptions, measured: rows of 4 or more (and fp32 1-D values on more than
-``HOT`` rows) with ``NARROW_PARTITIONED`` values a row or more (``_HALF`` for fp16/bf16),
-where Inductor's partitions won (fp32 rows go to commrt's copy of them, ``spread``:
-``scatter_spread``), and half-precision outputs with fewer indices than rows, left to
-Inductor.
+go to ``scatter_few``, which sums every output row a program (so do fp32 and bf16 rows of
+``FEW_PRODUCTS_ROW`` to ``FEW_PRODUCTS_MAX_ROW`` there, as one-hot products:
+``few_products``); single values into up to ``SHARED_PLANE`` rows (fp32:
+``SHARED_WINDOWS`` times that; ``shared_sums``) to ``scatter_shared``, which sums them in
+shared memory. Other narrow rows go to commrt's narrow kernels: whether they contend
+depends on the indices (one hot row among a million is as common as a histogram of eight
+bins), which only the GPU sees. Two exceptions, measured: rows of 4 or more (and fp32 1-D
+values on more than ``HOT`` rows) with ``NARROW_PARTITIONED`` values a row or more
+(``_HALF`` for fp16/bf16), where Inductor's partitions won (fp32 rows go to commrt's copy
+of them, ``spread``: ``scatter_spread``), and half-precision outputs with fewer indices
+than rows, left to Inductor.
 fp32 rows of up to ``ONE_COPY_ROW`` elements with few values a row on a large output
 (``one_copy``) go to the narrow kernels with one copy: there the plan hides behind the
 copy of the output, and a hot row is found on the GPU; so do fp16/bf16 rows of 4 or more
@@ -209,14 +209,14 @@ LOCAL_HALF_WARPS = 1
 # 0.3-0.6x the narrow kernels' time); into 16 rows, rows of 4 0.85x; rows of 16 into 8
 # rows 1.07x or more, wider rows more: those stay where they were.
 FEW_ROWS, FEW_WIDTH = 16, 4
-# fp32 and bf16 rows of FEW_PRODUCTS_ROW to FEW_DOT_WIDTH elements into at most FEW_ROWS
-# rows (few_products: scatter_few's one-hot products on tensor cores, a partial a program,
-# no atomics). On one H200 (benchmarks/results/probe_few_sums_NVIDIA_H200.json, 140b457),
-# 4M fp32 values of rows of 100 into 8 rows, µs uniform / skewed: 9.95 / 9.93 against
-# 11.28 / 13.03 for Inductor's partitions (the rule's choice before) and 63.5 / 211 for its
-# plain scatter; rows of 16 lost there (17.4 against 12.4), and rows of 1024 (14.0 against
-# 7.9 for commrt's block-local sums). As shipped (an index out of range or a sum that is not
-# finite checked once a program), in the grid at 54e2f3f
+# fp32 and bf16 rows of FEW_PRODUCTS_ROW to FEW_PRODUCTS_MAX_ROW elements into at most
+# FEW_ROWS rows (few_products: scatter_few's one-hot products on tensor cores, a partial a
+# program, no atomics). On one H200 (benchmarks/results/probe_few_sums_NVIDIA_H200.json,
+# 140b457), 4M fp32 values of rows of 100 into 8 rows, µs uniform / skewed: 9.95 / 9.93
+# against 11.28 / 13.03 for Inductor's partitions (the rule's choice before) and 63.5 /
+# 211 for its plain scatter; rows of 16 lost there (17.4 against 12.4), and rows of 1024
+# (14.0 against 7.9 for commrt's block-local sums). As shipped (an index out of range or a
+# sum that is not finite checked once a program), in the grid at 54e2f3f
 # (benchmarks/results/scatter_grid_NVIDIA_H200.md), µs uniform / skewed / hot, fp32
 # index_put 11.2 / 11.2 / 11.1 against Inductor's best 10.8 / 13.7 / 11.6, bf16 index_put
 # 9.1 / 9.0 / 9.0 against its partitions' 8.3 / 10.0 / 9.0 (bf16 index_add 9.2, 15.4 on
@@ -224,7 +224,7 @@ FEW_ROWS, FEW_WIDTH = 16, 4
 # 1.3-3.2e-6, its partitions 1.4-3.0e-7: the products' fp32 sums on tensor cores are not
 # correctly rounded), bf16 1.6e-3 (its partitions, adding in bf16, 0.9-2e-2). From
 # WIDE_MIN_VALUES value elements (not measured) rows stay with the wide kernels.
-FEW_PRODUCTS_ROW, FEW_DOT_WIDTH = 65, 128
+FEW_PRODUCTS_ROW, FEW_PRODUCTS_MAX_ROW = 65, 128
 FEW_PRODUCTS_DTYPES = (torch.float32, torch.bfloat16)
 # fp16/bf16 narrow rows with one copy (half_adds): rows of HALF_ADDS_ROW elements or more,
 # with at most HALF_ADDS_PER_ROW values a row, add in the output's dtype (as Inductor's
@@ -370,7 +370,7 @@ def few_products(rows: int, width: int, n: int, dtype: torch.dtype) -> bool:
     """fp32 or bf16 rows too wide for ``few_rows``' compares into so few output rows that
     each program sums its values into every one of them as one-hot products."""
     return (dtype in FEW_PRODUCTS_DTYPES and 0 < rows <= FEW_ROWS and
-            FEW_PRODUCTS_ROW <= width <= FEW_DOT_WIDTH and MIN_INDICES <= n and
+            FEW_PRODUCTS_ROW <= width <= FEW_PRODUCTS_MAX_ROW and MIN_INDICES <= n and
             n * width < WIDE_MIN_VALUES)
 
 
