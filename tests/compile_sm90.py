@@ -71,9 +71,9 @@ def scatter_calls() -> None:
                 if dtype != torch.float32 and shape == (16,):  # adds in the output's dtype
                     for hot in (0, 16):
                         narrow_index_add(self, idx, vals, 1, hot=hot, half_adds=True)
-            # few output rows: compares, and one-hot products for wider rows
-            for rows, shape in ((8, ()), (16, (3,)), (8, (4,)), (8, (16,)), (13, (100,)),
-                                (2, (128,))):
+            # few output rows: selects, and one-hot products for wider rows
+            for rows, shape in ((8, ()), (16, ()), (16, (3,)), (8, (4,)), (8, (16,)),
+                                (16, (8,)), (13, (100,)), (2, (128,))):
                 few_rows_index_add(torch.zeros(rows, *shape, dtype=dtype), idx,
                                    torch.zeros(1000, *shape, dtype=dtype))
             for d in (100, 1024):  # wider rows with one copy (one_copy, half_copy)

@@ -15,7 +15,8 @@ def main() -> None:
     # (rows, row shape, indices); () is 1-D values
     # rows wider than FEW_WIDTH: one-hot products
     for rows, shape, n in ((8, (), 5003), (1, (1,), 777), (5, (3,), 1500), (16, (4,), 999),
-                           (3, (2,), 1), (8, (16,), 3001), (13, (100,), 777), (2, (128,), 40),
+                           (3, (2,), 1), (8, (16,), 3001), (16, (8,), 2049), (7, (13,), 1000),
+                           (8, (20,), 3001), (13, (100,), 777), (2, (128,), 40),
                            (5, (5,), 17)):
         for dist in ("uniform", "one"):
             for dtype in TOL:
@@ -28,7 +29,7 @@ def main() -> None:
                 ref = base.double().index_add(0, idx % rows, vals.double())
                 # small tiles: several blocks a program
                 for itype, tile, dot_tile in ((torch.int64, few.TILE, few.DOT_TILE),
-                                              (torch.int32, 64, 256)):
+                                              (torch.int32, 256, 256)):
                     kept = few.TILE, few.DOT_TILE
                     few.TILE, few.DOT_TILE = tile, dot_tile
                     got = few_rows_index_add(base, idx.to(itype), vals)
@@ -44,7 +45,7 @@ def main() -> None:
     # an infinity and a NaN stay in their own rows (products: 0 * inf would reach every row)
     idx = torch.randint(0, 8, (3000,), generator=g)
     for dtype in TOL:
-        for width in (3, 20):
+        for width in (3, 16, 20):
             base = torch.randn(8, width, generator=g)
             vals = torch.randn(3000, width, generator=g).to(dtype)
             vals[5, 2], vals[9, 1] = float("inf"), float("nan")

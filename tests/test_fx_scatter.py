@@ -109,7 +109,9 @@ REGIMES = [  # (rows, row width, indices, dtype, index_put, choice)
     (8, 4096, 1024, torch.float32, True, "inductor"),  # too few indices
     (1024, 100, 40_000, torch.bfloat16, False, "commrt"),  # bf16, fp32 sums
     (1024, 24, 262_144, torch.bfloat16, True, "inductor_partitioned"),  # past narrow
-    (8, 16, 262_144, torch.bfloat16, True, "inductor_partitioned"),  # narrow, 32K a row
+    (8, 16, 262_144, torch.bfloat16, True, "commrt"),  # rows of 16 into 8 rows: few rows
+    (16, 16, 262_144, torch.bfloat16, True, "inductor_partitioned"),  # ... not into 16
+    (16, 16, 262_144, torch.float32, True, "commrt"),  # ... fp32: spread copies
     (1024, 16, 262_144, torch.bfloat16, False, "commrt"),  # Inductor keeps it as aten's
     (1000, 1, 4_000_000, torch.float32, True, "commrt"),  # 1-D, 4,000 a row: shared memory
     (20_000, 1, 40_000_000, torch.float32, True, "commrt"),  # ... on 16 warps
@@ -118,7 +120,8 @@ REGIMES = [  # (rows, row width, indices, dtype, index_put, choice)
     (8, 4, 1 << 20, torch.float32, True, "commrt"),  # rows of 4 on 8 rows: few rows
     (16, 4, 1 << 20, torch.bfloat16, True, "commrt"),  # ... on 16 rows
     (17, 4, 1 << 20, torch.float32, True, "commrt"),  # past few rows: spread copies
-    (8, 5, 1 << 20, torch.float32, True, "commrt"),  # past few rows' width: spread
+    (9, 16, 1 << 20, torch.float32, True, "commrt"),  # past few rows' plane: spread
+    (8, 17, 1 << 20, torch.float32, True, "inductor_partitioned"),  # past narrow rows
     (17, 4, 1 << 20, torch.bfloat16, True, "inductor_partitioned"),  # bf16: Inductor's
     (40_000, 1, 80_000_000, torch.float16, True, "commrt"),  # fp16 1-D: the narrow kernels
     (1024, 1, 4_000_000, torch.bfloat16, True, "commrt"),  # bf16 1-D: fp32 sums
@@ -146,6 +149,20 @@ def test_rule_per_regime(rows, width, n, dtype, index_put, choice):
     assert decide(rows, width, n, dtype, index_put)[0] == choice
 
 
+def test_few_rows_take_narrow_rows_on_a_small_plane():
+    """Rows of up to FEW_WIDTH elements into up to FEW_ROWS rows, each rounded up to a power
+    of two, on at most FEW_PLANE elements."""
+    from commrt.fx.scatter_rule import FEW_PLANE, FEW_ROWS, FEW_WIDTH, few_rows
+
+    assert few_rows(8, 16) and few_rows(16, 8) and few_rows(16, 1) and few_rows(1, 16)
+    assert few_rows(5, 13)  # 8 x 16
+    assert not few_rows(9, 16) and not few_rows(16, 16)  # 256 elements rounded up
+    assert not few_rows(FEW_ROWS + 1, 1) and not few_rows(1, FEW_WIDTH + 1)
+    assert not few_rows(0, 4)
+    assert FEW_ROWS * 8 == FEW_PLANE == 8 * FEW_WIDTH
+    assert "each summed a program" in decide(8, 16, 262_144, torch.float32)[1]
+
+
 def test_spread_takes_fp32_narrow_rows_with_many_values_a_row():
     """fp32 rows that Inductor's partitions would take go to commrt's copy of them, with
     Inductor's partition count of fp32 copies, halved to fit the memory fraction."""
@@ -153,12 +170,13 @@ def test_spread_takes_fp32_narrow_rows_with_many_values_a_row():
     from commrt.fx.scatter_rule import inductor_partitions, spread, spread_copies
 
     gib = 1 << 30
-    assert spread(1024, 4, 1 << 20, torch.float32) and spread(8, 16, 262_144, torch.float32)
+    assert spread(1024, 4, 1 << 20, torch.float32) and spread(16, 16, 262_144, torch.float32)
     assert "fp32 copies" in decide(1024, 4, 1 << 20, torch.float32)[1]
     assert not spread(1024, 4, 1 << 20, torch.bfloat16)  # Inductor's, added in bf16
     assert not spread(1024, 4, 1023 * 1024, torch.float32)  # under 1,024 a row
     assert not spread(1024, 1, 1 << 22, torch.float32)  # shared-memory sums
     assert not spread(8, 4, 1 << 20, torch.float32)  # few rows
+    assert not spread(8, 16, 262_144, torch.float32)  # ... rows of 16 into 8 rows too
     assert not spread(16, 1, 1 << 20, torch.float32)  # 1-D values on HOT rows
     assert not spread(1024, 100, 1 << 22, torch.float32)  # wide rows
     assert copies(1024, 4, 1 << 20, torch.float32, 80 * gib) == \
@@ -264,7 +282,8 @@ def test_shared_sums_refuse_what_they_cannot_sum():
     (1024, 1024, 4096, torch.float32, "commrt"),  # block-local sums
     (4096, 100, 40_000, torch.float32, "commrt"),  # ... too
     (1 << 20, 0, 4_000_000, torch.float32, "commrt"),
-    (8, 16, 262_144, torch.bfloat16, "inductor_partitioned"),
+    (8, 16, 262_144, torch.bfloat16, "commrt"),  # few rows
+    (16, 16, 262_144, torch.bfloat16, "inductor_partitioned"),
     (8, 0, 262_144, torch.bfloat16, "commrt"),
     (8, 4, 1 << 20, torch.float32, "commrt"),
 ])
@@ -509,7 +528,7 @@ def test_off_by_default_and_switched_by_the_config(monkeypatch):
 @pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs triton")
 @pytest.mark.parametrize("script,cases", [("scatter_interpret.py", 128),
                                           ("scatter_narrow_interpret.py", 456),
-                                          ("scatter_few_interpret.py", 108),
+                                          ("scatter_few_interpret.py", 144),
                                           ("scatter_spread_interpret.py", 120)])
 def test_cuda_kernels_under_the_triton_interpreter(script, cases):
     """The Triton kernels the op runs on CUDA, on CPU tensors: float64-exact sums for

@@ -10,7 +10,9 @@ import commrt.fx
 
 CASES = [  # (op, dtype, row width (0: 1-D), rows, indices, expected choice)
     ("index_add", torch.float32, 100, 501, 600_011, "commrt"),  # wide rows that contend
-    ("index_add", torch.bfloat16, 16, 8, 100_000, "commrt"),  # bf16 rows, fp32 sums
+    ("index_add", torch.bfloat16, 16, 8, 100_000, "commrt"),  # bf16 rows of 16: few rows
+    ("index_put", torch.float32, 16, 8, 262_147, "commrt"),  # ... fp32 index_put
+    ("index_put", torch.bfloat16, 16, 16, 262_144, "inductor_partitioned"),  # ... not 16 rows
     ("index_put", torch.float32, 0, 8, 1 << 20, "commrt"),  # 1-D, eight rows: few rows
     ("index_put", torch.float32, 4, 8, (1 << 20) + 3, "commrt"),  # rows of 4: few rows
     ("index_add", torch.bfloat16, 3, 16, 300_007, "commrt"),  # ... 16 rows, bf16
@@ -217,9 +219,9 @@ def _checked_cases(call, dtype, rows: int, n: int, width: int, g, state_entries:
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
-# 1-D values, narrow rows (compares), wider rows (one-hot products)
-@pytest.mark.parametrize("shape", [(), (1,), (3,), (4,), (16,), (100,)])
-@pytest.mark.parametrize("rows", [1, 8, 13])
+# 1-D values, narrow rows (selects), wider rows (one-hot products)
+@pytest.mark.parametrize("shape", [(), (1,), (3,), (4,), (8,), (16,), (100,)])
+@pytest.mark.parametrize("rows", [1, 8, 13, 16])
 def test_few_rows_kernels_against_float64(dtype, shape, rows):
     """The few-rows kernels on the GPU, eager and in a CUDA graph, five calls each: every
     index distribution, dtype and index dtype against float64, bit-identical from call to

@@ -6,13 +6,14 @@ Every output row is hot there: no plan, no copies, no atomics. Two launches,
 deterministic:
 
 1. ``_partial``: program ``g`` sums the values of its share of the indices into each
-   output row (compares and adds, a block at a time, in registers across its share) and
-   stores the ``[rows, columns]`` sums as its partial. An index out of range makes its
-   partial NaN (the plain op raises a device-side assert). Rows wider than ``FEW_WIDTH``
-   (``scatter_rule.few_products``): the same partial as one-hot products on tensor cores
-   (each product exact; their fp32 sums are not correctly rounded: errors a few times the
-   compares').
-2. ``_total``: output := ``self`` + the ``G`` partials, in the output's dtype.
+   output row (selects into ``[rows, block, columns]`` accumulators, the next block loaded
+   while one is summed) and stores the ``[rows, columns]`` sums as its partial. An index
+   out of range makes its partial NaN (the plain op raises a device-side assert). Rows
+   wider than ``FEW_WIDTH`` (``scatter_rule.few_products``): the same partial as one-hot
+   products on tensor cores (each product exact; their fp32 sums are not correctly
+   rounded: errors a few times the selects').
+2. ``_total``: output := ``self`` + the ``G`` partials, in the output's dtype, over a grid
+   of ``TOTAL_BLOCK`` output elements a program.
 """
 
 import torch
@@ -25,19 +26,18 @@ from commrt.symm_mem.launch import cdiv, next_pow2
 from .scatter_kernels import PARTS, _add_exact, _rows_of, scatter_shape
 from .scatter_rule import FEW_PRODUCTS_MAX_ROW, FEW_ROWS, FEW_WIDTH
 
-# Launch shape, from an A/B on one H200 (docs/decisions.md, 2026-11-25): of 1-8 warps and
-# 2-16 programs an SM, 4 and 4 were within 11% of the fastest on rows of 4 and 1-D values
-# into 8 rows.
+# Launch shape of the selects, from benchmarks/results/probe_few_total_NVIDIA_H200.json
+# (9c6b31d; "prefetch 4096" on 4 warps, 4 programs an SM): within 4% of the fastest
+# partials measured on rows of 4 and 16 and 1-D values into 8 rows, and one program of
+# _total took 13 µs of the 24 on rows of 16 (a grid of 8-element blocks: 2.1).
 INTERPRETER_SMS = 8  # SMs assumed under the interpreter
 PROGRAMS_PER_SM = 4  # _partial programs an SM
 WARPS = 4  # a _partial program's
-TILE = 2048  # values a _partial step loads ([indices, columns])
-TOTAL_TILE = 4096  # partials a _total step loads
+TILE = 4096  # accumulator elements of a _partial program ([rows, indices, columns])
+TOTAL_BLOCK, TOTAL_TILE = 8, 8192  # _total's output elements a program, partials' a step
 # Rows wider than FEW_WIDTH (products, scatter_rule.few_products): value elements a
-# step, programs an SM, and _total's block and tile, as in
-# benchmarks/results/probe_few_sums_NVIDIA_H200.json ("dot")
+# step and programs an SM, as in benchmarks/results/probe_few_sums_NVIDIA_H200.json ("dot")
 DOT_TILE, DOT_PROGRAMS_PER_SM = 2048, 2
-DOT_TOTAL_BLOCK, DOT_TOTAL_TILE = 64, 8192
 
 
 @triton.jit
@@ -53,12 +53,11 @@ def _block(idx, vals, start, hi, rows, c, cm, D: tl.constexpr, SUB: tl.constexpr
 
 
 @triton.jit
-def _sums(idx, vals, lo, hi, rows, D: tl.constexpr, R: tl.constexpr, DP: tl.constexpr,
-          SUB: tl.constexpr, WIDE: tl.constexpr, PARTS: tl.constexpr = 0):
+def _products(idx, vals, lo, hi, rows, D: tl.constexpr, R: tl.constexpr, DP: tl.constexpr,
+              SUB: tl.constexpr, WIDE: tl.constexpr, PARTS: tl.constexpr):
     """([R, DP] sums of the values lo..hi into each output row, any index out of range), a
-    block at a time: compares and adds, or with PARTS > 0 one-hot products (tl.dot: R,
-    SUB and DP at least 16), each exact in PARTS tf32 parts (scatter_kernels'
-    _add_exact)."""
+    block at a time as one-hot products (tl.dot: R, SUB and DP at least 16), each exact in
+    PARTS tf32 parts (scatter_kernels' _add_exact)."""
     c = tl.arange(0, DP)
     cm = c < D
     rr = tl.arange(0, R)
@@ -67,14 +66,36 @@ def _sums(idx, vals, lo, hi, rows, D: tl.constexpr, R: tl.constexpr, DP: tl.cons
     for start in range(lo, hi, SUB):
         v, i, ok, bad = _block(idx, vals, start, hi, rows, c, cm, D, SUB, WIDE)
         bad_any |= bad.to(tl.int32)
-        if PARTS > 0:
-            onehot = tl.where((rr[:, None] == i[None, :]) & ok[None, :], 1.0, 0.0)
-            acc = _add_exact(acc, onehot, v, PARTS)
-        else:
-            for k in tl.static_range(R):  # acc[k] += the rows of this block that hit row k
-                s = tl.sum(tl.where((ok & (i == k))[:, None], v, 0.0), axis=0)
-                acc += tl.where(rr[:, None] == k, s[None, :], 0.0)
+        onehot = tl.where((rr[:, None] == i[None, :]) & ok[None, :], 1.0, 0.0)
+        acc = _add_exact(acc, onehot, v, PARTS)
     return acc, tl.max(bad_any) > 0
+
+
+@triton.jit
+def _selects(idx, vals, lo, hi, rows, D: tl.constexpr, R: tl.constexpr, DP: tl.constexpr,
+             SUB: tl.constexpr):
+    """([R, DP] sums of the values lo..hi into each output row, any index out of range):
+    ``acc[k] += where(index == k, values, 0)`` over [R, SUB, DP], the next SUB value rows
+    loaded before a block is summed; one reduction at the end."""
+    k = tl.arange(0, R)[:, None, None]
+    c = tl.arange(0, DP)[None, None, :]
+    s = tl.arange(0, SUB)[None, :, None]
+    cm = c < D
+    acc = tl.zeros([R, SUB, DP], tl.float32)
+    bad_any = tl.zeros([1, SUB, 1], tl.int32)
+    r = lo + s
+    v = tl.load(vals + r * D + c, mask=(r < hi) & cm, other=0)
+    i = tl.load(idx + r, mask=r < hi, other=0)
+    for start in range(lo, hi, SUB):
+        rm = start + s < hi
+        r = start + SUB + s
+        v_next = tl.load(vals + r * D + c, mask=(r < hi) & cm, other=0)
+        i_next = tl.load(idx + r, mask=r < hi, other=0)
+        i = tl.where(i < 0, i + rows, i)
+        bad_any |= (rm & ((i < 0) | (i >= rows))).to(tl.int32)
+        acc += tl.where(i == k, v.to(tl.float32), 0.0)
+        v, i = v_next, i_next
+    return tl.sum(acc, axis=1), tl.max(bad_any) > 0
 
 
 @triton.jit
@@ -92,20 +113,22 @@ def _store_partial(part, acc, bad, g, rows, D: tl.constexpr, R: tl.constexpr,
 def _partial(idx, vals, part, n, rows, chunk, D: tl.constexpr, R: tl.constexpr,
              DP: tl.constexpr, SUB: tl.constexpr, WIDE: tl.constexpr,
              PARTS: tl.constexpr = 0):
-    # PARTS > 0: _sums' one-hot products. An infinity or a NaN among the values makes its
-    # column NaN in every row there (0 * inf); where acc is not finite, or an index was out
-    # of range, the chunk is summed again a row at a time. The values are not checked in
-    # the loop: element-wise flags there cost more than the products (docs/decisions.md,
-    # 2026-11-29).
+    # PARTS = 0: _selects (SUB value rows a step); PARTS > 0: _products. An infinity or a
+    # NaN among the values makes its column NaN in every row of a product (0 * inf); where
+    # acc is not finite, and no index was out of range, the chunk is summed again a row at
+    # a time. The values are not checked in the loop: element-wise flags there cost more
+    # than the products (docs/decisions.md, 2026-11-29).
     g = tl.program_id(0)
     lo = g * chunk
     if WIDE:
         lo = lo.to(tl.int64)
     hi = tl.minimum(lo + chunk, n)
-    acc, bad = _sums(idx, vals, lo, hi, rows, D, R, DP, SUB, WIDE, PARTS)
     if PARTS > 0:
+        acc, bad = _products(idx, vals, lo, hi, rows, D, R, DP, SUB, WIDE, PARTS)
         if (tl.max((tl.abs(acc) == float("inf")) | (acc != acc)) > 0) & (bad == 0):
             acc = _row_sums(idx, vals, lo, hi, rows, D, R, DP, SUB, WIDE)
+    else:
+        acc, bad = _selects(idx, vals, lo, hi, rows, D, R, DP, SUB)
     _store_partial(part, acc, bad, g, rows, D, R, DP)
 
 
@@ -147,7 +170,7 @@ DTYPES = tuple(PARTS)
 def few_rows_index_add(self: torch.Tensor, index: torch.Tensor,
                        values: torch.Tensor) -> torch.Tensor:
     """``self.index_add(0, index, values)`` (a new tensor) for at most ``FEW_ROWS`` rows of
-    at most ``FEW_WIDTH`` elements (compares), or of up to ``FEW_PRODUCTS_MAX_ROW``
+    at most ``FEW_WIDTH`` elements (selects), or of up to ``FEW_PRODUCTS_MAX_ROW``
     (products).
 
     ``self`` and ``values`` contiguous, of one of ``DTYPES``, ``values`` shaped
@@ -167,18 +190,14 @@ def few_rows_index_add(self: torch.Tensor, index: torch.Tensor,
         sub, per_sm = max(16, DOT_TILE // DP), DOT_PROGRAMS_PER_SM
     else:
         R, DP = next_pow2(rows), next_pow2(D)
-        sub, per_sm = TILE // DP, PROGRAMS_PER_SM
+        sub, per_sm = max(1, TILE // (R * DP)), PROGRAMS_PER_SM
     G = min(per_sm * (sm_count(self.device) or INTERPRETER_SMS), cdiv(n, sub))
     part = torch.empty(max(1, G * plane), device=self.device, dtype=torch.float32)
     if G:
         _partial[(G,)](index, values, part, n, rows, cdiv(n, G), D=D, R=R, DP=DP, SUB=sub,
                        WIDE=n * D >= 1 << 31, PARTS=PARTS[values.dtype] if dot else 0,
                        num_warps=WARPS)
-    if dot:  # a grid of DOT_TOTAL_BLOCK elements a program
-        pb = min(next_pow2(plane), DOT_TOTAL_BLOCK)
-        gb = max(1, min(next_pow2(G), DOT_TOTAL_TILE // pb))
-    else:  # one program: at most FEW_ROWS * FEW_WIDTH elements
-        pb = next_pow2(plane)
-        gb = max(1, min(next_pow2(G), TOTAL_TILE // pb))
+    pb = min(next_pow2(plane), TOTAL_BLOCK)
+    gb = max(1, min(next_pow2(G), TOTAL_TILE // pb))
     _total[(cdiv(plane, pb),)](self, part, out, G, plane, PB=pb, GB=gb, num_warps=4)
     return out

@@ -11,18 +11,18 @@ number of indices, value dtype) and answers one of:
   (``torch._inductor.fx_passes.reduced_atomic_contention``), with its partition count;
 - ``inductor``: the scatter left as it is, to Inductor's plain atomics.
 
-Rows of up to ``FEW_WIDTH`` elements into at most ``FEW_ROWS`` output rows (``few_rows``)
-go to ``scatter_few``, which sums every output row a program (so do fp32 and bf16 rows of
-``FEW_PRODUCTS_ROW`` to ``FEW_PRODUCTS_MAX_ROW`` there, as one-hot products:
-``few_products``); single values into up to ``SHARED_PLANE`` rows (fp32:
-``SHARED_WINDOWS`` times that; ``shared_sums``) to ``scatter_shared``, which sums them in
-shared memory. Other narrow rows go to commrt's narrow kernels: whether they contend
-depends on the indices (one hot row among a million is as common as a histogram of eight
-bins), which only the GPU sees. Two exceptions, measured: rows of 4 or more (and fp32 1-D
-values on more than ``HOT`` rows) with ``NARROW_PARTITIONED`` values a row or more
-(``_HALF`` for fp16/bf16), where Inductor's partitions won (fp32 rows go to commrt's copy
-of them, ``spread``: ``scatter_spread``), and half-precision outputs with fewer indices
-than rows, left to Inductor.
+Rows of up to ``FEW_WIDTH`` elements into at most ``FEW_ROWS`` output rows, on at most
+``FEW_PLANE`` output elements (``few_rows``), go to ``scatter_few``, which sums every
+output row a program (so do fp32 and bf16 rows of ``FEW_PRODUCTS_ROW`` to
+``FEW_PRODUCTS_MAX_ROW`` there, as one-hot products: ``few_products``); single values into
+up to ``SHARED_PLANE`` rows (fp32: ``SHARED_WINDOWS`` times that; ``shared_sums``) to
+``scatter_shared``, which sums them in shared memory. Other narrow rows go to commrt's
+narrow kernels: whether they contend depends on the indices (one hot row among a million
+is as common as a histogram of eight bins), which only the GPU sees. Two exceptions,
+measured: rows of 4 or more (and fp32 1-D values on more than ``HOT`` rows) with
+``NARROW_PARTITIONED`` values a row or more (``_HALF`` for fp16/bf16), where Inductor's
+partitions won (fp32 rows go to commrt's copy of them, ``spread``: ``scatter_spread``),
+and half-precision outputs with fewer indices than rows, left to Inductor.
 fp32 rows of up to ``ONE_COPY_ROW`` elements with few values a row on a large output
 (``one_copy``) go to the narrow kernels with one copy: there the plan hides behind the
 copy of the output, and a hot row is found on the GPU; so do fp16/bf16 rows of 4 or more
@@ -49,6 +49,8 @@ from __future__ import annotations
 import math
 
 import torch
+
+from commrt.symm_mem.launch import next_pow2
 
 # Run-time rule of the kernels (benchmarks/results/scatter.md): atomic adds one address may
 # take before another copy pays, the fewest copies once one is not enough, rows a scatter
@@ -204,11 +206,15 @@ LOCAL_COLUMNS, LOCAL_WARPS, LOCAL_FEW_WARPS = 128, 2, 1
 # / 6.1 against Inductor's best 5.7 / 8.0 / 17.3.
 LOCAL_HALF_WARPS = 1
 # Narrow rows into few output rows (few_rows: scatter_few, every row summed a program, no
-# atomics): measured on one H200 (docs/decisions.md, 2026-11-25) against Inductor's
-# partitions: into 8 rows, rows of 4 took 0.30-0.52x their time (1-D values 0.07x, and
-# 0.3-0.6x the narrow kernels' time); into 16 rows, rows of 4 0.85x; rows of 16 into 8
-# rows 1.07x or more, wider rows more: those stay where they were.
-FEW_ROWS, FEW_WIDTH = 16, 4
+# atomics): rows of up to FEW_WIDTH elements into up to FEW_ROWS rows, the rows and the
+# row width (each rounded up to a power of two) at most FEW_PLANE elements. On one H200
+# (benchmarks/results/probe_few_total_NVIDIA_H200.json, 9c6b31d), 4M value elements into
+# 8 rows, µs uniform, as shipped (selects, then a total over a grid) against Inductor's
+# partitions: fp32 rows of 16 11.1 against 12.3 (scatter_spread, the rule's choice
+# before, 12.5; one hot row 11.1 against its 10.5), bf16 10.7 against 11.9; rows of 4
+# 11.1 against 38.5 (compares, before, 21.2); 1-D values 20.4 against 371 (29.0). Rows
+# of 16 into 16 rows took 18.1 against 12.4: they stay with scatter_spread.
+FEW_ROWS, FEW_WIDTH, FEW_PLANE = 16, 16, 128
 # fp32 and bf16 rows of FEW_PRODUCTS_ROW to FEW_PRODUCTS_MAX_ROW elements into at most
 # FEW_ROWS rows (few_products: scatter_few's one-hot products on tensor cores, a partial a
 # program, no atomics). On one H200 (benchmarks/results/probe_few_sums_NVIDIA_H200.json,
@@ -363,11 +369,12 @@ def decide(rows: int, width: int, n: int, dtype: torch.dtype,
 
 def few_rows(rows: int, width: int) -> bool:
     """Rows of ``width`` elements into so few output rows that each is summed a program."""
-    return 0 < rows <= FEW_ROWS and width <= FEW_WIDTH
+    return 0 < rows <= FEW_ROWS and width <= FEW_WIDTH and \
+        next_pow2(rows) * next_pow2(width) <= FEW_PLANE
 
 
 def few_products(rows: int, width: int, n: int, dtype: torch.dtype) -> bool:
-    """fp32 or bf16 rows too wide for ``few_rows``' compares into so few output rows that
+    """fp32 or bf16 rows too wide for ``few_rows``' selects into so few output rows that
     each program sums its values into every one of them as one-hot products."""
     return (dtype in FEW_PRODUCTS_DTYPES and 0 < rows <= FEW_ROWS and
             FEW_PRODUCTS_ROW <= width <= FEW_PRODUCTS_MAX_ROW and MIN_INDICES <= n and
