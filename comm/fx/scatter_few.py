@@ -13,14 +13,15 @@ deterministic:
    products on tensor cores (each product exact; their fp32 sums are not correctly
    rounded: errors a few times the selects').
 2. ``_total``: output := ``self`` + the ``G`` partials, in the output's dtype, over a grid
-   of ``TOTAL_BLOCK`` output elements a program.
+   of ``TOTAL_BLOCK`` output elements a program; on sm90+ a programmatic dependent of
+   ``_partial``.
 """
 
 import torch
 import triton
 import triton.language as tl
 
-from commrt.dispatch.profile import sm_count
+from commrt.dispatch.profile import has_pdl, sm_count
 from commrt.symm_mem.launch import cdiv, next_pow2
 
 from .scatter_kernels import PARTS, _add_exact, _rows_of, scatter_shape
@@ -112,12 +113,14 @@ def _store_partial(part, acc, bad, g, rows, D: tl.constexpr, R: tl.constexpr,
 @triton.jit
 def _partial(idx, vals, part, n, rows, chunk, D: tl.constexpr, R: tl.constexpr,
              DP: tl.constexpr, SUB: tl.constexpr, WIDE: tl.constexpr,
-             PARTS: tl.constexpr = 0):
+             PARTS: tl.constexpr = 0, PDL: tl.constexpr = False):
     # PARTS = 0: _selects (SUB value rows a step); PARTS > 0: _products. An infinity or a
     # NaN among the values makes its column NaN in every row of a product (0 * inf); where
     # acc is not finite, and no index was out of range, the chunk is summed again a row at
     # a time. The values are not checked in the loop: element-wise flags there cost more
     # than the products (docs/decisions.md, 2026-11-29).
+    if PDL:  # _total's programs may start (they wait for this grid to finish)
+        tl.extra.cuda.gdc_launch_dependents()
     g = tl.program_id(0)
     lo = g * chunk
     if WIDE:
@@ -151,8 +154,12 @@ def _row_sums(idx, vals, lo, hi, rows, D: tl.constexpr, R: tl.constexpr, DP: tl.
 
 
 @triton.jit
-def _total(self_ptr, part, out, G, plane, PB: tl.constexpr, GB: tl.constexpr):
-    # out[a block of PB] := self + the G partials there, GB partials a step
+def _total(self_ptr, part, out, G, plane, PB: tl.constexpr, GB: tl.constexpr,
+           PDL: tl.constexpr = False):
+    # out[a block of PB] := self + the G partials there, GB partials a step; PDL: a
+    # programmatic dependent of the partials' grid
+    if PDL:
+        tl.extra.cuda.gdc_wait()
     offs = tl.program_id(0) * PB + tl.arange(0, PB)
     m = offs < plane
     s = tl.zeros([GB, PB], tl.float32)
@@ -167,14 +174,15 @@ def _total(self_ptr, part, out, G, plane, PB: tl.constexpr, GB: tl.constexpr):
 DTYPES = tuple(PARTS)
 
 
-def few_rows_index_add(self: torch.Tensor, index: torch.Tensor,
-                       values: torch.Tensor) -> torch.Tensor:
+def few_rows_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tensor,
+                       pdl: bool = True) -> torch.Tensor:
     """``self.index_add(0, index, values)`` (a new tensor) for at most ``FEW_ROWS`` rows of
     at most ``FEW_WIDTH`` elements (selects), or of up to ``FEW_PRODUCTS_MAX_ROW``
     (products).
 
     ``self`` and ``values`` contiguous, of one of ``DTYPES``, ``values`` shaped
-    ``[len(index), *self.shape[1:]]``.
+    ``[len(index), *self.shape[1:]]``; ``pdl``: launch ``_total`` as a programmatic
+    dependent of ``_partial`` where the GPU has it.
     """
     rows, n, D = scatter_shape(self, index, values, 1, DTYPES, "few_rows_index_add")
     if rows > FEW_ROWS or D > FEW_PRODUCTS_MAX_ROW:
@@ -193,11 +201,13 @@ def few_rows_index_add(self: torch.Tensor, index: torch.Tensor,
         sub, per_sm = max(1, TILE // (R * DP)), PROGRAMS_PER_SM
     G = min(per_sm * (sm_count(self.device) or INTERPRETER_SMS), cdiv(n, sub))
     part = torch.empty(max(1, G * plane), device=self.device, dtype=torch.float32)
+    pdl = pdl and G > 0 and has_pdl(self.device)
     if G:
         _partial[(G,)](index, values, part, n, rows, cdiv(n, G), D=D, R=R, DP=DP, SUB=sub,
                        WIDE=n * D >= 1 << 31, PARTS=PARTS[values.dtype] if dot else 0,
-                       num_warps=WARPS)
+                       PDL=pdl, num_warps=WARPS)
     pb = min(next_pow2(plane), TOTAL_BLOCK)
     gb = max(1, min(next_pow2(G), TOTAL_TILE // pb))
-    _total[(cdiv(plane, pb),)](self, part, out, G, plane, PB=pb, GB=gb, num_warps=4)
+    _total[(cdiv(plane, pb),)](self, part, out, G, plane, PB=pb, GB=gb, PDL=pdl, num_warps=4,
+                               **({"launch_pdl": True} if pdl else {}))
     return out
