@@ -28,12 +28,12 @@ def main() -> None:
                 vals = torch.randn(n, *shape, generator=g).to(dtype)
                 ref = base.double().index_add(0, idx % rows, vals.double())
                 # small tiles: several blocks a program
-                for itype, tile, dot_tile in ((torch.int64, few.TILE, few.DOT_TILE),
-                                              (torch.int32, 256, 256)):
-                    kept = few.TILE, few.DOT_TILE
-                    few.TILE, few.DOT_TILE = tile, dot_tile
+                for itype, tile in ((torch.int64, None), (torch.int32, 256)):
+                    kept = few.TILE, few.FP32_TILE, few.DOT_TILE
+                    if tile:
+                        few.TILE = few.FP32_TILE = few.DOT_TILE = tile
                     got = few_rows_index_add(base, idx.to(itype), vals)
-                    few.TILE, few.DOT_TILE = kept
+                    few.TILE, few.FP32_TILE, few.DOT_TILE = kept
                     err = float((got.double() - ref).norm() / ref.norm())
                     assert got.dtype == dtype and got.shape == base.shape and \
                         err < TOL[dtype], (rows, shape, dist, dtype, itype, tile, err)

@@ -149,17 +149,22 @@ def test_rule_per_regime(rows, width, n, dtype, index_put, choice):
     assert decide(rows, width, n, dtype, index_put)[0] == choice
 
 
-def test_few_rows_take_narrow_rows_on_a_small_plane():
-    """Rows of up to FEW_WIDTH elements into up to FEW_ROWS rows, each rounded up to a power
-    of two, on at most FEW_PLANE elements."""
-    from commrt.fx.scatter_rule import FEW_PLANE, FEW_ROWS, FEW_WIDTH, few_rows
+def test_few_rows_take_narrow_rows_into_few_rows():
+    """Rows of up to FEW_NARROW elements into up to FEW_ROWS rows, of up to FEW_WIDTH into
+    up to FEW_WIDE_ROWS."""
+    from commrt.fx.scatter_rule import (
+        FEW_NARROW,
+        FEW_ROWS,
+        FEW_WIDE_ROWS,
+        FEW_WIDTH,
+        few_rows,
+    )
 
-    assert few_rows(8, 16) and few_rows(16, 8) and few_rows(16, 1) and few_rows(1, 16)
-    assert few_rows(5, 13)  # 8 x 16
-    assert not few_rows(9, 16) and not few_rows(16, 16)  # 256 elements rounded up
+    assert few_rows(FEW_ROWS, FEW_NARROW) and few_rows(FEW_WIDE_ROWS, FEW_WIDTH)
+    assert few_rows(16, 1) and few_rows(1, 16) and few_rows(5, 13)
+    assert not few_rows(FEW_WIDE_ROWS + 1, FEW_NARROW + 1) and not few_rows(16, 16)
     assert not few_rows(FEW_ROWS + 1, 1) and not few_rows(1, FEW_WIDTH + 1)
     assert not few_rows(0, 4)
-    assert FEW_ROWS * 8 == FEW_PLANE == 8 * FEW_WIDTH
     assert "each summed a program" in decide(8, 16, 262_144, torch.float32)[1]
 
 

@@ -5,9 +5,10 @@ is hot?
 
 One GPU. For 4M value elements, µs a call in a CUDA graph of 20 calls (median of five
 rounds taken in turn): ``few_rows_index_add`` as shipped (``_total`` a programmatic
-dependent, 4 programs an SM, 4,096 accumulator elements a program), without the
-dependent launch, on 8 programs an SM, with 8,192 accumulator elements; Inductor's
-partitions (``index_put``), and for fp32 rows of 16 ``scatter_spread`` with its hot rows.
+dependent, 4 programs an SM), without the dependent launch, on 8 programs an SM, with
+4,096 and with 8,192 accumulator elements a program (shipped: 8,192 for fp32 rows of 4 or
+more, else 4,096); Inductor's partitions (``index_put``), and for fp32 rows of 16
+``scatter_spread`` with its hot rows.
 
     python benchmarks/probes/probe_few_launch.py [--out probe_few_launch.json]
 """
@@ -38,9 +39,8 @@ def _few(out, idx, vals, P, **kw):
 VARIANTS = {"shipped": _few,
             "no pdl": lambda *a: _few(*a, pdl=False),
             "8/SM": with_constants(few, _few, PROGRAMS_PER_SM=8),
-            "8/SM no pdl": with_constants(few, lambda *a: _few(*a, pdl=False),
-                                          PROGRAMS_PER_SM=8),
-            "tile 8192": with_constants(few, _few, TILE=8192)}
+            "tile 4096": with_constants(few, _few, TILE=4096, FP32_TILE=4096),
+            "tile 8192": with_constants(few, _few, TILE=8192, FP32_TILE=8192)}
 
 
 def cell(dtype, width: int, rows: int, dist: str) -> dict:
@@ -59,7 +59,7 @@ def cell(dtype, width: int, rows: int, dist: str) -> dict:
         parted(out, idx, vals)
     calls = {name: (lambda fn=fn: fn(out, idx, vals, P)) for name, fn in VARIANTS.items()}
     if dtype == F32 and width == 16:
-        calls["spread"] = lambda: spread_index_add(out, idx, vals, 128, hot=SPREAD_HOT,
+        calls["scatter_spread"] = lambda: spread_index_add(out, idx, vals, 128, hot=SPREAD_HOT,
                                                    hot_min=SPREAD_HOT_MIN)
     calls["inductor partitioned"] = lambda: parted(out, idx, vals)
     row = {"dtype": str(dtype).removeprefix("torch."), "width": width, "rows": rows,

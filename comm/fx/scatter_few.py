@@ -30,11 +30,17 @@ from .scatter_rule import FEW_PRODUCTS_MAX_ROW, FEW_ROWS, FEW_WIDTH
 # Launch shape of the selects, from benchmarks/results/probe_few_total_NVIDIA_H200.json
 # (9c6b31d; "prefetch 4096" on 4 warps, 4 programs an SM): within 4% of the fastest
 # partials measured on rows of 4 and 16 and 1-D values into 8 rows, and one program of
-# _total took 13 µs of the 24 on rows of 16 (a grid of 8-element blocks: 2.1).
+# _total took 13 µs of the 24 on rows of 16 (a grid of 8-element blocks: 2.1). Then
+# (probe_few_launch_NVIDIA_H200.json, 6ea0220), µs a call, 4,096 accumulator elements
+# against 8,192: fp32 rows of 16 into 8 rows 10.6 against 9.6, rows of 4 10.5 against
+# 10.2 (into 16 rows 17.8 against 14.1), 1-D values 18.5 against 19.0, bf16 rows of 16
+# 10.2 against 11.5; 8 programs an SM 0.6-1.9 slower.
 INTERPRETER_SMS = 8  # SMs assumed under the interpreter
 PROGRAMS_PER_SM = 4  # _partial programs an SM
 WARPS = 4  # a _partial program's
 TILE = 4096  # accumulator elements of a _partial program ([rows, indices, columns])
+FP32_TILE = 8192  # ... for fp32 rows of FP32_TILE_ROW elements or more
+FP32_TILE_ROW = 4
 TOTAL_BLOCK, TOTAL_TILE = 8, 8192  # _total's output elements a program, partials' a step
 # Rows wider than FEW_WIDTH (products, scatter_rule.few_products): value elements a
 # step and programs an SM, as in benchmarks/results/probe_few_sums_NVIDIA_H200.json ("dot")
@@ -198,7 +204,8 @@ def few_rows_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Te
         sub, per_sm = max(16, DOT_TILE // DP), DOT_PROGRAMS_PER_SM
     else:
         R, DP = next_pow2(rows), next_pow2(D)
-        sub, per_sm = max(1, TILE // (R * DP)), PROGRAMS_PER_SM
+        tile = FP32_TILE if values.dtype == torch.float32 and D >= FP32_TILE_ROW else TILE
+        sub, per_sm = max(1, tile // (R * DP)), PROGRAMS_PER_SM
     G = min(per_sm * (sm_count(self.device) or INTERPRETER_SMS), cdiv(n, sub))
     part = torch.empty(max(1, G * plane), device=self.device, dtype=torch.float32)
     pdl = pdl and G > 0 and has_pdl(self.device)

@@ -11,9 +11,9 @@ number of indices, value dtype) and answers one of:
   (``torch._inductor.fx_passes.reduced_atomic_contention``), with its partition count;
 - ``inductor``: the scatter left as it is, to Inductor's plain atomics.
 
-Rows of up to ``FEW_WIDTH`` elements into at most ``FEW_ROWS`` output rows, on at most
-``FEW_PLANE`` output elements (``few_rows``), go to ``scatter_few``, which sums every
-output row a program (so do fp32 and bf16 rows of ``FEW_PRODUCTS_ROW`` to
+Rows of up to ``FEW_NARROW`` elements into at most ``FEW_ROWS`` output rows, and of up to
+``FEW_WIDTH`` into at most ``FEW_WIDE_ROWS`` (``few_rows``), go to ``scatter_few``, which
+sums every output row a program (so do fp32 and bf16 rows of ``FEW_PRODUCTS_ROW`` to
 ``FEW_PRODUCTS_MAX_ROW`` there, as one-hot products: ``few_products``); single values into
 up to ``SHARED_PLANE`` rows (fp32: ``SHARED_WINDOWS`` times that; ``shared_sums``) to
 ``scatter_shared``, which sums them in shared memory. Other narrow rows go to commrt's
@@ -49,8 +49,6 @@ from __future__ import annotations
 import math
 
 import torch
-
-from commrt.symm_mem.launch import next_pow2
 
 # Run-time rule of the kernels (benchmarks/results/scatter.md): atomic adds one address may
 # take before another copy pays, the fewest copies once one is not enough, rows a scatter
@@ -206,15 +204,17 @@ LOCAL_COLUMNS, LOCAL_WARPS, LOCAL_FEW_WARPS = 128, 2, 1
 # / 6.1 against Inductor's best 5.7 / 8.0 / 17.3.
 LOCAL_HALF_WARPS = 1
 # Narrow rows into few output rows (few_rows: scatter_few, every row summed a program, no
-# atomics): rows of up to FEW_WIDTH elements into up to FEW_ROWS rows, the rows and the
-# row width (each rounded up to a power of two) at most FEW_PLANE elements. On one H200
-# (benchmarks/results/probe_few_total_NVIDIA_H200.json, 9c6b31d), 4M value elements into
-# 8 rows, µs uniform, as shipped (selects, then a total over a grid) against Inductor's
-# partitions: fp32 rows of 16 11.1 against 12.3 (scatter_spread, the rule's choice
-# before, 12.5; one hot row 11.1 against its 10.5), bf16 10.7 against 11.9; rows of 4
-# 11.1 against 38.5 (compares, before, 21.2); 1-D values 20.4 against 371 (29.0). Rows
-# of 16 into 16 rows took 18.1 against 12.4: they stay with scatter_spread.
-FEW_ROWS, FEW_WIDTH, FEW_PLANE = 16, 16, 128
+# atomics): rows of up to FEW_NARROW elements into up to FEW_ROWS rows, of up to FEW_WIDTH
+# into up to FEW_WIDE_ROWS. On one H200, 4M value elements, µs uniform, selects against
+# Inductor's partitions (benchmarks/results/probe_few_launch_NVIDIA_H200.json, 6ea0220,
+# 8,192 accumulator elements for fp32 rows): into 8 rows, fp32 rows of 16 9.6 against
+# 12.3 (scatter_spread, the rule's choice before, 12.4-13.4; with one row hot 9.6 against
+# its 10.3-10.5), bf16 10.2 against 11.8, rows of 4 10.2 against 43.9, 1-D values 18.5
+# against 371; into 16 rows, rows of 4 14.1 against 34.6, rows of 8 14.9 against 14.6
+# (and rows of 16 18.1 against 12.4, probe_few_total_NVIDIA_H200.json, 9c6b31d): wider
+# rows into more than 8 rows stay with scatter_spread.
+FEW_ROWS, FEW_NARROW = 16, 4
+FEW_WIDE_ROWS, FEW_WIDTH = 8, 16
 # fp32 and bf16 rows of FEW_PRODUCTS_ROW to FEW_PRODUCTS_MAX_ROW elements into at most
 # FEW_ROWS rows (few_products: scatter_few's one-hot products on tensor cores, a partial a
 # program, no atomics). On one H200 (benchmarks/results/probe_few_sums_NVIDIA_H200.json,
@@ -370,7 +370,7 @@ def decide(rows: int, width: int, n: int, dtype: torch.dtype,
 def few_rows(rows: int, width: int) -> bool:
     """Rows of ``width`` elements into so few output rows that each is summed a program."""
     return 0 < rows <= FEW_ROWS and width <= FEW_WIDTH and \
-        next_pow2(rows) * next_pow2(width) <= FEW_PLANE
+        (width <= FEW_NARROW or rows <= FEW_WIDE_ROWS)
 
 
 def few_products(rows: int, width: int, n: int, dtype: torch.dtype) -> bool:
