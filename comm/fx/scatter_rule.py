@@ -206,13 +206,13 @@ LOCAL_HALF_WARPS = 1
 # Narrow rows into few output rows (few_rows: scatter_few, every row summed a program, no
 # atomics): rows of up to FEW_NARROW elements into up to FEW_ROWS rows, of up to FEW_WIDTH
 # into up to FEW_WIDE_ROWS. On one H200, 4M value elements, µs uniform, selects against
-# Inductor's partitions (benchmarks/results/probe_few_launch_NVIDIA_H200.json, 6ea0220,
-# 8,192 accumulator elements for fp32 rows): into 8 rows, fp32 rows of 16 9.6 against
-# 12.3 (scatter_spread, the rule's choice before, 12.4-13.4; with one row hot 9.6 against
-# its 10.3-10.5), bf16 10.2 against 11.8, rows of 4 10.2 against 43.9, 1-D values 18.5
-# against 371; into 16 rows, rows of 4 14.1 against 34.6, rows of 8 14.9 against 14.6
-# (and rows of 16 18.1 against 12.4, probe_few_total_NVIDIA_H200.json, 9c6b31d): wider
-# rows into more than 8 rows stay with scatter_spread.
+# Inductor's partitions (benchmarks/results/probe_few_launch_NVIDIA_H200.json, 3a619f3):
+# into 8 rows, fp32 rows of 16 9.6 against 12.2 (scatter_spread, the rule's choice
+# before, 13.2; with one row hot 9.6 against its 10.5), bf16 10.1 against 11.7, rows of 4
+# 10.1 against 37.9, 1-D values 18.4 against 371; into 16 rows, rows of 4 14.2 against
+# 34.6, rows of 8 14.9 against 15.2 (14.6 in a run at 6ea0220), and rows of 16 18.1
+# against 12.4 (probe_few_total_NVIDIA_H200.json, 9c6b31d): rows wider than 4 into more
+# than 8 rows stay with scatter_spread.
 FEW_ROWS, FEW_NARROW = 16, 4
 FEW_WIDE_ROWS, FEW_WIDTH = 8, 16
 # fp32 and bf16 rows of FEW_PRODUCTS_ROW to FEW_PRODUCTS_MAX_ROW elements into at most
