@@ -30,7 +30,7 @@ from .scatter_rule import FEW_PRODUCTS_MAX_ROW, FEW_ROWS, FEW_WIDTH
 # Launch shape of the selects, from benchmarks/results/probe_few_total_NVIDIA_H200.json
 # (9c6b31d; "prefetch 4096" on 4 warps, 4 programs an SM): within 4% of the fastest
 # partials measured on rows of 4 and 16 and 1-D values into 8 rows, and one program of
-# _total took 13 µs of the 24 on rows of 16 (a grid of 8-element blocks: 2.1). Then
+# _total took 13 µs of the 30 on rows of 16 (a grid of 8-element blocks: 2.1). Then
 # (probe_few_launch_NVIDIA_H200.json, 3a619f3), µs a call, 4,096 accumulator elements
 # against 8,192: fp32 rows of 16 into 8 rows 10.5 against 9.6, rows of 4 10.4 against
 # 10.1 (into 16 rows 17.8 against 14.1), 1-D values 18.3 against 18.9, bf16 rows of 16
