@@ -1,0 +1,95 @@
+"""Why do fp32 rows of 16 into a few thousand rows (32-128 values a row, between the grid's
+1,024 and 65,536) run slower on the narrow kernels than Inductor's scatters, and which of
+the kernels' choices would not?
+
+One GPU. Into 4,096 rows the op took 13.4 µs uniform against Inductor's plain scatter's
+8.9, and 36.4 skewed against its partitions' 22.6
+(``probe_spread_copies_NVIDIA_H200.json``). For 4M value elements, µs a call in a CUDA
+graph of 20 calls (median of five rounds taken in turn): the op as the pass calls it
+(``narrow_index_add`` with the rule's copies and second sample), its plan (copies, error,
+hot rows), each kernel's µs (profiler, 20 eager calls), and the op with one copy, with
+the second sample, with copies from 64 adds an address (``per_address``), and
+``scatter_spread`` on 32 copies; Inductor's plain and partitioned scatters.
+
+    python benchmarks/probes/probe_narrow_mid.py [--out probe_narrow_mid.json]
+"""
+
+from __future__ import annotations
+
+import torch
+import torch._inductor.config as ic
+from probe_narrow_costs import cell_data, kernel_us, plan, rounds, run_cells
+
+from commrt.fx import scatter as pass_scatter
+from commrt.fx.scatter_narrow import narrow_index_add
+from commrt.fx.scatter_rule import (
+    NARROW_PAIR_SAMPLE,
+    SPREAD_HOT,
+    SPREAD_HOT_MIN,
+    pair_sample,
+)
+from commrt.fx.scatter_spread import spread_index_add
+
+DEV = torch.device("cuda")
+ROUNDS = 5
+F32 = torch.float32
+CELLS = tuple((F32, 16, rows, dist) for rows in (2048, 4096, 8192)
+              for dist in ("uniform", "skewed", "hot"))
+
+
+def _plain(o, i, v):
+    return torch.index_put(o, (i,), v, accumulate=True)
+
+
+def _parted(o, i, v):  # the same op, compiled with Inductor's partitions
+    return torch.index_put(o, (i,), v, accumulate=True)
+
+
+def cell(dtype, width: int, rows: int, dist: str) -> dict:
+    out, idx, vals = cell_data(dtype, width, rows, dist)
+    P = pass_scatter.copies(rows, max(1, width), idx.numel(), dtype,
+                            torch.cuda.get_device_properties(DEV).total_memory)
+    ref = out.double().index_put((idx,), vals.double(), accumulate=True)
+    torch._dynamo.reset()
+    plain, parted = torch.compile(_plain, dynamic=False), torch.compile(_parted, dynamic=False)
+    with ic.patch({"fx_graph_cache": False}):
+        plain(out, idx, vals)
+    with ic.patch({"partitioned_scatter_enabled": True, "fx_graph_cache": False}):
+        parted(out, idx, vals)
+    kws = {"op": {}, "one copy": {"partitions": 1},
+           "second sample": {"pair_sample": NARROW_PAIR_SAMPLE},
+           "copies from 64": {"per_address": 64}}
+    calls = {}
+    plans = {}
+    for name, kw in kws.items():
+        kw = {"partitions": P, "pair_sample": pair_sample(rows), **kw}
+        calls[name] = lambda kw=kw: narrow_index_add(out, idx, vals, **kw)
+        plans[name] = plan(out, idx, vals, kw["partitions"],
+                           **{k: v for k, v in kw.items() if k != "partitions"})
+    calls["spread 32"] = lambda: spread_index_add(out, idx, vals, 32, hot=SPREAD_HOT,
+                                                  hot_min=SPREAD_HOT_MIN)
+    calls["inductor"] = lambda: plain(out, idx, vals)
+    calls["inductor partitioned"] = lambda: parted(out, idx, vals)
+    row = {"dtype": str(dtype).removeprefix("torch."), "width": width, "rows": rows,
+           "dist": dist, "partitions": P, "plans": plans, "err": {},
+           "kernels": {k: {n: round(t, 2) for n, t in kernel_us(calls[k], names=None).items()}
+                       for k in ("op", "inductor")}}
+    for name, fn in calls.items():
+        got = fn()
+        row["err"][name] = err = float((got.double() - ref).norm() / ref.norm())
+        if not name.startswith("inductor"):
+            assert err < 1e-5, (name, err)
+    row.update(rounds(calls, ROUNDS))
+    return row
+
+
+def main() -> None:
+    run_cells(__doc__, "probe_narrow_mid.json", CELLS, cell,
+              f"µs a call (median of {ROUNDS} rounds, each a CUDA graph of 20 calls); "
+              "spread: the least and most of the rounds; plans: copies, error, hot rows; "
+              "kernels: µs of each kernel (profiler, 20 eager calls); err: relative error "
+              "against float64")
+
+
+if __name__ == "__main__":
+    main()
