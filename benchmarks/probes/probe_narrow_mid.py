@@ -7,9 +7,9 @@ One GPU. Into 4,096 rows the op took 13.4 µs uniform against Inductor's plain s
 (``probe_spread_copies_NVIDIA_H200.json``). For 4M value elements, µs a call in a CUDA
 graph of 20 calls (median of five rounds taken in turn): the op as the pass calls it
 (``narrow_index_add`` with the rule's copies and second sample), its plan (copies, error,
-hot rows), each kernel's µs (profiler, 20 eager calls), and the op with one copy, with
-the second sample, with copies from 64 adds an address (``per_address``), and
-``scatter_spread`` on 32 copies; Inductor's plain and partitioned scatters.
+hot rows), each kernel's µs (profiler, 20 eager calls), and the op with the second
+sample, and with it at most 16, 32 or 64 copies; ``scatter_spread`` on 32 copies;
+Inductor's plain and partitioned scatters.
 
     python benchmarks/probes/probe_narrow_mid.py [--out probe_narrow_mid.json]
 """
@@ -33,8 +33,9 @@ from commrt.fx.scatter_spread import spread_index_add
 DEV = torch.device("cuda")
 ROUNDS = 5
 F32 = torch.float32
-CELLS = tuple((F32, 16, rows, dist) for rows in (2048, 4096, 8192)
-              for dist in ("uniform", "skewed", "hot"))
+CELLS = tuple((F32, width, rows, dist) for width, rows in ((16, 2048), (16, 4096), (16, 8192),
+                                                          (4, 8192), (4, 16384))
+              for dist in ("uniform", "skewed"))
 
 
 def _plain(o, i, v):
@@ -56,9 +57,9 @@ def cell(dtype, width: int, rows: int, dist: str) -> dict:
         plain(out, idx, vals)
     with ic.patch({"partitioned_scatter_enabled": True, "fx_graph_cache": False}):
         parted(out, idx, vals)
-    kws = {"op": {}, "one copy": {"partitions": 1},
-           "second sample": {"pair_sample": NARROW_PAIR_SAMPLE},
-           "copies from 64": {"per_address": 64}}
+    kws = {"op": {}, "second sample": {"pair_sample": NARROW_PAIR_SAMPLE}}
+    for p in (16, 32, 64):
+        kws[f"sample, {p} copies"] = {"pair_sample": NARROW_PAIR_SAMPLE, "partitions": p}
     calls = {}
     plans = {}
     for name, kw in kws.items():
