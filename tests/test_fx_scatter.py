@@ -491,6 +491,22 @@ def test_copies_the_pass_gives_the_kernels():
     assert copies(1024, 16, 1 << 18, torch.bfloat16, mem) == 128  # ... in fp32 copies
     assert copies(1024, 100, 41_943, torch.float32, mem) == 32  # 40 a row, wide
     assert copies(1024, 100, 41_943, torch.float32, 1 << 20) == 1  # over the memory share
+    # narrow rows of 4 or more: at most NARROW_COPY_BYTES of fp32 copies, but MIN_COPIES
+    assert copies(4096, 16, 1 << 18, torch.float32, mem) == 64  # 128 of 4 MiB: 64 of them
+    assert copies(8192, 16, 1 << 18, torch.float32, mem) == 32
+    assert copies(16384, 4, 1 << 20, torch.float32, mem) == 64
+    assert copies(8192, 4, 1 << 20, torch.float32, mem) == 128  # 16 MiB
+    assert copies(65536, 1, 1 << 22, torch.bfloat16, mem) == 128  # 1-D values: not cut
+
+
+def test_narrow_copies_cut_to_their_bytes():
+    from commrt.fx.scatter_rule import MIN_COPIES, NARROW_COPY_BYTES, narrow_copies
+
+    assert narrow_copies(128, 4096, 16) == 64 and 64 * 4096 * 16 * 4 == NARROW_COPY_BYTES
+    assert narrow_copies(128, 1 << 20, 16) == MIN_COPIES  # never under MIN_COPIES
+    assert narrow_copies(8, 1 << 20, 16) == 8  # ... nor raised to it
+    assert narrow_copies(128, 1 << 20, 1) == 128  # 1-D values and rows under 4: as given
+    assert narrow_copies(128, 1 << 20, 100) == 128  # wide rows: as given
 
 
 def test_second_sample_of_the_narrow_plan_only_on_outputs_of_many_rows():

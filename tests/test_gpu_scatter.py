@@ -18,6 +18,7 @@ CASES = [  # (op, dtype, row width (0: 1-D), rows, indices, expected choice)
     ("index_add", torch.bfloat16, 3, 16, 300_007, "commrt"),  # ... 16 rows, bf16
     ("index_add", torch.float32, 4, 1 << 20, 1 << 20, "commrt"),  # narrow, spread
     ("index_put", torch.float32, 4, 1024, 1 << 20, "commrt"),  # narrow, 1024 a row: spread
+    ("index_put", torch.float32, 16, 4096, 262_147, "commrt"),  # 64 copies at most, 2 samples
     ("index_put", torch.bfloat16, 4, 1024, 1 << 20, "inductor_partitioned"),  # ... bf16
     ("index_put", torch.bfloat16, 16, 1 << 16, 1 << 15, "inductor"),  # bf16, half a row
     ("index_put", torch.bfloat16, 4, 1 << 16, 1 << 20, "commrt"),  # bf16 adds where uncontended

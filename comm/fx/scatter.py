@@ -61,6 +61,7 @@ from .scatter_rule import (
     inductor_partitions,
     local_blocks,
     local_sums,
+    narrow_copies,
     own_adds,
     pair_sample,
     partitions_for,
@@ -254,8 +255,8 @@ def copies(rows: int, width: int, n: int, dtype: torch.dtype, memory: int,
     if spread(rows, width, n, dtype):
         return spread_copies(rows * width, n, memory, fraction)
     acc_bytes = 4 if dtype in HALF else dtype.itemsize
-    return partitions_for(rows, n, acc_bytes * width, memory, fraction,
-                          _narrow(rows, width, n, dtype))
+    return narrow_copies(partitions_for(rows, n, acc_bytes * width, memory, fraction,
+                                        _narrow(rows, width, n, dtype)), rows, width)
 
 
 def _narrow(rows: int, width: int, n: int, dtype: torch.dtype) -> bool:

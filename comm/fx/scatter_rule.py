@@ -101,8 +101,21 @@ NARROW_PAIR_SAMPLE = 64
 # floor (an even spread) is within 2.3x of its adds; a contention missed leaves one copy
 # only under NARROW_PER_ADDRESS values a row: fewer than 524,288 values. On one H200 the
 # second sample cost up to 1.2 µs a call on 8 and 1,024 rows, 0.6-0.8 on rows of 16 into
-# 1,024 rows (benchmarks/results/probe_plan_cost_NVIDIA_H200.json).
-NARROW_PAIR_ROWS = 4096
+# 1,024 rows (benchmarks/results/probe_plan_cost_NVIDIA_H200.json). Past 2,048 rows one
+# equal pair of uniform indices in the first sample reads as over NARROW_PER_ADDRESS adds
+# an address where there are 64: fp32 rows of 16 into 4,096 rows, uniform, took 13.5 µs on
+# the 16 copies that chose, 11.0 with the second sample, and into 2,048 rows 12.3 without
+# it and 12.8 with it (benchmarks/results/probe_narrow_mid_NVIDIA_H200.json, fbeaa63).
+NARROW_PAIR_ROWS = 2048
+# fp32 copies of narrow rows of NARROW_PARTITIONED_ROW elements or more: at most
+# NARROW_COPY_BYTES of them (but MIN_COPIES; narrow_copies), as _sum reads them all. On
+# one H200 (probe_narrow_mid_NVIDIA_H200.json, fbeaa63), µs skewed, 128 / 64 / 32 / 16
+# copies: rows of 16 into 2,048 rows 24.1 / 24.8 / 25.9 / 27.8, into 4,096 rows 38.0 /
+# 24.3 / 25.1 / 25.1, into 8,192 rows (at most 64) 38.3 / 24.4 / 24.1; rows of 4 into
+# 8,192 rows 38.9 / 42.0 / 55.0 / 75.1, into 16,384 rows 54.3 / 38.9 / 39.9 / 47.6
+# (Inductor's partitions 20.4 / 23.6 / 31.1 / 37.3 / 42.3). 1-D values gained from 128
+# copies into 65,536 rows (NARROW_SPREAD): they keep them.
+NARROW_COPY_BYTES = 16 << 20
 MAX_PARTITIONS = 128  # as Inductor's pass allows for outputs under 1M elements
 MEMORY_FRACTION = 0.05  # of device memory, for commrt's fp32 copies
 
@@ -500,6 +513,17 @@ def partitions_for(rows: int, n: int, row_bytes: int, memory: int,
         return 1
     p = 1 << max(0, int(math.log2(max(1, per_row))) + narrow)
     return _within(min(p, MAX_PARTITIONS), rows * row_bytes, memory, fraction)
+
+
+def narrow_copies(p: int, rows: int, width: int) -> int:
+    """``p`` copies of narrow rows of ``width`` elements, halved (not under ``MIN_COPIES``)
+    until their fp32 copies take at most ``NARROW_COPY_BYTES``, for rows of
+    ``NARROW_PARTITIONED_ROW`` to ``NARROW_ROW`` elements."""
+    if not NARROW_PARTITIONED_ROW <= width <= NARROW_ROW:
+        return p
+    while p > MIN_COPIES and p * rows * width * 4 > NARROW_COPY_BYTES:
+        p //= 2
+    return p
 
 
 def _within(p: int, copy_bytes: int, memory: int, fraction: float) -> int:
