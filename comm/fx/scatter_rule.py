@@ -104,7 +104,7 @@ NARROW_PAIR_SAMPLE = 64
 # 1,024 rows (benchmarks/results/probe_plan_cost_NVIDIA_H200.json). Past 2,048 rows one
 # equal pair of uniform indices in the first sample reads as over NARROW_PER_ADDRESS adds
 # an address where there are 64: fp32 rows of 16 into 4,096 rows, uniform, took 13.5 µs on
-# the 16 copies that chose, 11.0 with the second sample, and into 2,048 rows 12.3 without
+# the 16 copies such a pair chose, 11.0 with the second sample, and into 2,048 rows 12.3 without
 # it and 12.8 with it (benchmarks/results/probe_narrow_mid_NVIDIA_H200.json, fbeaa63).
 NARROW_PAIR_ROWS = 2048
 # fp32 copies of narrow rows of NARROW_PARTITIONED_ROW elements or more: at most
