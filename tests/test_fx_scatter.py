@@ -120,7 +120,7 @@ REGIMES = [  # (rows, row width, indices, dtype, index_put, choice)
     (8, 4, 1 << 20, torch.float32, True, "commrt"),  # rows of 4 on 8 rows: few rows
     (16, 4, 1 << 20, torch.bfloat16, True, "commrt"),  # ... on 16 rows
     (17, 4, 1 << 20, torch.float32, True, "commrt"),  # past few rows: spread copies
-    (9, 16, 1 << 20, torch.float32, True, "commrt"),  # past few rows' plane: spread
+    (9, 16, 1 << 20, torch.float32, True, "commrt"),  # rows of 16 past 8 rows: spread
     (8, 17, 1 << 20, torch.float32, True, "inductor_partitioned"),  # past narrow rows
     (17, 4, 1 << 20, torch.bfloat16, True, "inductor_partitioned"),  # bf16: Inductor's
     (40_000, 1, 80_000_000, torch.float16, True, "commrt"),  # fp16 1-D: the narrow kernels

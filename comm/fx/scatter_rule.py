@@ -521,9 +521,7 @@ def narrow_copies(p: int, rows: int, width: int) -> int:
     ``NARROW_PARTITIONED_ROW`` to ``NARROW_ROW`` elements."""
     if not NARROW_PARTITIONED_ROW <= width <= NARROW_ROW:
         return p
-    while p > MIN_COPIES and p * rows * width * 4 > NARROW_COPY_BYTES:
-        p //= 2
-    return p
+    return max(min(p, MIN_COPIES), _within(p, rows * width * 4, NARROW_COPY_BYTES, 1.0))
 
 
 def _within(p: int, copy_bytes: int, memory: int, fraction: float) -> int:
