@@ -25,10 +25,9 @@ taken in turn): the op as the pass calls it, each form (``compare``: the shipped
 from __future__ import annotations
 
 import torch
-import torch._inductor.config as ic
 import triton
 import triton.language as tl
-from probe_narrow_costs import cell_data, rounds, run_cells
+from probe_narrow_costs import cell_data, inductor_columns, rounds, run_cells
 
 from commrt.dispatch.profile import sm_count
 from commrt.fx import scatter as pass_scatter
@@ -136,25 +135,12 @@ def few_sums(self, index, values, kind: str, per_sm: int = 4, tile: int = 4096,
     return out
 
 
-def _plain(o, i, v):
-    return torch.index_put(o, (i,), v, accumulate=True)
-
-
-def _parted(o, i, v):  # the same op, compiled with Inductor's partitions
-    return torch.index_put(o, (i,), v, accumulate=True)
-
-
 def cell(dtype, width: int, rows: int, dist: str) -> dict:
     out, idx, vals = cell_data(dtype, width, rows, dist)
     P = pass_scatter.copies(rows, max(1, width), idx.numel(), dtype,
                             torch.cuda.get_device_properties(DEV).total_memory)
     ref = out.double().index_put((idx,), vals.double(), accumulate=True)
-    torch._dynamo.reset()  # two functions of their own code: dynamo caches by code
-    plain, parted = torch.compile(_plain, dynamic=False), torch.compile(_parted, dynamic=False)
-    with ic.patch({"fx_graph_cache": False}):
-        plain(out, idx, vals)
-    with ic.patch({"partitioned_scatter_enabled": True, "fx_graph_cache": False}):
-        parted(out, idx, vals)
+    plain, parted = inductor_columns(out, idx, vals)
     calls = {"op": lambda: torch.ops.commrt.partitioned_index_put(out, idx, vals, P)}
     for name, kw in FORMS.items():
         calls[name] = lambda kw=kw: few_sums(out, idx, vals, **kw)

@@ -197,6 +197,29 @@ def op_kernels(variants: dict, dtype, width: int, rows: int, dist: str, P: int) 
             for name, call in calls.items()}
 
 
+def _plain(o, i, v):
+    return torch.index_put(o, (i,), v, accumulate=True)
+
+
+def _parted(o, i, v):  # the same op, compiled with Inductor's partitions
+    return torch.index_put(o, (i,), v, accumulate=True)
+
+
+def inductor_columns(out, idx, vals) -> tuple:
+    """The grid's two compiled columns of ``index_put`` on one cell's data, each compiled
+    apart (dynamo caches by code) and called once: (Inductor's plain scatter, its
+    partitioned scatter)."""
+    import torch._inductor.config as ic
+
+    torch._dynamo.reset()
+    plain, parted = torch.compile(_plain, dynamic=False), torch.compile(_parted, dynamic=False)
+    with ic.patch({"fx_graph_cache": False}):
+        plain(out, idx, vals)
+    with ic.patch({"partitioned_scatter_enabled": True, "fx_graph_cache": False}):
+        parted(out, idx, vals)
+    return plain, parted
+
+
 def inductor(op: str):
     torch._dynamo.reset()
     if op == "index_add":

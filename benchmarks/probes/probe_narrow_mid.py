@@ -17,8 +17,7 @@ Inductor's plain and partitioned scatters.
 from __future__ import annotations
 
 import torch
-import torch._inductor.config as ic
-from probe_narrow_costs import cell_data, kernel_us, plan, rounds, run_cells
+from probe_narrow_costs import cell_data, inductor_columns, kernel_us, plan, rounds, run_cells
 
 from commrt.fx import scatter as pass_scatter
 from commrt.fx.scatter_narrow import narrow_index_add
@@ -38,25 +37,12 @@ CELLS = tuple((F32, width, rows, dist) for width, rows in ((16, 2048), (16, 4096
               for dist in ("uniform", "skewed"))
 
 
-def _plain(o, i, v):
-    return torch.index_put(o, (i,), v, accumulate=True)
-
-
-def _parted(o, i, v):  # the same op, compiled with Inductor's partitions
-    return torch.index_put(o, (i,), v, accumulate=True)
-
-
 def cell(dtype, width: int, rows: int, dist: str) -> dict:
     out, idx, vals = cell_data(dtype, width, rows, dist)
     P = pass_scatter.copies(rows, max(1, width), idx.numel(), dtype,
                             torch.cuda.get_device_properties(DEV).total_memory)
     ref = out.double().index_put((idx,), vals.double(), accumulate=True)
-    torch._dynamo.reset()
-    plain, parted = torch.compile(_plain, dynamic=False), torch.compile(_parted, dynamic=False)
-    with ic.patch({"fx_graph_cache": False}):
-        plain(out, idx, vals)
-    with ic.patch({"partitioned_scatter_enabled": True, "fx_graph_cache": False}):
-        parted(out, idx, vals)
+    plain, parted = inductor_columns(out, idx, vals)
     kws = {"op": {}, "second sample": {"pair_sample": NARROW_PAIR_SAMPLE}}
     for p in (16, 32, 64):
         kws[f"sample, {p} copies"] = {"pair_sample": NARROW_PAIR_SAMPLE, "partitions": p}

@@ -16,8 +16,7 @@ with 8 to 128 copies, and Inductor's plain and partitioned scatters (``index_put
 from __future__ import annotations
 
 import torch
-import torch._inductor.config as ic
-from probe_narrow_costs import cell_data, rounds, run_cells
+from probe_narrow_costs import cell_data, inductor_columns, rounds, run_cells
 
 from commrt.fx import scatter as pass_scatter
 from commrt.fx.scatter_rule import SPREAD_HOT, SPREAD_HOT_MIN
@@ -31,25 +30,12 @@ CELLS = ((F32, 16, 1024, "uniform"), (F32, 16, 1024, "skewed"), (F32, 16, 1024, 
 COPIES = (8, 16, 32, 64, 128)
 
 
-def _plain(o, i, v):
-    return torch.index_put(o, (i,), v, accumulate=True)
-
-
-def _parted(o, i, v):  # the same op, compiled with Inductor's partitions
-    return torch.index_put(o, (i,), v, accumulate=True)
-
-
 def cell(dtype, width: int, rows: int, dist: str) -> dict:
     out, idx, vals = cell_data(dtype, width, rows, dist)
     P = pass_scatter.copies(rows, max(1, width), idx.numel(), dtype,
                             torch.cuda.get_device_properties(DEV).total_memory)
     ref = out.double().index_put((idx,), vals.double(), accumulate=True)
-    torch._dynamo.reset()
-    plain, parted = torch.compile(_plain, dynamic=False), torch.compile(_parted, dynamic=False)
-    with ic.patch({"fx_graph_cache": False}):
-        plain(out, idx, vals)
-    with ic.patch({"partitioned_scatter_enabled": True, "fx_graph_cache": False}):
-        parted(out, idx, vals)
+    plain, parted = inductor_columns(out, idx, vals)
     calls = {"op": lambda: torch.ops.commrt.partitioned_index_put(out, idx, vals, P)}
     for p in COPIES:
         calls[f"spread {p}"] = lambda p=p: spread_index_add(out, idx, vals, p, hot=SPREAD_HOT,
