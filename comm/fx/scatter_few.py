@@ -24,7 +24,7 @@ import triton.language as tl
 from commrt.dispatch.profile import has_pdl, sm_count
 from commrt.symm_mem.launch import cdiv, next_pow2
 
-from .scatter_kernels import PARTS, _add_exact, _rows_of, scatter_shape
+from .scatter_kernels import PARTS, _add_exact, _rows_of, _wrapped, scatter_shape
 from .scatter_rule import FEW_PRODUCTS_MAX_ROW, FEW_ROWS, FEW_WIDTH
 
 # Launch shape of the selects, from benchmarks/results/probe_few_total_NVIDIA_H200.json
@@ -99,8 +99,8 @@ def _selects(idx, vals, lo, hi, rows, D: tl.constexpr, R: tl.constexpr, DP: tl.c
         r = start + SUB + s
         v_next = tl.load(vals + r * D + c, mask=(r < hi) & cm, other=0)
         i_next = tl.load(idx + r, mask=r < hi, other=0)
-        i = tl.where(i < 0, i + rows, i)
-        bad_any |= (rm & ((i < 0) | (i >= rows))).to(tl.int32)
+        i, bad = _wrapped(i, rm, rows)
+        bad_any |= bad.to(tl.int32)
         acc += tl.where(i == k, v.to(tl.float32), 0.0)
         v, i = v_next, i_next
     return tl.sum(acc, axis=1), tl.max(bad_any) > 0

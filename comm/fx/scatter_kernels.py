@@ -143,13 +143,18 @@ def _add_exact(acc, onehot, v, PARTS: tl.constexpr):
 
 
 @triton.jit
+def _wrapped(i, rm, rows):
+    """(indices ``i`` with negative ones counted from the end, out of range where ``rm``)."""
+    i = tl.where(i < 0, i + rows, i)
+    return i, rm & ((i < 0) | (i >= rows))
+
+
+@triton.jit
 def _rows_of(idx, r, n, rows, WIDE: tl.constexpr):
     """(output row, in range, out of range) of value rows ``r``: negative indices count
     from the end; rows are int32 unless WIDE."""
     rm = r < n
-    i = tl.load(idx + r, mask=rm, other=0)
-    i = tl.where(i < 0, i + rows, i)
-    bad = rm & ((i < 0) | (i >= rows))
+    i, bad = _wrapped(tl.load(idx + r, mask=rm, other=0), rm, rows)
     if not WIDE:
         i = i.to(tl.int32)  # the rows in range fit
     return i, rm & (bad == 0), bad

@@ -37,7 +37,7 @@ from commrt.dispatch.profile import shared_memory_per_sm, sm_count
 from commrt.symm_mem.launch import cdiv, next_pow2
 
 from .scatter_few import _total
-from .scatter_kernels import PARTS, _rows_of, scatter_shape
+from .scatter_kernels import PARTS, _rows_of, _wrapped, scatter_shape
 from .scatter_rule import SHARED_PLANE, SHARED_WINDOWS
 
 INTERPRETER_SMS = 8  # SMs assumed without a GPU
@@ -173,8 +173,7 @@ def _shared_partial(idx, vals, part, n, rows, chunk, never, D: tl.constexpr,
         tl.debug_barrier()
         for start in range(lo, hi, RB):
             v, i, rm, ok = _step(idx, vals, start, hi, c, cm, D, DP, RB)
-            i = tl.where(i < 0, i + rows, i)
-            bad = rm & ((i < 0) | (i >= rows))
+            i, bad = _wrapped(i, rm, rows)
             ok = ok & (bad == 0)
             if w == 0:
                 bad_any |= bad.to(tl.int32)
