@@ -16,7 +16,14 @@ more, else 4,096); Inductor's partitions (``index_put``), and for fp32 rows of 1
 from __future__ import annotations
 
 import torch
-from probe_narrow_costs import cell_data, rounds, run_cells, with_constants
+from probe_narrow_costs import (
+    cell_data,
+    checked_errors,
+    inductor_columns,
+    rounds,
+    run_cells,
+    with_constants,
+)
 
 import commrt.fx.scatter_few as few
 from commrt.fx import scatter as pass_scatter
@@ -48,29 +55,15 @@ def cell(dtype, width: int, rows: int, dist: str) -> dict:
     P = pass_scatter.copies(rows, max(1, width), idx.numel(), dtype,
                             torch.cuda.get_device_properties(DEV).total_memory)
     ref = out.double().index_put((idx,), vals.double(), accumulate=True)
-    torch._dynamo.reset()
-
-    def parted_fn(o, i, v):
-        return torch.index_put(o, (i,), v, accumulate=True)
-
-    import torch._inductor.config as ic
-    parted = torch.compile(parted_fn, dynamic=False)
-    with ic.patch({"partitioned_scatter_enabled": True, "fx_graph_cache": False}):
-        parted(out, idx, vals)
+    _, parted = inductor_columns(out, idx, vals)
     calls = {name: (lambda fn=fn: fn(out, idx, vals, P)) for name, fn in VARIANTS.items()}
     if dtype == F32 and width == 16:
         calls["scatter_spread"] = lambda: spread_index_add(out, idx, vals, 128, hot=SPREAD_HOT,
                                                    hot_min=SPREAD_HOT_MIN)
     calls["inductor partitioned"] = lambda: parted(out, idx, vals)
     row = {"dtype": str(dtype).removeprefix("torch."), "width": width, "rows": rows,
-           "dist": dist, "err": {}}
-    bound = 1e-5 if dtype == F32 else 8e-3
-    for name, fn in calls.items():
-        got = fn()
-        row["err"][name] = err = float((got.double() - ref).norm() / ref.norm())
-        if name in VARIANTS:
-            assert err < bound, (name, err)
-            assert torch.equal(fn(), got), (name, "not deterministic")
+           "dist": dist, "err": checked_errors(calls, ref, 1e-5 if dtype == F32 else 8e-3,
+                                               lambda name: name in VARIANTS, True)}
     row.update(rounds(calls, ROUNDS))
     return row
 

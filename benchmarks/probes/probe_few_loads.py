@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
-from probe_narrow_costs import cell_data, rounds, run_cells
+from probe_narrow_costs import cell_data, checked_errors, rounds, run_cells
 
 import commrt.fx.scatter_few as few
 from commrt.dispatch.profile import has_pdl, sm_count
@@ -133,13 +133,8 @@ def cell(dtype, width: int, rows: int, dist: str) -> dict:
         for name, (mode, tile) in FORMS.items():
             calls[name] = lambda m=mode, t=tile: loads_index_add(out, idx, vals, m, t)
     row = {"dtype": str(dtype).removeprefix("torch."), "width": width, "rows": rows,
-           "dist": dist, "err": {}}
-    bound = 1e-5 if dtype == F32 else 8e-3
-    for name, fn in calls.items():
-        got = fn()
-        row["err"][name] = err = float((got.double() - ref).norm() / ref.norm())
-        assert err < bound, (name, err)
-        assert torch.equal(fn(), got), (name, "not deterministic")
+           "dist": dist, "err": checked_errors(calls, ref, 1e-5 if dtype == F32 else 8e-3,
+                                               deterministic=True)}
     row.update(rounds(calls, ROUNDS))
     return row
 

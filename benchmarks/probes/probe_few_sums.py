@@ -27,7 +27,7 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
-from probe_narrow_costs import cell_data, inductor_columns, rounds, run_cells
+from probe_narrow_costs import cell_data, checked_errors, inductor_columns, rounds, run_cells
 
 from commrt.dispatch.profile import sm_count
 from commrt.fx import scatter as pass_scatter
@@ -147,14 +147,9 @@ def cell(dtype, width: int, rows: int, dist: str) -> dict:
     calls["inductor"] = lambda: plain(out, idx, vals)
     calls["inductor partitioned"] = lambda: parted(out, idx, vals)
     row = {"dtype": str(dtype).removeprefix("torch."), "width": width, "rows": rows,
-           "dist": dist, "partitions": P, "err": {}}
-    bound = 1e-5 if dtype == F32 else 8e-3
-    for name, fn in calls.items():
-        got = fn()
-        row["err"][name] = err = float((got.double() - ref).norm() / ref.norm())
-        if name.startswith(("select", "compare")):
-            assert err < bound, (name, row)
-            assert torch.equal(fn(), got), (name, "not deterministic")
+           "dist": dist, "partitions": P,
+           "err": checked_errors(calls, ref, 1e-5 if dtype == F32 else 8e-3,
+                                 lambda name: name.startswith(("select", "compare")), True)}
     row.update(rounds(calls, ROUNDS))
     return row
 

@@ -88,6 +88,21 @@ def rounds(calls: dict, n: int) -> dict:
     return row
 
 
+def checked_errors(calls: dict, ref: torch.Tensor, bound: float, checked=lambda name: True,
+                   deterministic: bool = False) -> dict:
+    """{name: relative error against ``ref``} of one call of each of ``calls``; those that
+    ``checked(name)`` must be under ``bound`` and, ``deterministic``, the same bits again."""
+    errors = {}
+    for name, fn in calls.items():
+        got = fn()
+        errors[name] = err = float((got.double() - ref).norm() / ref.norm())
+        if checked(name):
+            assert err < bound, (name, err)
+            if deterministic:
+                assert torch.equal(fn(), got), (name, "not deterministic")
+    return errors
+
+
 def variant_rounds(dtype, width: int, rows: int, dist: str, variants: dict, n: int,
                    checks: int = 1) -> dict:
     """One grid cell (``cell_data``) with the copies the pass gives: each of ``variants``
