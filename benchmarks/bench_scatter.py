@@ -9,6 +9,8 @@ indices drawn uniformly from 0..k, output [501 x 100]; median ms of
 ``triton.testing.do_bench``. ``--grid``: every row width, output size, index distribution,
 dtype and op (``grid``), each call timed in a CUDA graph; ``--widths``/``--rows``/``--ops``/
 ``--dtypes`` run part of it, and ``--update`` merges those cells into the grid file already there.
+``--grid --ops scatter_add``: the same grid of ``scatter_add`` (a row index broadcast along
+the row, or 1-D values), written to its own file (``scatter_add_grid_<device>``).
 """
 
 from __future__ import annotations
@@ -48,7 +50,8 @@ def parser() -> argparse.ArgumentParser:
                     help="--grid: row widths (0: 1-D values)")
     ap.add_argument("--rows", default=None,
                     help=f"output rows (default {SEED_ROWS}; --grid: a list, default every size)")
-    ap.add_argument("--ops", default=",".join(OPS), help="--grid: ops")
+    ap.add_argument("--ops", default=",".join(GRID_OPS),
+                    help=f"--grid: ops, of {', '.join(OPS)}")
     ap.add_argument("--dtypes", default=",".join(DTYPES), help="--grid: value dtypes")
     ap.add_argument("--update", action="store_true",
                     help="--grid: keep the other cells of the grid file already there")
@@ -132,7 +135,10 @@ ROWS = (8, 1024, 65536, 1 << 20)
 DISTS = ("uniform", "skewed", "hot")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 OPS = {"index_add": lambda o, i, v: o.index_add(0, i, v),
-       "index_put": lambda o, i, v: o.index_put((i,), v, accumulate=True)}
+       "index_put": lambda o, i, v: o.index_put((i,), v, accumulate=True),
+       "scatter_add": lambda o, i, v: o.scatter_add(
+           0, i.view(-1, 1).expand_as(v) if v.dim() > 1 else i, v)}
+GRID_OPS = ("index_add", "index_put")  # the grid's; other ops go to a file of their own
 VALUES, MAX_OUT = 1 << 22, 1 << 26
 COLUMNS = ("eager", "compiled", "inductor partitioned", "commrt")
 # Columns not run: one call of Inductor's bf16 index_put onto 8 rows of 1-D values did not
@@ -140,7 +146,8 @@ COLUMNS = ("eager", "compiled", "inductor partitioned", "commrt")
 # Inductor's partitioned column of these groups was never reached, and is left out with it.
 _STUCK = {"compiled": "one call did not finish in 8 minutes (bf16 atomics on 8 addresses)",
           "inductor partitioned": "not measured, left out with the compiled column"}
-UNRUN = {("index_put", "bfloat16", w, 8): _STUCK for w in (0, 1)}
+# Inductor lowers a scatter_add to the same atomics
+UNRUN = {(op, "bfloat16", w, 8): _STUCK for op in ("index_put", "scatter_add") for w in (0, 1)}
 # graphs of a column's calls, replayed in turn: a slowdown that passes (the same callable
 # read 25.4 and 48.6 µs, timed twice in one H100 grid run at 89f4a66) falls on one graph
 # of five, not on the cell
@@ -154,7 +161,7 @@ TOL = {"float32": 1e-4, "bfloat16": 2e-2}  # commrt's error: at most this or 1.5
 SAME_GRAPH_SLACK = 3.0
 
 
-def grid_groups(ops=tuple(OPS), dtypes=tuple(DTYPES), widths=WIDTHS,
+def grid_groups(ops=GRID_OPS, dtypes=tuple(DTYPES), widths=WIDTHS,
                 rows=ROWS) -> list[tuple]:
     """(op, dtype, width, rows): one compile per column serves the three distributions."""
     return [(op, dt, w, r) for op in ops for dt in dtypes for w in widths for r in rows
@@ -314,7 +321,7 @@ def _static_choice(group: tuple) -> tuple[str, str]:
     n = VALUES // max(1, width)
     # after decomposition both ops reach the pass as index_put, save Inductor's aten
     # fallback for a half-precision index_add
-    index_put = op == "index_put" or DTYPES[dt] not in (torch.bfloat16, torch.float16)
+    index_put = op != "index_add" or DTYPES[dt] not in (torch.bfloat16, torch.float16)
     return decide(rows, max(1, width), n, DTYPES[dt], index_put)
 
 
@@ -541,7 +548,13 @@ def grid_meta(args, columns: tuple, start: float, groups: list) -> dict:
             "commit": os.environ.get("GIT_COMMIT") or _git_commit(),
             "max_output_elements": MAX_OUT, "workers": args.workers, "graphs": GRAPHS,
             "start": start, "groups": [list(g) for g in groups],
-            "file": f"scatter_grid_{name.replace(' ', '_')}"}
+            "file": f"{grid_file(groups)}_{name.replace(' ', '_')}"}
+
+
+def grid_file(groups: list) -> str:
+    """The result file's stem: ``scatter_grid`` for the grid's ops, else the other ops'."""
+    other = sorted({g[0] for g in groups} - set(GRID_OPS))
+    return "_".join(other) + "_grid" if other else "scatter_grid"
 
 
 def _git_commit() -> str:

@@ -11,7 +11,8 @@
 #  with --tp), CE_ARGS
 #  bench_copy_engine.py options, GRID_ARGS bench_scatter.py --grid options (e.g.
 #  "--widths 0,1,4,16" then "--widths 100,1024,4096 --update": the grid in two calls;
-#  "--widths 4 --rows 1024 --ops index_put --dtypes bfloat16 --update": one group again),
+#  "--widths 4 --rows 1024 --ops index_put --dtypes bfloat16 --update": one group again;
+#  "--ops scatter_add": the same grid of scatter_add, in a file of its own),
 #  STAGE_TIMEOUT=seconds caps each stage's command)
 # (default: env tests tune bench cli decode)
 # Logs and results go to $OUT (or ./gpu_out) as log.txt plus results.tar.gz (a second call

@@ -5,6 +5,7 @@ import pathlib
 import sys
 
 import pytest
+import torch
 
 pytest.importorskip("triton")
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
@@ -19,6 +20,19 @@ def test_the_seed_and_the_grid_share_one_rows_option():
                                       "--ops", "index_put", "--dtypes", "bfloat16"])
     assert bench.selected_groups(args) == [("index_put", "bfloat16", 4, 1024),
                                            ("index_put", "bfloat16", 4, 8)]
+
+
+def test_scatter_add_runs_the_same_grid_into_a_file_of_its_own():
+    args = bench.parser().parse_args(["--grid", "--ops", "scatter_add"])
+    groups = bench.selected_groups(args)
+    assert groups == [("scatter_add", *g[1:]) for g in bench.grid_groups(("index_put",))]
+    assert bench.grid_file(groups) == "scatter_add_grid"
+    assert bench.grid_file(bench.grid_groups()) == "scatter_grid"
+    assert ("scatter_add", "bfloat16", 0, 8) in bench.UNRUN  # Inductor's bf16 atomics
+    out, idx = torch.randn(5, 3), torch.tensor([4, 0, 4, 1])
+    vals = torch.randn(4, 3)
+    for v, o in ((vals, out), (vals[:, 0], out[:, 0])):  # rows, and 1-D values
+        assert torch.allclose(bench.OPS["scatter_add"](o, idx, v), o.index_add(0, idx, v))
 
 
 def test_autotune_log_records_each_autotuned_kernel_and_puts_the_method_back():

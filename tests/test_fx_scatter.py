@@ -358,6 +358,92 @@ def test_integer_values_are_bitwise():
     assert torch.equal(gm(out, idx, v), index_put(out, idx, v))
 
 
+SCATTER_ADDS = {  # scatter_add forms that are index_add(o, 0, i, v)
+    "rows, view": lambda o, i, v: o.scatter_add(0, i.view(-1, 1).expand_as(v), v),
+    "rows, unsqueeze": lambda o, i, v: o.scatter_add(-2, i.unsqueeze(-1).expand(v.shape), v),
+    "rows, repeat": lambda o, i, v: o.scatter_add(0, i[:, None].repeat(1, v.shape[1]), v),
+    "rows, reduce": lambda o, i, v: o.scatter_reduce(0, i.view(-1, 1).expand_as(v), v, "sum"),
+    "1-D": lambda o, i, v: o[:, 0].scatter_add(0, i, v[:, 0]),
+}
+
+
+@pytest.mark.parametrize("form", SCATTER_ADDS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("choice", ["commrt", "inductor_partitioned"])
+def test_scatter_add_of_row_indices_is_rewritten(form, dtype, choice):
+    fn = SCATTER_ADDS[form]
+    args = data(3, dtype)
+    gm = make_fx(fn, tracing_mode="fake")(*args)
+    seen = []
+    rep = partitioned_scatter(gm, rule=lambda *a: seen.append(a) or (choice, "forced"))
+    assert (rep.rewritten, rep.inductor_partitioned) == \
+        ((1, 0) if choice == "commrt" else (0, 1)), rep
+    width = 1 if form == "1-D" else D
+    assert seen == [(ROWS, width, N, dtype, True)]  # lowered as Inductor's atomic scatter
+    assert not any(n.target in (torch.ops.aten.scatter_add.default,
+                                torch.ops.aten.scatter_reduce.two) for n in gm.graph.nodes)
+    out, idx, v = args
+    exact = fn(out.double(), idx, v.double())
+    got, plain = gm(*args), fn(*args)
+
+    def err(t):
+        return float((t.double() - exact).norm() / exact.norm())
+    tol = 1e-6 if dtype == torch.float32 else 1e-2
+    assert got.dtype == dtype and err(got) <= max(err(plain), tol) * 2
+
+
+@pytest.mark.parametrize("width,rows,n", [(0, 8, 1 << 16), (8, 64, 8192), (100, 8, 40_000)])
+def test_compiled_scatter_add_decided_as_index_put(width, rows, n):
+    """Through Inductor (its C++ backend): a compiled ``scatter_add`` of row indices gets
+    the rule's answer for an ``index_put`` of the same shapes, and matches float64."""
+    import torch._inductor.config as ic
+
+    g = torch.Generator().manual_seed(rows + n)
+    shape = (rows,) if width == 0 else (rows, width)
+    out, v = torch.randn(shape, generator=g), torch.randn((n, *shape[1:]), generator=g)
+    idx = torch.randint(0, rows, (n,), generator=g)
+    idx[::2] = rows // 3
+    fn = (lambda o, i, v: o.scatter_add(0, i, v)) if width == 0 else SCATTER_ADDS["rows, view"]
+    choice, _ = decide(rows, max(1, width), n, torch.float32, True)
+    commrt.fx.last_reports.clear()
+    torch._dynamo.reset()
+    with ic.patch(fx_graph_cache=False), commrt.fx.installed(
+            fuse_rmsnorm=False, overlap=False, partitioned_scatter=True):
+        got = torch.compile(fn, dynamic=False)(out, idx, v)
+    rep = [r for k, r in commrt.fx.last_reports if k == "partitioned_scatter"][-1]
+    assert rep.scatters == 1 and rep.decisions[0].startswith(f"scatter_add: {choice} "), rep
+    exact = fn(out.double(), idx, v.double())
+
+    def err(t):
+        return float((t.double() - exact).norm() / exact.norm())
+    assert err(got) <= max(1e-6, 2 * err(fn(out, idx, v))), (err(got), err(fn(out, idx, v)))
+
+
+@pytest.mark.parametrize("fn,why", [
+    (lambda o, i, v: o.scatter_add(1, i[:D].view(1, -1).expand(ROWS, D) % D, o), "another dim"),
+    (lambda o, i, v: o.scatter_add(0, i.view(-1, 2).repeat(1, D // 2), v[: N // 2]),
+     "broadcast along the row"),  # two row indices a row
+    (lambda o, i, v: o.scatter_add(0, i.view(-1, 1).expand(-1, D // 2), v[:, : D // 2]),
+     "the shape of src and of self's rows"),  # half the columns
+    (lambda o, i, v: o.scatter_add(0, (i.view(-1, 1) + torch.arange(D)) % ROWS, v),
+     "broadcast along the row"),  # a row index a column
+    (lambda o, i, v: o[:, 0].scatter_add(0, i[: N // 2], v[:, 0]), "the shape of src"),
+    (lambda o, i, v: o.scatter_reduce(0, i.view(-1, 1).expand_as(v), v, "sum",
+                                      include_self=False), "without self"),
+    (lambda o, i, v: o.scatter_reduce(0, i.view(-1, 1).expand_as(v), v, "amax"), None),
+])
+def test_scatter_add_left_alone_where_it_is_not_an_index_add(fn, why):
+    args = data(3)
+    gm = make_fx(fn, tracing_mode="fake")(*args)
+    rep = partitioned_scatter(gm, rule=forced("commrt"))
+    assert rep.rewritten == rep.inductor_partitioned == 0, rep
+    if why:
+        assert len(rep.skipped) == 1 and why in rep.skipped[0], rep.skipped
+    else:
+        assert rep.scatters == 0, rep
+    assert torch.allclose(gm(*args), fn(*args))
+
+
 @pytest.mark.parametrize("fn,args,why", [
     (lambda o, i, v: o.index_put([i], v, accumulate=False),  # unique: overwrite is defined
      (torch.zeros(ROWS, D), torch.randperm(ROWS), torch.randn(ROWS, D)), None),

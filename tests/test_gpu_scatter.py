@@ -43,9 +43,18 @@ CASES = [  # (op, dtype, row width (0: 1-D), rows, indices, expected choice)
     ("index_put", torch.bfloat16, 1024, 1024, 4099, "commrt"),  # ... an index_put too
     ("index_put", torch.bfloat16, 100, 1031, 41_947, "commrt"),  # bf16 adds where uncontended
     ("index_put", torch.float16, 100, 1031, 41_947, "commrt"),  # ... fp16
+    ("scatter_add", torch.float32, 0, 8, 1 << 20, "commrt"),  # token counts: few rows
+    ("scatter_add", torch.float32, 1, 20_011, 1 << 20, "commrt"),  # shared sums
+    ("scatter_add", torch.bfloat16, 16, 1024, 262_147, "inductor_partitioned"),  # inlined
+    ("scatter_add", torch.float32, 100, 1024, 40_000, "commrt"),  # wide, 39 a row
+    ("scatter_add", torch.bfloat16, 100, 1031, 41_947, "commrt"),  # ... bf16 adds
+    ("scatter_add", torch.float32, 1024, 1 << 16, 1024, "inductor"),  # left alone
 ]
 OPS = {"index_add": lambda o, i, v: o.index_add(0, i, v),
-       "index_put": lambda o, i, v: o.index_put((i,), v, accumulate=True)}
+       "index_put": lambda o, i, v: o.index_put((i,), v, accumulate=True),
+       # a row index broadcast along the row (message passing), or 1-D values
+       "scatter_add": lambda o, i, v: o.scatter_add(
+           0, i.view(-1, 1).expand_as(v) if v.dim() > 1 else i, v)}
 
 
 @pytest.mark.gpu

@@ -4,6 +4,9 @@ Before::
 
     out = index_put(self, [idx], values, accumulate=True)     # index_add(self, 0, idx, v)
 
+(``scatter_add(self, 0, idx.view(-1, 1).expand_as(values), values)``, and with 1-D
+values, is the same sum.)
+
 After, where ``scatter_rule.decide`` answers ``commrt`` (narrow rows; wide or
 half-precision rows that contend; rows with few values a row)::
 
@@ -185,6 +188,8 @@ def _device_memory(t: torch.Tensor) -> int:
 
 def _match(node: fx.Node):
     """(self, index, values) of an accumulating scatter along dim 0, or a reason."""
+    if node.target in (aten.scatter_add.default, aten.scatter_reduce.two):
+        return _match_scatter_add(node)
     if node.target == aten.index_put.default:
         accumulate = node.args[3] if len(node.args) > 3 else node.kwargs.get("accumulate")
         if not accumulate:
@@ -198,6 +203,47 @@ def _match(node: fx.Node):
             return "index_add along another dim or with alpha"
         return node.args[0], node.args[2], node.args[3]
     return None
+
+
+# views that turn a 1-D index of n rows into one of shape (n, 1, ..., 1)
+_ROW_VIEWS = (aten.reshape.default, aten.view.default, aten._unsafe_view.default,
+              aten.unsqueeze.default)
+
+
+def _match_scatter_add(node: fx.Node):
+    """``scatter_add`` (or ``scatter_reduce`` summing with self) along dim 0 whose index
+    gives each value row one output row: 1-D values, or a 1-D index viewed as a column and
+    broadcast along the row (``index.view(-1, 1).expand_as(src)``). Then it is
+    ``index_add(self, 0, index, src)``: (self, the 1-D index, src), else a reason."""
+    if node.target == aten.scatter_reduce.two:
+        reduce = node.args[4] if len(node.args) > 4 else node.kwargs.get("reduce")
+        if reduce != "sum":
+            return None
+        if not (node.args[5] if len(node.args) > 5 else node.kwargs.get("include_self", True)):
+            return "scatter_reduce without self's values"
+    self_, dim, index, src = node.args[:4]
+    sv, iv, vv = (n.meta.get("val") if isinstance(n, fx.Node) else None
+                  for n in (self_, index, src))
+    if sv is None or iv is None or vv is None:
+        return "no shapes in node.meta"
+    if any(isinstance(d, torch.SymInt) for d in (*sv.shape, *iv.shape, *vv.shape)):
+        return "dynamic shape"
+    if sv.dim() == 0 or dim % sv.dim() != 0:
+        return "scatter_add along another dim"
+    if tuple(iv.shape) != tuple(vv.shape) or tuple(iv.shape[1:]) != tuple(sv.shape[1:]):
+        return "scatter_add whose index is not the shape of src and of self's rows"
+    rows = index
+    if iv.dim() > 1:  # the row index broadcast along the row, then viewed as a column
+        column = (iv.shape[0],) + (1,) * (iv.dim() - 1)
+        if index.target in (aten.expand.default, aten.repeat.default) and \
+                tuple(index.args[0].meta["val"].shape) == column:
+            index = index.args[0]
+        base = index.args[0] if index.target in _ROW_VIEWS else None
+        if tuple(index.meta["val"].shape) != column or base is None or \
+                tuple(base.meta.get("val", iv).shape) != column[:1]:
+            return "scatter_add whose index is not a 1-D row index broadcast along the row"
+        rows = base
+    return self_, rows, src
 
 
 def partitioned_scatter(gm: fx.GraphModule | fx.Graph, *,
@@ -273,7 +319,9 @@ def _rewrite(graph, node, self_, index, values, fraction, rule) -> tuple[str, st
     rows, n = sv.shape[0], iv.shape[0]
     width = sv.numel() // max(1, rows)
     memory = _device_memory(sv)
-    choice, why = rule(rows, width, n, sv.dtype, node.target == aten.index_put.default)
+    # Inductor lowers index_put and scatter_add to its atomic scatter, a half-precision
+    # index_add to aten's kernel
+    choice, why = rule(rows, width, n, sv.dtype, node.target != aten.index_add.default)
     if choice == INDUCTOR_PARTITIONED:
         p = inductor_partitions(sv.numel(), n, sv.element_size(), memory)
         if p < 2:

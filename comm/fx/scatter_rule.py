@@ -321,8 +321,8 @@ def decide(rows: int, width: int, n: int, dtype: torch.dtype,
            index_put: bool = True) -> tuple[str, str]:
     """``(choice, reason)`` for ``n`` values of ``width`` elements into ``rows`` rows.
 
-    ``index_put``: the node is an ``index_put`` (Inductor's partitioned pass matches only
-    those; Inductor keeps a bf16 ``index_add`` as the aten kernel).
+    ``index_put``: Inductor lowers the node to its atomic scatter (an ``index_put``, or a
+    ``scatter_add``), not to aten's kernel (a bf16 ``index_add``).
     """
     per_row = n / max(1, rows)
     if few_products(rows, width, n, dtype):
