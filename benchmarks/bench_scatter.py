@@ -548,6 +548,7 @@ def grid_meta(args, columns: tuple, start: float, groups: list) -> dict:
             "commit": os.environ.get("GIT_COMMIT") or _git_commit(),
             "max_output_elements": MAX_OUT, "workers": args.workers, "graphs": GRAPHS,
             "start": start, "groups": [list(g) for g in groups],
+            "ops": sorted({g[0] for g in groups}),
             "file": f"{grid_file(groups)}_{name.replace(' ', '_')}"}
 
 
@@ -635,11 +636,14 @@ def grid_markdown(cells: list, meta: dict, elapsed: float, status: dict) -> str:
         "each graph's; `autotuned`: the kernels Inductor autotuned in each column's first "
         "call, each config's benchmarked ms and the one chosen); `*`: a "
         f"call over {SLOW_MS / 1e3:.0f} s, its one call while the other groups compiled "
-        "(Inductor's bf16 index_put on contended indices), not timed again. "
+        "(Inductor's bf16 atomics on contended indices), not timed again. "
         f"{VALUES} value elements a cell; outputs over {MAX_OUT} elements left out. "
         "Where the commrt path is `inductor`, commrt = Inductor's choice (the compiled "
         "column's graph); `inductor_partitioned`: the graph of Inductor's partitioned "
-        "scatter. err: relative error against float64 (Frobenius); wrong: commrt's over "
+        "scatter" + ("" if set(meta.get("ops", GRID_OPS)) <= set(GRID_OPS) else
+                     " (Inductor's own partitioned pass matches index_put only: for other "
+                     "ops its column compiles the compiled column's graph again)")
+        + ". err: relative error against float64 (Frobenius); wrong: commrt's over "
         "both " + ", ".join(f"{k} {v:g}" for k, v in TOL.items()) + " and 1.5x the "
         f"compiled column's ({SAME_GRAPH_SLACK:g}x where commrt is the compiled column's "
         "graph: its atomics add in another order each call), or an fp32 column over "
