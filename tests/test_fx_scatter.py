@@ -711,3 +711,14 @@ def test_scratch_is_one_zeroed_buffer_a_stream_that_grows_and_is_released():
     assert b.numel() == 100 and b.data_ptr() != a.data_ptr() and ss._kept
     ss.release()
     assert not ss._buffers and not ss._kept
+
+
+def test_row_alignment_is_what_every_row_of_every_buffer_starts_on():
+    from commrt.fx.scatter_kernels import row_alignment
+
+    buf = torch.zeros(1024)
+    assert buf.data_ptr() % 16 == 0
+    assert row_alignment(400, buf) == 16  # rows of 100 fp32
+    assert row_alignment(8, buf) == 8 and row_alignment(12, buf) == 4  # rows of 2, of 3
+    assert row_alignment(400, buf, buf[2:]) == 8  # a view two fp32 in
+    assert row_alignment(64, buf[1:]) == 4

@@ -31,6 +31,8 @@ output as well, and where the plan expects at most ``OWN_ADDS`` adds an address
 and ``_sum`` does nothing; elsewhere the fp32 copies as above.
 """
 
+import math
+
 import torch
 import triton
 import triton.language as tl
@@ -164,7 +166,8 @@ def _rows_of(idx, r, n, rows, WIDE: tl.constexpr):
 def _scatter(acc, extra, idx, vals, state, n, rows, D: tl.constexpr, R: tl.constexpr,
              BD: tl.constexpr, LEADERS: tl.constexpr, PARTS: tl.constexpr,
              WIDE: tl.constexpr, PDL: tl.constexpr, TRIGGER: tl.constexpr = False,
-             EARLY: tl.constexpr = False, OWN: tl.constexpr = False, out=None):
+             EARLY: tl.constexpr = False, OWN: tl.constexpr = False, out=None,
+             ALIGN: tl.constexpr = 1):
     # D is a compile-time constant; offsets are int32 unless an operand holds 2**31
     # elements or more (WIDE). LEADERS < 0: never combine. PDL: launched while _prepare
     # runs; the indices load (written before it) before waiting for it, the values after
@@ -172,7 +175,8 @@ def _scatter(acc, extra, idx, vals, state, n, rows, D: tl.constexpr, R: tl.const
     # a programmatic dependent, may launch once every program has started (EARLY: once
     # every program has seen the plan, and an index out of range poisons acc here, and out
     # with OWN). OWN: where the plan says so (state[3]), add into out in its fp16/bf16
-    # dtype instead (the plan then chose one copy, no combining).
+    # dtype instead (the plan then chose one copy, no combining). ALIGN: the bytes every
+    # row of acc and extra starts on (row_alignment).
     if TRIGGER and not EARLY:
         tl.extra.cuda.gdc_launch_dependents()
     pid = tl.program_id(0)
@@ -198,7 +202,8 @@ def _scatter(acc, extra, idx, vals, state, n, rows, D: tl.constexpr, R: tl.const
     if OWN:
         own = tl.load(state + 3) != 0
     part = (pid + j) & (tl.load(state) - 1)  # p is a power of two
-    dst = tl.where(part == 0, acc + i * D, extra + ((part - 1) * rows + i) * D)
+    dst = tl.multiple_of(tl.where(part == 0, acc + i * D, extra + ((part - 1) * rows + i) * D),
+                         ALIGN)
     combine = False  # LEADERS < 0: never (the row sums are not even traced, below)
     if LEADERS >= 0:
         combine = (tl.load(state + 2) != 0) & (tl.sum(first.to(tl.int32)) <= LEADERS)
@@ -318,6 +323,14 @@ def scatter_shape(self: torch.Tensor, index: torch.Tensor, values: torch.Tensor,
     return rows, index.numel(), self.numel() // max(1, rows)
 
 
+def row_alignment(row_bytes: int, *buffers: torch.Tensor) -> int:
+    """The bytes (a power of two, at most 16) that every row of ``buffers`` starts on, for
+    a kernel that picks each row's buffer with ``tl.where``: Triton loses the pointers'
+    alignment there, and with it the vector atomics (4 fp32 an instruction) that it emits
+    for one buffer, unless the kernel restates it (``tl.multiple_of``)."""
+    return math.gcd(16, row_bytes, *(b.data_ptr() for b in buffers))
+
+
 def partitioned_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tensor,
                           partitions: int, per_address: int = PER_ADDRESS,
                           min_copies: int = MIN_COPIES, leaders: int = LEADERS,
@@ -375,7 +388,9 @@ def partitioned_index_add(self: torch.Tensor, index: torch.Tensor, values: torch
         wide = max(n * D, partitions * plane) >= 1 << 31
         _scatter[(cdiv(n, cfg["R"]),)](acc, extra, index, values, state, n, rows,
                                        WIDE=wide, PDL=pdl, TRIGGER=sum_pdl, EARLY=early,
-                                       OWN=own_adds > 0, out=out, num_warps=SCATTER_WARPS, **cfg,
+                                       OWN=own_adds > 0, out=out,
+                                       ALIGN=row_alignment(D * 4, acc, extra),
+                                       num_warps=SCATTER_WARPS, **cfg,
                                        **({"launch_pdl": True} if pdl else {}))
     _sum[(min(cdiv(plane, 256), SUM_PROGRAMS),)](acc, extra, out, state, plane, SAME=same,
                                                  BLOCK=256, CP=16, PDL=sum_pdl,

@@ -54,7 +54,7 @@ import triton.language as tl
 from commrt.dispatch.profile import has_pdl
 from commrt.symm_mem.launch import cdiv, next_pow2
 
-from .scatter_kernels import SUM_PROGRAMS, _rows_of, _sum, poison, scatter_shape
+from .scatter_kernels import SUM_PROGRAMS, _rows_of, _sum, poison, row_alignment, scatter_shape
 from .scatter_rule import (
     HOT,
     HOT_ADDS,
@@ -261,7 +261,8 @@ def _scatter(acc, extra, idx, vals, state, n, rows, plane, D: tl.constexpr,
              WIDE: tl.constexpr, PDL: tl.constexpr, HALF_ADDS: tl.constexpr = False,
              H: tl.constexpr = 1, LOCAL: tl.constexpr = 0,
              COLS_FIRST: tl.constexpr = False, out=None, OWN: tl.constexpr = False,
-             EARLY: tl.constexpr = False, LOCAL_EARLY: tl.constexpr = False):
+             EARLY: tl.constexpr = False, LOCAL_EARLY: tl.constexpr = False,
+             ALIGN: tl.constexpr = 1):
     # D == 1 (1-D values) runs on 1-D blocks; wider rows on [SUB, DP] blocks, DP columns
     # from program_id(1) * DP (a row wider than DP spans programs; COLS_FIRST: the axes
     # swapped, so that a row's column blocks launch one after another). PDL: launched
@@ -272,7 +273,8 @@ def _scatter(acc, extra, idx, vals, state, n, rows, plane, D: tl.constexpr,
     # as soon as every program has seen the plan, so that _sum may read it without
     # waiting). OWN: where the plan says so (state[4 + H]), add into out in its fp16/bf16
     # dtype instead. LOCAL_EARLY (LOCAL > 0, no hot rows): the rows that share an index
-    # are found before waiting, and no hot row is looked for.
+    # are found before waiting, and no hot row is looked for. ALIGN: the bytes every row of
+    # acc and extra starts on, where P > 1 (row_alignment).
     if PDL and not EARLY:
         tl.extra.cuda.gdc_launch_dependents()
     if COLS_FIRST:  # DP columns a program from program_id(0) * DP, rows on axis 1
@@ -337,7 +339,8 @@ def _scatter(acc, extra, idx, vals, state, n, rows, plane, D: tl.constexpr,
         off = i * D
         if P > 1:
             part = (r + pid) & (p - 1)  # p is a power of two
-            dst = tl.where(part == 0, acc + off, extra + ((part - 1) * plane + off))
+            dst = tl.multiple_of(tl.where(part == 0, acc + off,
+                                          extra + ((part - 1) * plane + off)), ALIGN)
         else:
             dst = acc + off
         if own:  # one copy, no hot rows: dst is acc + off
@@ -526,6 +529,8 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
                        ITERS=iters, P=partitions, WIDE=wide, PDL=pdl, HALF_ADDS=half_adds,
                        H=H, LOCAL=local, COLS_FIRST=cols_first, num_warps=warps,
                        out=out, OWN=own_adds > 0, EARLY=early, LOCAL_EARLY=local_early,
+                       ALIGN=row_alignment(D * acc.element_size(), acc, extra)
+                       if partitions > 1 else 1,
                        **({"launch_pdl": True} if pdl else {}))
     if has_sum:
         # up to SUM_COPIES copies a step: a plane of a few thousand elements still has
