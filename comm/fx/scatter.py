@@ -236,14 +236,18 @@ def _match_scatter_add(node: fx.Node):
     if iv.dim() > 1:  # the row index broadcast along the row, then viewed as a column
         column = (iv.shape[0],) + (1,) * (iv.dim() - 1)
         if index.target in (aten.expand.default, aten.repeat.default) and \
-                tuple(index.args[0].meta["val"].shape) == column:
+                _shape(index.args[0]) == column:
             index = index.args[0]
         base = index.args[0] if index.target in _ROW_VIEWS else None
-        if tuple(index.meta["val"].shape) != column or base is None or \
-                tuple(base.meta.get("val", iv).shape) != column[:1]:
+        if _shape(index) != column or _shape(base) != column[:1]:
             return "scatter_add whose index is not a 1-D row index broadcast along the row"
         rows = base
     return self_, rows, src
+
+
+def _shape(node) -> tuple | None:
+    val = node.meta.get("val") if isinstance(node, fx.Node) else None
+    return tuple(val.shape) if isinstance(val, torch.Tensor) else None
 
 
 def partitioned_scatter(gm: fx.GraphModule | fx.Graph, *,
