@@ -53,6 +53,19 @@ def forced(choice):
     return lambda *a: (choice, "forced")
 
 
+def compiled_with_the_pass(fn, *args):
+    """``fn(*args)`` compiled by Inductor (no FX graph cache) with the scatter pass alone
+    installed, and the pass's report."""
+    import torch._inductor.config as ic
+
+    commrt.fx.last_reports.clear()
+    torch._dynamo.reset()
+    with ic.patch(fx_graph_cache=False), commrt.fx.installed(
+            fuse_rmsnorm=False, overlap=False, partitioned_scatter=True):
+        got = torch.compile(fn, dynamic=False)(*args)
+    return got, [r for k, r in commrt.fx.last_reports if k == "partitioned_scatter"][-1]
+
+
 @pytest.mark.parametrize("fn", [index_put, index_add])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("idx_dtype", [torch.int64, torch.int32])
@@ -325,8 +338,6 @@ def test_inductor_partitioned_graph_has_no_aten_zeros_for_inductor(width, dtype)
     """The inlined graph of Inductor's partitioned scatter goes through Inductor (its C++
     backend) and matches float64: no ``aten.zeros`` node, which Inductor decomposes before
     its post-grad passes and has no lowering for ("both a fallback and a decomp")."""
-    import torch._inductor.config as ic
-
     rows, n = 64, 8192  # 128 values a row: the rule answers inductor_partitioned
     g = torch.Generator().manual_seed(rows + n)
     shape = (rows,) if width == 0 else (rows, width)
@@ -336,12 +347,7 @@ def test_inductor_partitioned_graph_has_no_aten_zeros_for_inductor(width, dtype)
     idx[::7] -= rows  # negative indices count from the end
     v = torch.randn((n, *shape[1:]), generator=g).to(dtype)
     exact = index_put(out.double(), idx, v.double())
-    commrt.fx.last_reports.clear()
-    torch._dynamo.reset()
-    with ic.patch(fx_graph_cache=False), commrt.fx.installed(
-            fuse_rmsnorm=False, overlap=False, partitioned_scatter=True):
-        got = torch.compile(index_put, dynamic=False)(out, idx, v)
-    rep = [r for k, r in commrt.fx.last_reports if k == "partitioned_scatter"][-1]
+    got, rep = compiled_with_the_pass(index_put, out, idx, v)
     assert rep.inductor_partitioned == 1, rep
     err = float((got.double() - exact).norm() / exact.norm())
     plain = float((index_put(out, idx, v).double() - exact).norm() / exact.norm())
@@ -396,8 +402,6 @@ def test_scatter_add_of_row_indices_is_rewritten(form, dtype, choice):
 def test_compiled_scatter_add_decided_as_index_put(width, rows, n):
     """Through Inductor (its C++ backend): a compiled ``scatter_add`` of row indices gets
     the rule's answer for an ``index_put`` of the same shapes, and matches float64."""
-    import torch._inductor.config as ic
-
     g = torch.Generator().manual_seed(rows + n)
     shape = (rows,) if width == 0 else (rows, width)
     out, v = torch.randn(shape, generator=g), torch.randn((n, *shape[1:]), generator=g)
@@ -405,12 +409,7 @@ def test_compiled_scatter_add_decided_as_index_put(width, rows, n):
     idx[::2] = rows // 3
     fn = (lambda o, i, v: o.scatter_add(0, i, v)) if width == 0 else SCATTER_ADDS["rows, view"]
     choice, _ = decide(rows, max(1, width), n, torch.float32, True)
-    commrt.fx.last_reports.clear()
-    torch._dynamo.reset()
-    with ic.patch(fx_graph_cache=False), commrt.fx.installed(
-            fuse_rmsnorm=False, overlap=False, partitioned_scatter=True):
-        got = torch.compile(fn, dynamic=False)(out, idx, v)
-    rep = [r for k, r in commrt.fx.last_reports if k == "partitioned_scatter"][-1]
+    got, rep = compiled_with_the_pass(fn, out, idx, v)
     assert rep.scatters == 1 and rep.decisions[0].startswith(f"scatter_add: {choice} "), rep
     exact = fn(out.double(), idx, v.double())
 
