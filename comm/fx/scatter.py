@@ -222,12 +222,10 @@ def _match_scatter_add(node: fx.Node):
         if not (node.args[5] if len(node.args) > 5 else node.kwargs.get("include_self", True)):
             return "scatter_reduce without self's values"
     self_, dim, index, src = node.args[:4]
-    sv, iv, vv = (n.meta.get("val") if isinstance(n, fx.Node) else None
-                  for n in (self_, index, src))
-    if sv is None or iv is None or vv is None:
-        return "no shapes in node.meta"
-    if any(isinstance(d, torch.SymInt) for d in (*sv.shape, *iv.shape, *vv.shape)):
-        return "dynamic shape"
+    vals = _fake_values(self_, index, src)
+    if isinstance(vals, str):
+        return vals
+    sv, iv, vv = vals
     if sv.dim() == 0 or dim % sv.dim() != 0:
         return "scatter_add along another dim"
     if tuple(iv.shape) != tuple(vv.shape) or tuple(iv.shape[1:]) != tuple(sv.shape[1:]):
@@ -243,6 +241,16 @@ def _match_scatter_add(node: fx.Node):
             return "scatter_add whose index is not a 1-D row index broadcast along the row"
         rows = base
     return self_, rows, src
+
+
+def _fake_values(*nodes) -> tuple | str:
+    """The nodes' fake tensors, all of static shape, or a reason."""
+    vals = tuple(n.meta.get("val") if isinstance(n, fx.Node) else None for n in nodes)
+    if any(not isinstance(v, torch.Tensor) for v in vals):
+        return "no shapes in node.meta"
+    if any(isinstance(d, torch.SymInt) for v in vals for d in v.shape):
+        return "dynamic shape"
+    return vals
 
 
 def _shape(node) -> tuple | None:
@@ -279,11 +287,10 @@ def partitioned_scatter(gm: fx.GraphModule | fx.Graph, *,
 
 def _static_shapes(self_, index, values) -> tuple | str:
     """(self, index, values) fake tensors of a scatter the pass can rewrite, or a reason."""
-    sv, iv, vv = (n.meta.get("val") for n in (self_, index, values))
-    if sv is None or iv is None or vv is None:
-        return "no shapes in node.meta"
-    if any(isinstance(d, torch.SymInt) for d in (*sv.shape, *iv.shape, *vv.shape)):
-        return "dynamic shape"
+    vals = _fake_values(self_, index, values)
+    if isinstance(vals, str):
+        return vals
+    sv, iv, vv = vals
     if iv.dim() != 1 or iv.dtype not in (torch.int32, torch.int64):
         return "index is not a 1-D int32/int64 tensor"
     if sv.dim() == 0 or tuple(vv.shape) != (iv.shape[0], *sv.shape[1:]) \
