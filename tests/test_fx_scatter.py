@@ -415,7 +415,10 @@ def test_compiled_scatter_add_decided_as_index_put(width, rows, n):
 
     def err(t):
         return float((t.double() - exact).norm() / exact.norm())
-    assert err(got) <= max(1e-6, 2 * err(fn(out, idx, v))), (err(got), err(fn(out, idx, v)))
+    # fp32 sums of 8,192 values a row: the CPU's own scatter and the pass's copies add them in
+    # orders that differ with torch's threads (1.2e-6 and 2.9e-6 in one CI run), hence the
+    # floor the GPU tests hold fp32 to
+    assert err(got) <= max(1e-5, 2 * err(fn(out, idx, v))), (err(got), err(fn(out, idx, v)))
 
 
 @pytest.mark.parametrize("fn,why", [
