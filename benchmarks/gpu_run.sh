@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Everything commrt runs on a GPU machine, in one call:
-#   bash benchmarks/gpu_run.sh [stage ...]   stages: env tests onegpu tune tunear tunefused bench cli decode fxoverlap fxoverlaptp copyengine scatter scattersweep scatternarrow scattergrid overhead
+#   bash benchmarks/gpu_run.sh [stage ...]   stages: env tests onegpu multigpu tune tunear tunefused bench cli decode fxoverlap fxoverlaptp copyengine scatter scattersweep scatternarrow scattergrid overhead
 # (onegpu: the one-GPU suite, pytest -m gpu; its summary is kept as
-#  benchmarks/results/gpu_tests_<device>.txt, a copy in $OUT)
+#  benchmarks/results/gpu_tests_<device>.txt, a copy in $OUT; multigpu: the tests that
+#  need every GPU of the machine, pytest -m multigpu, kept as gpu_tests_<device>_ws<N>.txt)
 # (env: TESTS_K=expr selects GPU tests, ONEGPU_APART="tests/x.py ..." runs those test files
 #  in a second pytest beside the rest, ONEGPU_ONLY="tests/x.py ..." runs only those files,
 #  each in its own pytest beside the others, kept as gpu_tests_${ONEGPU_LABEL:-subset}_<device>.txt,
@@ -108,6 +109,35 @@ onegpu() {
   echo "exit $rc: $cmd (summary: $OUT/$file)" | tee -a "$LOG"
 }
 
+# The multi-GPU tests (pytest -m multigpu: NCCL ranks on every GPU), their summary kept
+# as gpu_tests_<device>_ws<N>.txt as onegpu keeps its own.
+multigpu() {
+  local name dev file raw cmd rc
+  name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
+  name=${name:-unknown}
+  dev=$(echo "$name" | tr '[:upper:]' '[:lower:]' | tr ' ' '-' | tr -cd 'a-z0-9._-')
+  file=gpu_tests_${dev}_ws$NGPU.txt
+  raw=$OUT/multigpu_pytest.txt
+  cmd="$(command -v pytest >/dev/null && echo pytest || echo python3 -m pytest) -m multigpu -rfEsxXp -q --durations=0${MULTIGPU_ARGS:+ $MULTIGPU_ARGS}"
+  timeout "${STAGE_TIMEOUT:-0}" $cmd tests ${TESTS_K:+-k "$TESTS_K"} >"$raw" 2>&1
+  rc=$?
+  cat "$raw" >>"$LOG"
+  {
+    echo "device: $NGPU x $name"
+    versions
+    echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    echo "commit: ${GIT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}"
+    echo "command: $cmd tests${TESTS_K:+ -k \"$TESTS_K\"}"
+    echo "exit: $rc"
+    echo
+    sed -n '/slowest durations/,$p' "$raw"
+  } >"$OUT/$file"
+  rm -f "$raw"
+  cp "$OUT/$file" "$RES/$file"
+  cp "$OUT/$file" "benchmarks/results/$file" 2>/dev/null
+  echo "exit $rc: $cmd (summary: $OUT/$file)" | tee -a "$LOG"
+}
+
 python3 -m pip install -q --no-deps --no-build-isolation -e . >>"$LOG" 2>&1 || say "install FAILED"
 for stage in $STAGES; do
   case $stage in
@@ -122,6 +152,9 @@ for stage in $STAGES; do
     onegpu)  # one GPU is enough: W virtual ranks in one process
       say "one-GPU tests"
       onegpu ;;
+    multigpu)  # every GPU of the machine
+      say "multi-GPU tests"
+      multigpu ;;
     tune)
       say "commrt tune"
       run commrt tune --out "$TABLE" --raw "$RES/tune_raw.json" --plot "$RES/tune.png" ;;
