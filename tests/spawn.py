@@ -54,8 +54,10 @@ def run(fn, world: int = 2, *args, backend: str = "gloo", env: dict | None = Non
     queue = ctx.Queue()
     port = _free_port()
     envs = [{**(env or {}), **(env_by_rank[r] if env_by_rank else {})} for r in range(world)]
+    # SPAWN_DUMP_AFTER=seconds: every rank prints its stacks then (a slow run's whereabouts)
+    dump_after = float(os.environ.get("SPAWN_DUMP_AFTER", 0)) or max(1.0, timeout - 10)
     procs = [ctx.Process(target=_worker, args=(r, world, port, backend, fn, args, envs[r],
-                                               queue, max(1.0, timeout - 10)))
+                                               queue, dump_after))
              for r in range(world)]
     for p in procs:
         p.start()
