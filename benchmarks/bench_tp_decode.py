@@ -219,6 +219,65 @@ def graph_time(fn, replays: int = 20) -> float:
     return agree_median(time_graph(fn, dev, ops=1, replays=replays, group=dist.group.WORLD),
                         dist.group.WORLD, dev) / 1e3
 
+def write_rows(args, comm, world: int, shape: dict, rows: list) -> None:
+    """The rows so far as ``tp_decode_<shape>_<generation>_ws<N>.{json,md}`` (rank 0, after
+    every row: a run cut short keeps what it measured)."""
+    from commrt import bench
+    os.makedirs(args.out_dir, exist_ok=True)
+    cmd = f"torchrun --nproc-per-node {world} " + " ".join(sys.argv)
+    m = bench.meta(comm, cmd)
+    m.update(shape=args.shape, ctx=args.ctx, **shape)
+    path = os.path.join(args.out_dir,
+                        f"tp_decode_{args.shape}_{comm.profile.generation}_ws{world}"
+                        f"{args.tag}.json")
+    with open(path, "w") as f:
+        json.dump({"meta": m, "results": rows}, f, indent=1)
+    with open(path[:-5] + ".md", "w") as f:
+        f.write(f"# TP={world} {args.shape} decoder on {m['device']}\n\n")
+        f.write(f"- torch `{m['torch']}`, NCCL `{m['nccl']}`, date {m['date']}\n"
+                f"- command: `{cmd}`\n- CUDA graph per step, median of 20 replays\n"
+                "- no all-reduce: the same step with the all-reduces left out (wrong "
+                "logits; for scale); µs a call: (step - that) / all-reduces a step\n\n")
+        f.write("| phase | batch | dist ms | commrt ms | speedup | commrt algo | "
+                "fused ms | fused speedup | fused tok/s | worst logits err vs fp32 | "
+                "no all-reduce ms | µs a call: dist | µs a call: commrt |\n"
+                "|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|\n")
+        for r in rows:
+            f.write(f"| {r['phase']} | {r['batch']} | {r['ms']['dist.all_reduce']:.3f} | "
+                    f"{r['ms']['commrt.all_reduce']:.3f} | {r['speedup']:.3f} | "
+                    f"{r['commrt_algorithm']} | {r['ms']['commrt fused']:.3f} | "
+                    f"{r['speedup_fused']:.3f} | "
+                    f"{r['tokens_per_s']['commrt fused']:.0f} | "
+                    f"{max(r['logits_rel_err_vs_fp32'].values()):.1e} | "
+                    f"{r['ms'][NO_AR]:.3f} | {r['us_per_allreduce']['dist.all_reduce']:.1f} | "
+                    f"{r['us_per_allreduce']['commrt.all_reduce']:.1f} |\n")
+        compiled = [r for r in rows if "compiled" in r["ms"]]
+        if compiled:
+            f.write("\n`torch.compile` of the unmodified model (dist.all_reduce + separate "
+                    "add and norm), without and with `commrt.fx` installed:\n\n"
+                    "| batch | compiled ms | compiled + commrt.fx ms | over compiled | "
+                    "over eager dist |\n|---:|---:|---:|---:|---:|\n")
+            for r in compiled:
+                f.write(f"| {r['batch']} | {r['ms']['compiled']:.3f} | "
+                        f"{r['ms']['compiled + commrt.fx']:.3f} | "
+                        f"{r['speedup_compiled_fx_over_compiled']:.3f} | "
+                        f"{r['speedup_compiled_fx']:.3f} |\n")
+        dtensor = [r for r in rows if "dtensor" in r]
+        if dtensor:
+            f.write("\nThe `parallelize_module` (DTensor) decoder, unmodified: unpatched, "
+                    "under `commrt.patch()`, compiled, compiled under `commrt.patch()` "
+                    "(its pass); speedups over the unpatched row of the same mode:\n\n"
+                    "| batch | " + " | ".join(f"{k} ms" for k in DTENSOR_ROWS) +
+                    " | patched speedup | compiled + pass speedup | max logit diff |\n"
+                    "|---:|" + "---:|" * (len(DTENSOR_ROWS) + 3) + "\n")
+            for r in dtensor:
+                d = r["dtensor"]["ms"]
+                f.write(f"| {r['batch']} | " + " | ".join(f"{d[k]:.3f}" for k in DTENSOR_ROWS)
+                        + f" | {d['dtensor'] / d['dtensor patched']:.3f} | "
+                        f"{d['dtensor compiled'] / d['dtensor compiled + pass']:.3f} | "
+                        f"{max(r['dtensor']['max_abs_diff_vs_unpatched'].values()):.1e} |\n")
+    print(f"wrote {path}", flush=True)
+
 
 def main() -> None:
     p = argparse.ArgumentParser()
@@ -318,61 +377,8 @@ def main() -> None:
                             if k in ms), flush=True)
         base = errs["dist.all_reduce"]
         assert err <= 1.5 * base + 1e-2, f"logits less accurate than dist.all_reduce's: {errs}"
-    if comm.rank == 0:
-        os.makedirs(args.out_dir, exist_ok=True)
-        cmd = f"torchrun --nproc-per-node {world} " + " ".join(sys.argv)
-        m = bench.meta(comm, cmd)
-        m.update(shape=args.shape, ctx=args.ctx, **shape)
-        path = os.path.join(args.out_dir,
-                            f"tp_decode_{args.shape}_{comm.profile.generation}_ws{world}"
-                            f"{args.tag}.json")
-        with open(path, "w") as f:
-            json.dump({"meta": m, "results": rows}, f, indent=1)
-        with open(path[:-5] + ".md", "w") as f:
-            f.write(f"# TP={world} {args.shape} decoder on {m['device']}\n\n")
-            f.write(f"- torch `{m['torch']}`, NCCL `{m['nccl']}`, date {m['date']}\n"
-                    f"- command: `{cmd}`\n- CUDA graph per step, median of 20 replays\n"
-                    "- no all-reduce: the same step with the all-reduces left out (wrong "
-                    "logits; for scale); µs a call: (step - that) / all-reduces a step\n\n")
-            f.write("| phase | batch | dist ms | commrt ms | speedup | commrt algo | "
-                    "fused ms | fused speedup | fused tok/s | worst logits err vs fp32 | "
-                    "no all-reduce ms | µs a call: dist | µs a call: commrt |\n"
-                    "|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|\n")
-            for r in rows:
-                f.write(f"| {r['phase']} | {r['batch']} | {r['ms']['dist.all_reduce']:.3f} | "
-                        f"{r['ms']['commrt.all_reduce']:.3f} | {r['speedup']:.3f} | "
-                        f"{r['commrt_algorithm']} | {r['ms']['commrt fused']:.3f} | "
-                        f"{r['speedup_fused']:.3f} | "
-                        f"{r['tokens_per_s']['commrt fused']:.0f} | "
-                        f"{max(r['logits_rel_err_vs_fp32'].values()):.1e} | "
-                        f"{r['ms'][NO_AR]:.3f} | {r['us_per_allreduce']['dist.all_reduce']:.1f} | "
-                        f"{r['us_per_allreduce']['commrt.all_reduce']:.1f} |\n")
-            compiled = [r for r in rows if "compiled" in r["ms"]]
-            if compiled:
-                f.write("\n`torch.compile` of the unmodified model (dist.all_reduce + separate "
-                        "add and norm), without and with `commrt.fx` installed:\n\n"
-                        "| batch | compiled ms | compiled + commrt.fx ms | over compiled | "
-                        "over eager dist |\n|---:|---:|---:|---:|---:|\n")
-                for r in compiled:
-                    f.write(f"| {r['batch']} | {r['ms']['compiled']:.3f} | "
-                            f"{r['ms']['compiled + commrt.fx']:.3f} | "
-                            f"{r['speedup_compiled_fx_over_compiled']:.3f} | "
-                            f"{r['speedup_compiled_fx']:.3f} |\n")
-            dtensor = [r for r in rows if "dtensor" in r]
-            if dtensor:
-                f.write("\nThe `parallelize_module` (DTensor) decoder, unmodified: unpatched, "
-                        "under `commrt.patch()`, compiled, compiled under `commrt.patch()` "
-                        "(its pass); speedups over the unpatched row of the same mode:\n\n"
-                        "| batch | " + " | ".join(f"{k} ms" for k in DTENSOR_ROWS) +
-                        " | patched speedup | compiled + pass speedup | max logit diff |\n"
-                        "|---:|" + "---:|" * (len(DTENSOR_ROWS) + 3) + "\n")
-                for r in dtensor:
-                    d = r["dtensor"]["ms"]
-                    f.write(f"| {r['batch']} | " + " | ".join(f"{d[k]:.3f}" for k in DTENSOR_ROWS)
-                            + f" | {d['dtensor'] / d['dtensor patched']:.3f} | "
-                            f"{d['dtensor compiled'] / d['dtensor compiled + pass']:.3f} | "
-                            f"{max(r['dtensor']['max_abs_diff_vs_unpatched'].values()):.1e} |\n")
-        print(f"wrote {path}", flush=True)
+        if comm.rank == 0:
+            write_rows(args, comm, world, shape, rows)
     dist.barrier()
     dist.destroy_process_group()
 
