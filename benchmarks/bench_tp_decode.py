@@ -24,6 +24,7 @@ with its unpatched self, bitwise at world size 2).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -193,8 +194,6 @@ DTENSOR_ROWS = ("dtensor", "dtensor patched", "dtensor compiled", "dtensor compi
 
 def dtensor_rows(model: DTensorDecoder, x, caches) -> dict:
     """ms per decode step and the patched rows' largest logit difference to unpatched."""
-    import contextlib
-
     from commrt.patch import patched
 
     ms, diff, ref = {}, {}, None
@@ -219,10 +218,12 @@ def graph_time(fn, replays: int = 20) -> float:
     return agree_median(time_graph(fn, dev, ops=1, replays=replays, group=dist.group.WORLD),
                         dist.group.WORLD, dev) / 1e3
 
+
 def write_rows(args, comm, world: int, shape: dict, rows: list) -> None:
     """The rows so far as ``tp_decode_<shape>_<generation>_ws<N>.{json,md}`` (rank 0, after
     every row: a run cut short keeps what it measured)."""
     from commrt import bench
+
     os.makedirs(args.out_dir, exist_ok=True)
     cmd = f"torchrun --nproc-per-node {world} " + " ".join(sys.argv)
     m = bench.meta(comm, cmd)
@@ -333,9 +334,10 @@ def main() -> None:
             import commrt.fx
 
             model.reduce, model.fused = (lambda t: dist.all_reduce(t)), None
+            # "compiled" runs no commrt pass at all (``installed`` also adopts and overlaps)
             for name, install in (("compiled", False), ("compiled + commrt.fx", True)):
                 torch._dynamo.reset()
-                with commrt.fx.installed(fuse_rmsnorm=install):
+                with commrt.fx.installed() if install else contextlib.nullcontext():
                     fwd = torch.compile(model.forward, fullgraph=True, dynamic=False)
                     logits[name] = fwd(x, caches).float()
                     ms[name] = graph_time(lambda: fwd(x, caches))  # noqa: B023
