@@ -450,8 +450,8 @@ def _commit() -> str:
     try:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                               text=True, check=True, timeout=10).stdout.strip() or "unknown"
-    except Exception:
-        return "unknown"
+    except Exception:  # a copy without git: the commit its runner names
+        return os.environ.get("GIT_COMMIT", "unknown")
 
 
 def run_grid(args, comm, dev) -> None:
