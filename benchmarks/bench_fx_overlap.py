@@ -444,16 +444,6 @@ def _grid_md(m: dict, cells: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _commit() -> str:
-    import subprocess
-
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, check=True, timeout=10).stdout.strip() or "unknown"
-    except Exception:  # a copy without git: the commit its runner names
-        return os.environ.get("GIT_COMMIT", "unknown")
-
-
 def run_grid(args, comm, dev) -> None:
     """``--grid``: every cell, its result written after each (see ``GRID_DP``)."""
     from commrt import bench
@@ -464,7 +454,6 @@ def run_grid(args, comm, dev) -> None:
     if args.grid_cells:
         cells = [cells[int(i)] for i in args.grid_cells.split(",")]
     m = bench.meta(comm, f"torchrun --nproc-per-node {world} " + " ".join(sys.argv))
-    m["commit"] = _commit()
     base = os.path.join(args.out_dir, f"fx_grid_{comm.profile.generation}_ws{world}")
     os.makedirs(args.out_dir, exist_ok=True)
     for i, cell in enumerate(cells):

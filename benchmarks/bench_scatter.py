@@ -31,6 +31,8 @@ import zlib
 import torch
 import triton
 
+from commrt.bench import commit
+
 KS = (0, 1, 3, 7, 15, 31, 63, 127, 255, 500)
 SEED_ROWS = 501  # the seed benchmark's output rows
 
@@ -121,7 +123,7 @@ def seed(args) -> None:
     meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
             "triton": triton.__version__, "date": datetime.date.today().isoformat(),
             "command": "python " + " ".join(sys.argv),
-            "commit": os.environ.get("GIT_COMMIT") or _git_commit(), **vars(args)}
+            "commit": commit(), **vars(args)}
     with open(path, "w") as f:
         json.dump({"meta": meta, "results": rows, "commrt_pass": report}, f, indent=1)
     print(f"wrote {path}", flush=True)
@@ -545,7 +547,7 @@ def grid_meta(args, columns: tuple, start: float, groups: list) -> dict:
     return {"device": name, "torch": torch.__version__, "triton": triton.__version__,
             "date": datetime.date.today().isoformat(), "columns": list(columns),
             "command": "python " + " ".join(sys.argv), "values_a_cell": VALUES,
-            "commit": os.environ.get("GIT_COMMIT") or _git_commit(),
+            "commit": commit(),
             "max_output_elements": MAX_OUT, "workers": args.workers, "graphs": GRAPHS,
             "start": start, "groups": [list(g) for g in groups],
             "ops": sorted({g[0] for g in groups}),
@@ -556,16 +558,6 @@ def grid_file(groups: list) -> str:
     """The result file's stem: ``scatter_grid`` for the grid's ops, else the other ops'."""
     other = sorted({g[0] for g in groups} - set(GRID_OPS))
     return "_".join(other) + "_grid" if other else "scatter_grid"
-
-
-def _git_commit() -> str:
-    import subprocess
-
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 def grid_line(item: dict) -> str:

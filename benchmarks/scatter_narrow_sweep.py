@@ -27,8 +27,9 @@ import torch
 import triton
 
 sys.path.insert(0, os.path.dirname(__file__))
-from bench_scatter import DISTS, MAX_OUT, ROWS, VALUES, _git_commit, grid_indices, time_call  # noqa: E402
+from bench_scatter import DISTS, MAX_OUT, ROWS, VALUES, grid_indices, time_call  # noqa: E402
 
+from commrt.bench import commit  # noqa: E402
 from commrt.fx.scatter_narrow import narrow_index_add, state_numel  # noqa: E402
 from commrt.fx.scatter_rule import partitions_for  # noqa: E402
 
@@ -89,7 +90,7 @@ def main() -> None:
     name = torch.cuda.get_device_name().replace(" ", "_")
     meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
             "triton": triton.__version__, "date": datetime.date.today().isoformat(),
-            "commit": os.environ.get("GIT_COMMIT") or _git_commit(),
+            "commit": commit(),
             "command": "python " + " ".join(sys.argv), "variants": VARIANTS}
     os.makedirs(args.out_dir, exist_ok=True)
     path = os.path.join(args.out_dir, f"scatter_narrow_sweep_{name}")

@@ -24,9 +24,11 @@ import copy
 import dataclasses
 import datetime
 import json
+import os
 import platform
 import random
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterable
@@ -336,6 +338,19 @@ def init_torchrun() -> tuple[Communicator, torch.device]:
     return commrt.init(), torch.device("cuda", local)
 
 
+def commit() -> str:
+    """The commit measured: ``GIT_COMMIT`` where the runner names it (a copy of a working
+    tree may carry another checkout's git), else git's HEAD here, else "unknown"."""
+    if os.environ.get("GIT_COMMIT"):
+        return os.environ["GIT_COMMIT"]
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, check=True, timeout=10,
+                              cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
 def meta(comm: Communicator, command: str) -> dict:
     nccl = ".".join(map(str, torch.cuda.nccl.version())) if torch.cuda.is_available() else None
     try:
@@ -349,7 +364,7 @@ def meta(comm: Communicator, command: str) -> dict:
         "world_size": comm.world_size, "link": comm.profile.link,
         "backend": comm.backend, "torch": torch.__version__, "triton": triton_version,
         "nccl": nccl, "commrt": __version__, "python": platform.python_version(),
-        "date": datetime.date.today().isoformat(), "command": command,
+        "date": datetime.date.today().isoformat(), "commit": commit(), "command": command,
         "config": comm.config.describe(),
         "multicast_ptr": comm.facts.multicast_ptr,
     }

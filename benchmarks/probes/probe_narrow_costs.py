@@ -35,7 +35,9 @@ from commrt.fx.scatter_rule import partitions_for
 from commrt.timing import time_graph
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from bench_scatter import _git_commit, grid_indices  # noqa: E402
+from bench_scatter import grid_indices  # noqa: E402
+
+from commrt.bench import commit  # noqa: E402
 
 DEV = torch.device("cuda")
 KERNELS = ("_init", "_scatter", "_sum")
@@ -144,7 +146,7 @@ def meta(command: str, unit: str) -> dict:
     commit where the copy is not a git checkout), its command and unit."""
     return {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
             "triton": triton.__version__, "date": datetime.date.today().isoformat(),
-            "commit": os.environ.get("GIT_COMMIT") or _git_commit(), "command": command,
+            "commit": commit(), "command": command,
             "unit": unit}
 
 

@@ -14,15 +14,15 @@ that commit)::
 """
 import datetime
 import json
-import os
 import sys
 
 import probe_narrow_costs as narrow_costs
 import torch
 import triton
 import triton.language as tl
-from probe_narrow_costs import _git_commit, cell_data
+from probe_narrow_costs import cell_data  # noqa: E402
 
+from commrt.bench import commit  # noqa: E402
 from commrt.fx import scatter_narrow as sn
 from commrt.fx.scatter_rule import (
     HOT,
@@ -192,7 +192,7 @@ def main():
         print(json.dumps(row), flush=True)
     meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
             "triton": triton.__version__, "date": datetime.date.today().isoformat(),
-            "commit": os.environ.get("GIT_COMMIT") or _git_commit(),
+            "commit": commit(),
             "command": "python benchmarks/probes/probe_plan_forms.py OUT.json",
             "unit": "µs of the _init kernel (profiler, median of 40 launches)"}
     with open(sys.argv[1] if len(sys.argv) > 1 else "probe_plan_forms.json", "w") as f:
