@@ -28,6 +28,8 @@ STYLE = {
                           dict(color="tab:gray", ls="--", marker="v")),
     "torch_two_shot@ws": ("PyTorch two_shot (in place on its buffer)",
                           dict(color="tab:brown", ls="--", marker="^")),
+    "nccl_symm@ws": ("NCCL symmetric kernel (in place on its buffer)",
+                     dict(color="tab:olive", ls="--", marker="D")),
     "one_shot_push": ("commrt one_shot_push", dict(color="tab:blue", marker=".")),
     "one_shot": ("commrt one_shot", dict(color="tab:orange", marker=".")),
     "two_shot": ("commrt two_shot", dict(color="tab:green", marker=".")),
