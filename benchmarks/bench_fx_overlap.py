@@ -581,7 +581,7 @@ def main() -> None:
             limit["bucket_cap"] = opts["cap"]
         if "budget" in opts:
             limit["memory_budget"] = opts["budget"]
-        if "ce" in opts or "nccl" in opts:  # else COMMRT_FX_COPY_ENGINE (auto)
+        if "ce" in opts or "nccl" in opts:  # else COMMRT_FX_COPY_ENGINE (off by default)
             limit["copy_engine"] = "ce" in opts
         no_hoist = mock.patch("commrt.fx.hoist.hoist_producers", lambda *a: (0, 0)) \
             if opts.get("no_hoist") else contextlib.nullcontext()

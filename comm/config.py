@@ -193,10 +193,10 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("COMMRT_FX_COMM_CTAS", "fx_comm_ctas", "0", _ctas,
              "commrt.fx.install(): run the graphs' NCCL collectives on a copy of their group "
              "limited to this many CTAs (0: no limit)"),
-    Variable("COMMRT_FX_COPY_ENGINE", "fx_copy_engine", "auto", _auto_bool,
+    Variable("COMMRT_FX_COPY_ENGINE", "fx_copy_engine", "0", _auto_bool,
              "commrt.fx.install(): run the graphs' hidden sum/avg all-reduces on a "
              "copy-engine group (data moved by the copy engines, not the SMs); auto: where "
-             "the group is two NCCL ranks on GPUs"),
+             "the group is two NCCL ranks on GPUs; off by default (docs/decisions.md)"),
     Variable("COMMRT_PATCH", "patch", "1", _bool,
              "`python -m commrt.run` patches torch's all-reduces before running the script; "
              "0 runs it unpatched through the same command (read by that launcher only)"),
@@ -215,7 +215,7 @@ class Config:
     spin_timeout: float = 30.0
     partitioned_scatter: bool = False
     fx_comm_ctas: int = 0
-    fx_copy_engine: bool | None = None  # None: auto
+    fx_copy_engine: bool | None = False  # None: auto
     patch: bool = True
 
     @property

@@ -85,7 +85,7 @@ def test_bools_and_forced_algorithm(tmp_path):
     assert config.load({"COMMRT_FX_COMM_CTAS": "8"}).fx_comm_ctas == 8
     assert config.load({"COMMRT_FX_COPY_ENGINE": "1"}).fx_copy_engine is True
     assert config.load({"COMMRT_FX_COPY_ENGINE": "off"}).fx_copy_engine is False
-    assert config.load({}).fx_copy_engine is None  # auto
+    assert config.load({}).fx_copy_engine is False  # off unless asked
     assert config.load({"COMMRT_FX_COPY_ENGINE": "AUTO"}).fx_copy_engine is None
     with pytest.raises(ConfigError, match=r"COMMRT_FX_COPY_ENGINE='sometimes'.*expected auto"):
         config.load({"COMMRT_FX_COPY_ENGINE": "sometimes"})

@@ -11,6 +11,7 @@ import torch.distributed._functional_collectives as fc
 from torch.fx.experimental.proxy_tensor import make_fx
 
 import commrt.fx
+from commrt import config
 from commrt.fx.overlap import overlap_and_bucket
 
 c10d = torch.ops._c10d_functional
@@ -429,11 +430,20 @@ def test_a_wait_whose_result_lives_on_moves_within_a_zero_budget(groups):
 def test_copy_engine_auto_is_on_for_two_nccl_ranks_on_gpus_only(groups, monkeypatch):
     from commrt.fx import comm_groups
 
-    p = commrt.fx.install()  # the fake group on a CPU machine: auto leaves it off
+    p = commrt.fx.install()  # off by default: no note, no copy
     try:
+        assert p.copy_engine is False and not p.notes
+    finally:
+        commrt.fx.uninstall()
+    monkeypatch.setenv("COMMRT_FX_COPY_ENGINE", "auto")
+    config.reload()
+    try:
+        p = commrt.fx.install()  # the fake group on a CPU machine: auto leaves it off
         assert p.copy_engine is False and any("copy engine off (auto)" in n for n in p.notes)
     finally:
         commrt.fx.uninstall()
+        monkeypatch.delenv("COMMRT_FX_COPY_ENGINE")
+        config.reload()
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(dist, "get_backend", lambda g=None: "nccl")
     assert comm_groups.copy_engine_by_default([groups[2]]) == (True, "two NCCL ranks on GPUs")

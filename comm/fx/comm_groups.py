@@ -8,8 +8,10 @@ it overlaps would use: in ``bench_fx_overlap.py`` full-width NCCL stretched the 
 a step from 37.5 to 40.3 ms. Fewer CTAs make the collective slower and the compute
 faster (on that step, at 4, 8 and 16 CTAs, slower overall: hence off by default). The
 copy engines take none of the SMs: at two ranks (exchanges, see ``overlap._as_exchange``)
-that made the step 0.9-1.1 ms faster than NCCL (``benchmarks/results``), hence on by
-default there (``copy_engine_by_default``). The pass only moves collectives to a copy,
+that made the 16-layer training step 0.9-1.1 ms faster than NCCL, but the overlap grid's
+gradient synchronisations 1.25-1.55x slower than one bucket on NCCL
+(``benchmarks/results``): off by default, ``auto`` on where ``copy_engine_by_default``
+says. The pass only moves collectives to a copy,
 never creates one, so that every process (and a run that finds the compiled graph in the
 FX graph cache) makes the same groups, in the same order, when it calls
 ``commrt.fx.install``.

@@ -95,7 +95,7 @@ def install(fuse_rmsnorm: bool = True, overlap: bool = True,
     collectives on copies of ``comm_groups`` (default: the world group) whose NCCL
     communicator takes at most that many CTAs; the copies are made here, so with a limit
     every rank must call ``install`` (in the same order, as for ``new_group``).
-    ``copy_engine`` (default ``COMMRT_FX_COPY_ENGINE``, auto: on where the groups are two
+    ``copy_engine`` (default ``COMMRT_FX_COPY_ENGINE``, off; auto: on where the groups are two
     NCCL ranks on GPUs, ``comm_groups.copy_engine_by_default``) runs their sum and avg
     all-reduces that have compute to hide behind on a copy-engine group instead
     (``commrt.copy_engine_group``; also made here, with a symmetric workspace of
