@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Everything commrt runs on a GPU machine, in one call:
-#   bash benchmarks/gpu_run.sh [stage ...]   stages: env tests onegpu multigpu tune tunear tunefused bench cli decode fxoverlap fxoverlaptp copyengine scatter scattersweep scatternarrow scattergrid overhead
+#   bash benchmarks/gpu_run.sh [stage ...]   stages: env tests onegpu multigpu tune tunear tunefused tuneag tuners fxgrid bench cli decode fxoverlap fxoverlaptp copyengine scatter scattersweep scatternarrow scattergrid overhead
 # (onegpu: the one-GPU suite, pytest -m gpu; its summary is kept as
 #  benchmarks/results/gpu_tests_<device>.txt, a copy in $OUT; multigpu: the tests that
 #  need every GPU of the machine, pytest -m multigpu, kept as gpu_tests_<device>_ws<N>.txt)
@@ -10,7 +10,7 @@
 #  ONEGPU_ARGS adds pytest options (e.g. "-n 3"), DECODE_ARGS / BENCH_ARGS add bench_tp_decode.py /
 #  bench_allreduce.py options, FX_ARGS / TP_ARGS add bench_fx_overlap.py options (without /
 #  with --tp), CE_ARGS
-#  bench_copy_engine.py options, GRID_ARGS bench_scatter.py --grid options (e.g.
+#  bench_copy_engine.py options, GRID_CELLS the overlap grid's cells (fxgrid), GRID_ARGS bench_scatter.py --grid options (e.g.
 #  "--widths 0,1,4,16" then "--widths 100,1024,4096 --update": the grid in two calls;
 #  "--widths 4 --rows 1024 --ops index_put --dtypes bfloat16 --update": one group again;
 #  "--ops scatter_add": the same grid of scatter_add, in a file of its own),
@@ -168,6 +168,16 @@ for stage in $STAGES; do
       [ -f "$TABLE" ] && export COMMRT_TABLE=$TABLE
       run commrt tune --only fused --out "$TABLE.new" --raw "$RES/tune_fused_raw.json" \
         && mv "$TABLE.new" "$TABLE" ;;
+    tuneag|tuners)  # one collective's section, on top of the table in use (shipped or $TABLE)
+      op=$([ "$stage" = tuneag ] && echo all_gather || echo reduce_scatter)
+      say "commrt tune --only $op"
+      [ -f "$TABLE" ] && export COMMRT_TABLE=$TABLE
+      run commrt tune --only "$op" --out "$TABLE.new" --raw "$RES/tune_${op}_raw.json" \
+        && mv "$TABLE.new" "$TABLE" ;;
+    fxgrid)  # the overlap grid (GRID_CELLS=0,5 for some cells only)
+      say "bench_fx_overlap --grid"
+      run torchrun --nproc-per-node "$NGPU" benchmarks/bench_fx_overlap.py --grid \
+        --out-dir "$RES" ${GRID_CELLS:+--grid-cells "$GRID_CELLS"} ;;
     usetable)  # a table carried in .carry/ (from an earlier call)
       cp .carry/table.json "$TABLE" ;;
     bench)
