@@ -47,19 +47,34 @@ print(f"torch: {torch.__version__}  triton: {triton.__version__}  cuda: {torch.v
       f"  nccl: {nccl}")
 PY
 }
+# The first GPU's name, and its lower-case slug for file names
+gpu_name() { local n; n=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1); echo "${n:-unknown}"; }
+gpu_slug() { echo "$1" | tr '[:upper:]' '[:lower:]' | tr ' ' '-' | tr -cd 'a-z0-9._-'; }
+PYTEST=$(command -v pytest >/dev/null && echo pytest || echo python3 -m pytest)
+# A test summary's head: device, versions, date, commit
+summary_head() {
+  echo "device: $1"
+  versions
+  echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  echo "commit: ${GIT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}"
+}
+# $OUT/$1 kept in results/ (the tarball) and the checkout's benchmarks/results
+keep_summary() {
+  cp "$OUT/$1" "$RES/$1"
+  cp "$OUT/$1" "benchmarks/results/$1" 2>/dev/null
+}
 # The one-GPU suite with every test id and outcome (-rfEsxXp: -rA without the captured
 # output of every passing test, which kept an H100 run printing past its time limit),
 # kept with device, versions, date, commit and command as gpu_tests_<device>.txt in
 # $OUT, results/ and the checkout.
 onegpu() {
   local name dev file raw cmd rc path ignore=() pids=() part
-  name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
-  name=${name:-unknown}
-  dev=$(echo "$name" | tr '[:upper:]' '[:lower:]' | tr ' ' '-' | tr -cd 'a-z0-9._-')
+  name=$(gpu_name)
+  dev=$(gpu_slug "$name")
   file=gpu_tests_$dev.txt
   [ -n "${ONEGPU_ONLY:-}" ] && file=gpu_tests_${ONEGPU_LABEL:-subset}_$dev.txt
   raw=$OUT/onegpu_pytest.txt
-  cmd="$(command -v pytest >/dev/null && echo pytest || echo python3 -m pytest) -m gpu -rfEsxXp -q${ONEGPU_ARGS:+ $ONEGPU_ARGS}"
+  cmd="$PYTEST -m gpu -rfEsxXp -q${ONEGPU_ARGS:+ $ONEGPU_ARGS}"
   # ONEGPU_APART="tests/a.py ...": those files in a second pytest beside the rest, on the
   # same GPU (the suite in about half the time)
   for path in ${ONEGPU_APART:-}; do ignore+=(--ignore="$path"); done
@@ -83,10 +98,7 @@ onegpu() {
   cat "$raw".* >"$raw"
   cat "$raw" >>"$LOG"
   {
-    echo "device: $name"
-    versions
-    echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-    echo "commit: ${GIT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}"
+    summary_head "$name"
     if [ -n "${ONEGPU_ONLY:-}" ]; then
       echo "command: one beside the other:" \
         "$(for path in $ONEGPU_ONLY; do printf '%s; ' "$cmd $path${TESTS_K:+ -k \"$TESTS_K\"}"; done)"
@@ -103,8 +115,7 @@ onegpu() {
     done
   } >"$OUT/$file"
   rm -f "$raw".*
-  cp "$OUT/$file" "$RES/$file"
-  cp "$OUT/$file" "benchmarks/results/$file" 2>/dev/null
+  keep_summary "$file"
   grep -h -E "^[0-9]+ (passed|failed)|^=+ .*(passed|failed|error)" "$raw" | tee -a "$LOG"
   echo "exit $rc: $cmd (summary: $OUT/$file)" | tee -a "$LOG"
 }
@@ -112,29 +123,23 @@ onegpu() {
 # The multi-GPU tests (pytest -m multigpu: NCCL ranks on every GPU), their summary kept
 # as gpu_tests_<device>_ws<N>.txt as onegpu keeps its own.
 multigpu() {
-  local name dev file raw cmd rc
-  name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
-  name=${name:-unknown}
-  dev=$(echo "$name" | tr '[:upper:]' '[:lower:]' | tr ' ' '-' | tr -cd 'a-z0-9._-')
-  file=gpu_tests_${dev}_ws$NGPU.txt
+  local name file raw cmd rc
+  name=$(gpu_name)
+  file=gpu_tests_$(gpu_slug "$name")_ws$NGPU.txt
   raw=$OUT/multigpu_pytest.txt
-  cmd="$(command -v pytest >/dev/null && echo pytest || echo python3 -m pytest) -m multigpu -rfEsxXp -q --durations=0${MULTIGPU_ARGS:+ $MULTIGPU_ARGS}"
+  cmd="$PYTEST -m multigpu -rfEsxXp -q --durations=0${MULTIGPU_ARGS:+ $MULTIGPU_ARGS}"
   timeout "${STAGE_TIMEOUT:-0}" $cmd tests ${TESTS_K:+-k "$TESTS_K"} >"$raw" 2>&1
   rc=$?
   cat "$raw" >>"$LOG"
   {
-    echo "device: $NGPU x $name"
-    versions
-    echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-    echo "commit: ${GIT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}"
+    summary_head "$NGPU x $name"
     echo "command: $cmd tests${TESTS_K:+ -k \"$TESTS_K\"}"
     echo "exit: $rc"
     echo
     sed -n '/slowest durations/,$p' "$raw"
   } >"$OUT/$file"
   rm -f "$raw"
-  cp "$OUT/$file" "$RES/$file"
-  cp "$OUT/$file" "benchmarks/results/$file" 2>/dev/null
+  keep_summary "$file"
   echo "exit $rc: $cmd (summary: $OUT/$file)" | tee -a "$LOG"
 }
 

@@ -20,9 +20,9 @@ import probe_narrow_costs as narrow_costs
 import torch
 import triton
 import triton.language as tl
-from probe_narrow_costs import cell_data  # noqa: E402
+from probe_narrow_costs import cell_data
 
-from commrt.bench import commit  # noqa: E402
+from commrt.bench import commit
 from commrt.fx import scatter_narrow as sn
 from commrt.fx.scatter_rule import (
     HOT,
