@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Everything commrt runs on a GPU machine, in one call:
-#   bash benchmarks/gpu_run.sh [stage ...]   stages: env tests onegpu multigpu tune tunear tunefused tuneag tuners fxgrid bench cli decode fxoverlap fxoverlaptp copyengine scatter scattersweep scatternarrow scattergrid overhead
+#   bash benchmarks/gpu_run.sh [stage ...]   stages: env tests onegpu multigpu tune tunear tunefused tuneag tuners fxgrid bench benchops cli decode fxoverlap fxoverlaptp copyengine scatter scattersweep scatternarrow scattergrid overhead
 # (onegpu: the one-GPU suite, pytest -m gpu; its summary is kept as
 #  benchmarks/results/gpu_tests_<device>.txt, a copy in $OUT; multigpu: the tests that
 #  need every GPU of the machine, pytest -m multigpu, kept as gpu_tests_<device>_ws<N>.txt)
@@ -189,6 +189,13 @@ for stage in $STAGES; do
       say "bench_allreduce"
       [ -f "$TABLE" ] && export COMMRT_TABLE=$TABLE
       run torchrun --nproc-per-node "$NGPU" benchmarks/bench_allreduce.py --out-dir "$RES" ${BENCH_ARGS:-} ;;
+    benchops)  # all-gather and reduce-scatter, every variant against auto
+      [ -f "$TABLE" ] && export COMMRT_TABLE=$TABLE
+      gen=$(python3 -c 'import torch; from commrt.dispatch.profile import generation_key as g; p = torch.cuda.get_device_properties(0); print(g("nvidia", p.name, p.major, p.minor))')
+      for op in all_gather reduce_scatter; do
+        say "commrt bench --op $op --all"
+        run commrt bench --op "$op" --all --out "$RES/${op}_${gen}_ws$NGPU.json"
+      done ;;
     decode)
       say "bench_tp_decode"
       [ -f "$TABLE" ] && export COMMRT_TABLE=$TABLE
