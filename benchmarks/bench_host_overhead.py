@@ -6,7 +6,9 @@
 Times ``--calls`` back-to-back calls on the host only (the GPU queue absorbs them; the
 median of ``--repeats`` bursts) for ``x.add_(1)`` on 1,024 floats (the yardstick),
 the process group, PyTorch's symm-mem op, commrt's auto path, each kernel forced through
-``comm.all_reduce``, and the same with Triton's own launch path. On one GPU the world is
+``comm.all_reduce``, and the same with Triton's own launch path; on two ranks or more
+also an all-gather of the same bytes and a reduce-scatter back, the process group's and
+commrt's. On one GPU the world is
 one rank: auto is the identity, and the kernels are forced onto a one-rank workspace
 carved from an ordinary allocation (the whole host path of a kernel call). Then the
 share of each step of the replayed call, each timed alone. Prints the target ratio:
@@ -120,6 +122,15 @@ def paths(comm, x: torch.Tensor, small: torch.Tensor) -> dict[str, Callable[[], 
     for algo in KERNELS:
         view = forced(comm, algo)
         out[f"comm.all_reduce ({algo})"] = lambda v=view: v.all_reduce(x)
+    if comm.world_size > 1:  # the same bytes gathered, then scattered back
+        shard = x[:x.numel() // comm.world_size].clone()
+        full = torch.empty_like(x)
+        out["dist.all_gather_into_tensor"] = lambda: dist.all_gather_into_tensor(full, shard)
+        out["comm.all_gather_into_tensor (auto)"] = \
+            lambda: comm.all_gather_into_tensor(full, shard)
+        out["dist.reduce_scatter_tensor"] = lambda: dist.reduce_scatter_tensor(shard, full)
+        out["comm.reduce_scatter_tensor (auto)"] = \
+            lambda: comm.reduce_scatter_tensor(shard, full)
     slow = forced(comm, "one_shot")
     slow._fast = None
 

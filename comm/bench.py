@@ -149,20 +149,40 @@ def _make_call(comm: Communicator, v: Variant, x: torch.Tensor) -> Callable[[], 
         return lambda: comm.all_reduce(x)
     if v.algorithm == "nccl":
         return lambda: dist.all_reduce(x, group=comm.group)
-    if v.as_user:
-        view = forced_view(comm, v.algorithm)
+    if v.as_user or v.config:
+        # the tuner's configs run on the user's path too: an eager call is timed with the
+        # host cost a user pays (the replayed launch), not the bench's own way in
+        view = forced_view(comm, v.algorithm, config=v.config or None)
         return lambda: view.all_reduce(x)
     return lambda: comm.run_algorithm(v.algorithm, x, v.config)
 
 
-def forced_view(comm: Communicator, algorithm: str, op: str = "all_reduce") -> Communicator:
+class _Pinned(Dispatcher):
+    """A forced dispatcher whose every decision carries one launch config."""
+
+    def __init__(self, facts, config: dict):
+        super().__init__(facts)
+        self._config = dict(config)
+        self._pinned: dict = {}
+
+    def decide(self, *args, **kwargs):
+        key = (args, tuple(kwargs.items()))
+        d = self._pinned.get(key)
+        if d is None:
+            d = self._pinned[key] = dataclasses.replace(super().decide(*args, **kwargs),
+                                                        config=dict(self._config))
+        return d
+
+
+def forced_view(comm: Communicator, algorithm: str, op: str = "all_reduce",
+                config: dict | None = None) -> Communicator:
     """``comm`` as a user who sets ``COMMRT_ALGO=op:algorithm`` sees it: the same group,
-    workspace and state, a dispatcher that forces ``algorithm`` for ``op`` (with the table's
-    launch config for it)."""
+    workspace and state, a dispatcher that forces ``algorithm`` for ``op`` with the table's
+    launch config for it, or with ``config`` (the tuner's)."""
     view = copy.copy(comm)
     view.config = dataclasses.replace(comm.config, forced=((op, algorithm),))
     view.facts = dataclasses.replace(comm.facts, config=view.config)
-    view.dispatcher = Dispatcher(view.facts)
+    view.dispatcher = Dispatcher(view.facts) if config is None else _Pinned(view.facts, config)
     return view
 
 
@@ -536,7 +556,7 @@ def collective_call(comm: Communicator, op: str, algorithm: str, nbytes: int, dt
                     config: dict | None = None, seed: int = 0):
     """(call, wrong) for one ``op`` whose output has ``nbytes``, run by ``algorithm``:
     ``auto`` (the dispatcher's choice), else forced as ``COMMRT_ALGO=op:algorithm`` forces
-    it, or, with ``config``, run with that launch config (the tuner). ``wrong()`` runs one
+    it, with the table's launch config or ``config`` (the tuner). ``wrong()`` runs one
     call and counts elements off the float64 result of the process group on all ranks."""
     elt = torch.empty((), dtype=dtype).element_size()
     n_out = nbytes // elt
@@ -544,14 +564,12 @@ def collective_call(comm: Communicator, op: str, algorithm: str, nbytes: int, dt
     g = torch.Generator(device=comm.device).manual_seed(seed * 1009 + comm.rank)
     x = torch.randn(n_in, generator=g, dtype=torch.float32, device=comm.device).to(dtype)
     out = torch.empty(n_out, dtype=dtype, device=comm.device)
-    if config is not None:
-        def call():
-            comm.run_collective(op, algorithm, out, x, config)
-    else:
-        view = comm if algorithm == "auto" else forced_view(comm, algorithm, op)
-        fn = view.all_gather_into_tensor if op == "all_gather" else view.reduce_scatter_tensor
-        def call():
-            fn(out, x)
+    # the user's path, with the tuner's config where given
+    view = comm if algorithm == "auto" else forced_view(comm, algorithm, op, config)
+    fn = view.all_gather_into_tensor if op == "all_gather" else view.reduce_scatter_tensor
+
+    def call():
+        fn(out, x)
 
     def wrong() -> int:
         call()

@@ -183,3 +183,38 @@ def test_bench_names_the_process_group_column_after_its_backend(monkeypatch, bac
     comm = SimpleNamespace(backend=backend, device=torch.device(device))
     assert bench.process_group_label(comm) == label
     assert bench.standard_variants(comm, include_ws=False)[0] == bench.Variant(label, "nccl")
+
+
+def test_tuner_times_each_config_on_the_users_path():
+    """A tuner variant with a launch config runs through ``all_reduce`` of a view whose
+    decisions carry that config (an eager call then pays the host cost a user pays),
+    never through ``run_algorithm``; without one the view keeps the table's config."""
+    from test_dispatch import facts
+
+    from commrt import bench
+
+    class Comm:
+        def __init__(self, f):
+            self.config, self.facts, self.seen = f.config, f, []
+
+        def all_reduce(self, x):
+            self.seen.append(self.dispatcher.decide(x.numel() * x.element_size(), x.dtype,
+                                                    mode="eager"))
+
+        def run_algorithm(self, *args):
+            raise AssertionError("the tuner bypassed the user's path")
+
+    comm = Comm(facts())
+    cfg = {"block": 512, "warps": 4, "blocks": 32, "pdl": 1}
+    v = bench.Variant("one_shot_push", "one_shot_push", config=cfg)
+    x = torch.zeros(2048, dtype=torch.bfloat16)
+    call = bench._make_call(comm, v, x)
+    call()
+    call()
+    a, b = comm.seen
+    assert a is b  # decided once: the second call is one dict get
+    assert (a.algorithm, dict(a.config)) == ("one_shot_push", cfg)
+    assert "COMMRT_ALGO" in a.reason
+    plain = bench.forced_view(comm, "one_shot_push")
+    assert dict(plain.dispatcher.decide(4096, torch.bfloat16, mode="graph").config) == \
+        {"block": 1024}

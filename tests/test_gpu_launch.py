@@ -152,3 +152,36 @@ def test_replayed_launch_is_captured_in_a_cuda_graph():
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(out, inp) and comm.workspace.peer_error() == 0
+
+
+@pytest.mark.parametrize("algorithm", ["ag_push", "ag_bw", "rs_pull", "rs_push"])
+def test_one_rank_gather_and_scatter_replay_their_launch(algorithm):
+    """An eager all-gather or reduce-scatter of the same tensors again replays the launch
+    kept the first time: no Triton, no allocation, the right result on fresh data."""
+    from commrt.symm_mem import all_gather, all_gather_push, reduce_scatter, reduce_scatter_push
+
+    module = {"ag_push": all_gather_push, "ag_bw": all_gather, "rs_pull": reduce_scatter,
+              "rs_push": reduce_scatter_push}[algorithm]
+    comm = one_rank_comm(algorithm)
+    call = comm.all_gather_into_tensor if algorithm.startswith("ag") else \
+        comm.reduce_scatter_tensor
+    x = torch.randn(2053, device="cuda").to(torch.bfloat16)
+    out = torch.full_like(x, float("nan"))
+    for _ in range(3):
+        call(out, x)
+    assert len(comm._fast) == 1, "no launch kept for the replay"
+    slow = module._launch.fn.run
+    module._launch.fn.run = None  # a replay must not reach Triton's JIT
+    try:
+        torch.cuda.synchronize()
+        allocs = torch.cuda.memory_stats()["allocation.all.allocated"]
+        for seed in range(20):
+            x.copy_(torch.randn(x.shape, generator=torch.Generator().manual_seed(seed)))
+            out.fill_(float("nan"))
+            call(out, x)
+            torch.cuda.synchronize()
+            assert torch.equal(out, x), f"replay {seed}"
+        assert torch.cuda.memory_stats()["allocation.all.allocated"] == allocs
+    finally:
+        module._launch.fn.run = slow
+    assert comm.workspace.peer_error() == 0
