@@ -170,13 +170,15 @@ def test_one_rank_gather_and_scatter_replay_their_launch(algorithm):
     for _ in range(3):
         call(out, x)
     assert len(comm._fast) == 1, "no launch kept for the replay"
+    fresh = [torch.randn(x.shape, generator=torch.Generator().manual_seed(seed)).to(x)
+             for seed in range(20)]
     slow = module._launch.fn.run
     module._launch.fn.run = None  # a replay must not reach Triton's JIT
     try:
         torch.cuda.synchronize()
         allocs = torch.cuda.memory_stats()["allocation.all.allocated"]
-        for seed in range(20):
-            x.copy_(torch.randn(x.shape, generator=torch.Generator().manual_seed(seed)))
+        for seed, data in enumerate(fresh):
+            x.copy_(data)
             out.fill_(float("nan"))
             call(out, x)
             torch.cuda.synchronize()
