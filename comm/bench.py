@@ -599,22 +599,31 @@ def collective_variants(comm: Communicator, op: str, include_all: bool) -> list[
 
 def run_collective_bench(comm: Communicator, op: str, sizes: Iterable[int], dtype,
                          modes: Iterable[str], variants: list[tuple[str, str]],
-                         progress: Callable[[str], None] | None = None) -> list:
-    """Every eligible variant of ``op`` per output size and mode: checked, then timed."""
+                         progress: Callable[[str], None] | None = None,
+                         rounds: int = 3) -> list:
+    """Every eligible variant of ``op`` per output size and mode: checked, then timed in
+    ``rounds`` rounds (each in ``_round_order``): graph mode the median over rounds, eager
+    mode the fastest round, as ``run_bench`` times the all-reduce."""
     rows = []
     for mode in modes:
         for nbytes in sizes:
             elt = torch.empty((), dtype=dtype).element_size()
             row = {"bytes": nbytes, "count": nbytes // elt, "op": op,
                    "dtype": str(dtype).replace("torch.", ""), "mode": mode, "us": {},
-                   "wrong": {}}
+                   "wrong": {}, "rounds": rounds}
             q = Query(nbytes, dtype, "sum", mode, comm.device.type, op)
+            calls = {}
             for label, algo in variants:
                 if algo != "auto" and why_not(algo, q, comm.facts) is not None:
                     continue
-                call, wrong = collective_call(comm, op, algo, nbytes, dtype)
+                calls[label], wrong = collective_call(comm, op, algo, nbytes, dtype)
                 row["wrong"][label] = wrong()
-                row["us"][label] = round(_time(comm, call, mode), 3)
+            times: dict[str, list] = {label: [] for label in calls}
+            for r in range(rounds):
+                for label in _round_order(list(calls), r):
+                    times[label].append(_time(comm, calls[label], mode))
+            pick = statistics.median if mode == "graph" else min
+            row["us"] = {label: round(pick(t), 3) for label, t in times.items()}
             row["auto_algorithm"] = comm.dispatcher.decide(nbytes, dtype, "sum", mode,
                                                            comm.device.type, op).algorithm
             rows.append(row)
@@ -627,37 +636,49 @@ def tune_collective(comm: Communicator, op: str, sizes: list[int], dtype,
                     progress=None) -> tuple[dict, list]:
     """The table's ``ops.<op>`` section: per output size and mode, every eligible algorithm
     ranked, fastest first. Graph mode tries our kernels over ``CONFIG_GRID``; eager mode
-    reuses each one's graph-mode best config. Wrong ones are left out (in the raw list)."""
-    section: dict[str, list] = {}
+    reuses each one's graph-mode best config, every size timed in two passes (ascending,
+    then descending) and ranked by the faster, as the all-reduce's eager rows are. Wrong
+    ones are left out (in the raw list)."""
     raw: list = []
     best_cfg: dict[tuple[str, int], dict | None] = {}
-    for mode in ("graph", "eager"):
-        rows = []
-        for nbytes in sizes:
-            q = Query(nbytes, dtype, "sum", mode, comm.device.type, op)
-            ranking = []
-            for name, _ in BY_KIND[op]:
-                if why_not(name, q, comm.facts):
-                    continue
-                grid = CONFIG_GRID.get(name, [None]) if mode == "graph" else \
-                    [best_cfg.get((name, nbytes))]
-                best = None
-                for cfg in grid:
-                    call, wrong = collective_call(
-                        comm, op, name, nbytes, dtype,
-                        None if name == "nccl" else dict(cfg or {}))
-                    bad = wrong()
-                    us = _time(comm, call, mode)
-                    raw.append({"op": op, "mode": mode, "bytes": nbytes, "algorithm": name,
-                                "config": cfg, "us": us, "wrong": bad})
-                    if not bad and (best is None or us < best[0]):
-                        best = (us, cfg)
-                if best is not None:
-                    best_cfg[(name, nbytes)] = best[1]
-                    ranking.append(_choice(name, best))
-            if ranking:
-                rows.append(_row(nbytes, ranking, progress, f"{op} {mode} {nbytes} B"))
-        section[mode] = rows
+
+    def times(nbytes: int, mode: str) -> dict:
+        """{algorithm: (µs, config)} at this size: each one's best config in graph mode,
+        its graph-mode best in eager mode."""
+        q = Query(nbytes, dtype, "sum", mode, comm.device.type, op)
+        found = {}
+        for name, _ in BY_KIND[op]:
+            if why_not(name, q, comm.facts):
+                continue
+            grid = CONFIG_GRID.get(name, [None]) if mode == "graph" else \
+                [best_cfg.get((name, nbytes))]
+            for cfg in grid:
+                call, wrong = collective_call(comm, op, name, nbytes, dtype,
+                                              None if name == "nccl" else dict(cfg or {}))
+                bad = wrong()
+                us = _time(comm, call, mode)
+                raw.append({"op": op, "mode": mode, "bytes": nbytes, "algorithm": name,
+                            "config": cfg, "us": us, "wrong": bad})
+                if not bad and (name not in found or us < found[name][0]):
+                    found[name] = (us, cfg)
+        return found
+
+    section: dict[str, list] = {"graph": [], "eager": []}
+    for nbytes in sizes:
+        found = times(nbytes, "graph")
+        for name, (_, cfg) in found.items():
+            best_cfg[(name, nbytes)] = cfg
+        if found:
+            section["graph"].append(_row(nbytes, [_choice(k, t) for k, t in found.items()],
+                                         progress, f"{op} graph {nbytes} B"))
+    first = {nbytes: times(nbytes, "eager") for nbytes in sizes}
+    for nbytes in reversed(sizes):
+        again = times(nbytes, "eager")  # wrong in either pass: out
+        ranking = [_choice(name, (min(us, again[name][0]), cfg))
+                   for name, (us, cfg) in first[nbytes].items() if name in again]
+        if ranking:
+            section["eager"].append(_row(nbytes, ranking, progress, f"{op} eager {nbytes} B"))
+    section["eager"].reverse()
     return section, raw
 
 

@@ -310,24 +310,6 @@ class Communicator:
         else:
             self._run_custom(d, tensor, tensor)
 
-    def run_collective(self, kind: str, algorithm: str, output: torch.Tensor,
-                       input: torch.Tensor, config: dict | None = None) -> None:
-        """An all-gather or reduce-scatter (sum) with ``algorithm`` and ``config``,
-        bypassing the table's choice (bench, tuner); ``ConfigError`` says why it cannot."""
-        self._check_sizes(kind, output, input)
-        q = Query(output.numel() * output.element_size(), output.dtype, "sum",
-                  self._mode(output), output.device.type, kind)
-        why = why_not(algorithm, q, self.facts)
-        if why:
-            raise ConfigError(f"{algorithm} cannot run this {kind}: {why}")
-        if config is None:
-            config = self.dispatcher.config_for(algorithm, q.nbytes, q.mode, kind)
-        record(kind, algorithm)
-        if algorithm == "nccl":
-            self._process_group_collective(kind, output, input, _SUM, False)
-        elif output.numel():
-            self._run_collective(kind, Decision(algorithm, "requested", config), output, input)
-
     def run_flat(self, inp: torch.Tensor, out: torch.Tensor) -> None:
         """Sum a flat contiguous tensor into ``out`` (the custom op's kernel)."""
         fast = self._fast

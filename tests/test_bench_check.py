@@ -218,3 +218,43 @@ def test_tuner_times_each_config_on_the_users_path():
     plain = bench.forced_view(comm, "one_shot_push")
     assert dict(plain.dispatcher.decide(4096, torch.bfloat16, mode="graph").config) == \
         {"block": 1024}
+
+
+def test_collective_tuner_ranks_eager_rows_by_the_faster_of_two_passes(monkeypatch):
+    """Graph rows keep each kernel's fastest config; eager rows reuse it and take each
+    algorithm's faster time of two passes over the sizes, so a slow host moment in one
+    pass does not reorder a row."""
+    import collections
+    import types
+
+    from commrt import bench
+
+    best = (("block", 1024), ("blocks", 32), ("warps", 4))
+    monkeypatch.setattr(bench, "why_not", lambda name, q, f: None
+                        if name in ("nccl", "ag_push", "ag_bw") else "not here")
+    monkeypatch.setattr(bench, "collective_call", lambda comm, op, name, nbytes, dtype, cfg:
+                        ((name, nbytes, cfg and tuple(sorted(cfg.items()))), lambda: 0))
+    eager_calls = collections.Counter()
+
+    def fake_time(comm, call, mode):
+        name, nbytes, cfg = call
+        if mode == "graph":
+            return {"nccl": 10.0, "ag_push": 3.0 + (cfg != best), "ag_bw": 5.0}[name]
+        assert name != "ag_push" or cfg == best, "eager must reuse the graph-mode best"
+        eager_calls[name, nbytes] += 1
+        if name == "ag_push" and nbytes == 8192 and eager_calls[name, nbytes] == 1:
+            return 50.0  # a slow moment of the host, in the first pass only
+        return {"nccl": 40.0, "ag_push": 7.0, "ag_bw": 9.0}[name]
+
+    monkeypatch.setattr(bench, "_time", fake_time)
+    comm = types.SimpleNamespace(device=torch.device("cuda"), facts=None)
+    section, raw = bench.tune_collective(comm, "all_gather", [4096, 8192], torch.bfloat16)
+    for mode, us in (("graph", 3.0), ("eager", 7.0)):
+        rows = section[mode]
+        assert [r["max_bytes"] for r in rows] == [4096, 8192]
+        for r in rows:
+            top = r["ranking"][0]
+            assert (top["algorithm"], top["us"]) == ("ag_push", us)
+            assert tuple(sorted(top["config"].items())) == best
+    assert set(eager_calls.values()) == {2}  # every algorithm and size, twice
+    assert any(m["us"] == 50.0 for m in raw)

@@ -67,3 +67,56 @@ def test_next_launch_waits_for_the_primary_eager_and_in_graph():
         graph.replay()
         torch.cuda.synchronize()
         assert torch.equal(seen, want), f"graph: the copies saw {seen.tolist()}"
+
+
+@triton.jit
+def _slow_copy(dst, src, n, NS: tl.constexpr, BLOCK: tl.constexpr):
+    tl.extra.cuda.gdc_launch_dependents()  # the dependent may launch at once
+    t0 = now(True)
+    while now(True) - t0 < NS:
+        pass
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(dst + offs, tl.load(src + offs, mask=offs < n), mask=offs < n)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available() or not has_pdl(torch.device("cuda")),
+                    reason="needs a CUDA GPU with programmatic dependent launch (sm90+)")
+@pytest.mark.parametrize("kernels", ["narrow", "wide"])
+def test_scatter_launched_after_its_producer_reads_its_output(kernels):
+    """``wait_first``: the scatter's first kernel, a programmatic dependent of the launch
+    before it, waits for it before reading ``self``: a producer that lets it launch at
+    once, then spins before it writes ``self``, still hands over every element."""
+    from commrt.fx.scatter_kernels import partitioned_index_add
+    from commrt.fx.scatter_narrow import narrow_index_add
+
+    width, op = (16, narrow_index_add) if kernels == "narrow" else (100, partitioned_index_add)
+    g = torch.Generator(device="cuda").manual_seed(3)
+    rows, n = 1031, 20011
+    src = torch.randn(rows, width, device="cuda", generator=g)
+    vals = torch.randn(n, width, device="cuda", generator=g)
+    idx = torch.randint(0, rows, (n,), device="cuda", generator=g)
+    ref = src.double().index_add(0, idx, vals.double())
+    dst = torch.zeros_like(src)
+
+    def call():
+        dst.zero_()
+        _slow_copy[(triton.cdiv(src.numel(), 1024),)](dst, src, src.numel(), NS=SPIN_NS,
+                                                      BLOCK=1024)
+        return op(dst, idx, vals, 16, wait_first=True)
+
+    for got in (call(), call()):
+        torch.cuda.synchronize()
+        assert float((got.double() - ref).abs().max()) < 1e-3
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        call()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        got = call()
+    for _ in range(3):
+        graph.replay()
+        torch.cuda.synchronize()
+        assert float((got.double() - ref).abs().max()) < 1e-3

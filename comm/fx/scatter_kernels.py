@@ -57,10 +57,14 @@ from .scatter_scratch import zeroed
 def _prepare(self_ptr, acc, idx, state, n, rows, plane, P: tl.constexpr,
              SAMPLE: tl.constexpr, SHIFTS: tl.constexpr, PER_ADDRESS: tl.constexpr,
              MIN_COPIES: tl.constexpr, R: tl.constexpr, LEADERS: tl.constexpr,
-             BLOCK: tl.constexpr, PDL: tl.constexpr, OWN: tl.constexpr = 0, out=None):
+             BLOCK: tl.constexpr, PDL: tl.constexpr, OWN: tl.constexpr = 0, out=None,
+             WAIT: tl.constexpr = False):
     # Program 0 estimates p, every other program copies a block of self into acc (fp32).
     # OWN > 0 (fp16/bf16): self is copied into out too, and the plan adds in out's dtype
-    # (state[3] = 1) where an address expects at most OWN adds.
+    # (state[3] = 1) where an address expects at most OWN adds. WAIT: launched as a
+    # programmatic dependent of the launch before it, whose results it waits for first.
+    if WAIT:
+        tl.extra.cuda.gdc_wait()
     if PDL:  # _scatter's programs may start (they load their indices, then wait)
         tl.extra.cuda.gdc_launch_dependents()
     pid = tl.program_id(0)
@@ -336,7 +340,7 @@ def partitioned_index_add(self: torch.Tensor, index: torch.Tensor, values: torch
                           min_copies: int = MIN_COPIES, leaders: int = LEADERS,
                           state: torch.Tensor | None = None,
                           sum_pdl: bool = True, sum_early: bool = True,
-                          own_adds: int = 0) -> torch.Tensor:
+                          own_adds: int = 0, wait_first: bool = False) -> torch.Tensor:
     """``self.index_add(0, index, values)`` (a new tensor) with the scheme above.
 
     ``self`` and ``values`` contiguous floating tensors, ``values`` shaped
@@ -347,7 +351,9 @@ def partitioned_index_add(self: torch.Tensor, index: torch.Tensor, values: torch
     ``sum_early``: that ``_sum`` returns without waiting where the plan left nothing to
     sum; ``own_adds``: fp16/bf16 values and output: where the plan expects at most this
     many adds an address, add in the output's dtype straight into it (``_sum`` then does
-    nothing), else through the fp32 copies (0: always).
+    nothing), else through the fp32 copies (0: always); ``wait_first``: ``_prepare`` a
+    programmatic dependent of the launch before it, where the GPU has it (it waits for it
+    before reading anything).
     """
     rows, n, D = scatter_shape(self, index, values, partitions, tuple(PARTS),
                                "partitioned_index_add")
@@ -376,7 +382,8 @@ def partitioned_index_add(self: torch.Tensor, index: torch.Tensor, values: torch
         self, acc, index, state, n, rows, plane, P=partitions,
         SAMPLE=OWN_SAMPLE if own_adds else SAMPLE, SHIFTS=OWN_SHIFTS if own_adds else SHIFTS,
         PER_ADDRESS=per_address, MIN_COPIES=min(min_copies, partitions),
-        R=cfg["R"], LEADERS=leaders, BLOCK=PREPARE_BLOCK, PDL=pdl, OWN=own_adds, out=out)
+        R=cfg["R"], LEADERS=leaders, BLOCK=PREPARE_BLOCK, PDL=pdl, OWN=own_adds, out=out,
+        WAIT=pdl and wait_first, **({"launch_pdl": True} if pdl and wait_first else {}))
     # _sum a programmatic dependent, as the narrow kernels' is: on one H200 every cell the
     # wide kernels take ran 0.3-0.6 µs faster so (cf70dce,
     # benchmarks/results/probe_sum_grid_NVIDIA_H200.json: fp32 rows of 100 into 1,024

@@ -222,11 +222,15 @@ def _init(self_ptr, acc, extra, idx, state, n, rows, plane, P: tl.constexpr,
           HOT_ADDS: tl.constexpr, HOT_SHARE: tl.constexpr, PER_ADDRESS: tl.constexpr,
           MIN_COPIES: tl.constexpr, SPREAD: tl.constexpr, BLOCK: tl.constexpr,
           WIDE: tl.constexpr, PDL: tl.constexpr, HALF_ADDS: tl.constexpr = False,
-          HD: tl.constexpr = 1, out=None, OWN_ADDS: tl.constexpr = 0):
+          HD: tl.constexpr = 1, out=None, OWN_ADDS: tl.constexpr = 0,
+          WAIT: tl.constexpr = False):
     # Program 0 makes the plan, every other program copies one block of self into acc.
     # OWN_ADDS > 0 (fp16/bf16, one copy): self is copied into out too, and the plan adds
     # in out's dtype (state[4 + H] = 1) where no row is hot and an address expects at
-    # most OWN_ADDS adds.
+    # most OWN_ADDS adds. WAIT: launched as a programmatic dependent of the launch before
+    # it, whose results it waits for before it reads anything.
+    if WAIT:
+        tl.extra.cuda.gdc_wait()
     if PDL:  # _scatter's programs may start (they load values and indices, then wait)
         tl.extra.cuda.gdc_launch_dependents()
     pid = tl.program_id(0)
@@ -418,7 +422,8 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
                      spread: int = NARROW_SPREAD, pair_sample: int = NARROW_PAIR_SAMPLE,
                      half_adds: bool = False, local: int = 0,
                      columns: int = 0, warps: int = 0, own_adds: int = 0,
-                     sum_early: bool = True, local_early: bool = False) -> torch.Tensor:
+                     sum_early: bool = True, local_early: bool = False,
+                     wait_first: bool = False) -> torch.Tensor:
     """``self.index_add(0, index, values)`` (a new tensor) with the scheme above.
 
     ``self`` and ``values`` contiguous, of one of ``DTYPES``, rows of at most
@@ -446,7 +451,9 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
     straight into it (``_sum`` then does nothing), else through the fp32 copy (0: always);
     ``sum_early``: with ``pdl``, ``_sum`` returns without waiting for ``_scatter`` where the
     plan left it nothing to do; ``local_early``: with ``local`` and no hot rows, a block's
-    rows that share an index are found before ``_scatter`` waits for ``_init``.
+    rows that share an index are found before ``_scatter`` waits for ``_init``;
+    ``wait_first``: with ``pdl``, ``_init`` too is a programmatic dependent of the launch
+    before it (it waits for it before reading anything).
     """
     rows, n, D = scatter_shape(self, index, values, partitions, DTYPES, "narrow_index_add")
     if hot and NARROW_SAMPLE // hot_min > hot:
@@ -507,9 +514,10 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
     blk = HALF_BLOCK if half_adds else BLOCK
     _init[(1 + cdiv(plane, blk),)](self, acc, extra, index, state, n, rows, plane, **plan,
                                    BLOCK=blk, WIDE=wide, PDL=pdl, HALF_ADDS=half_adds, HD=HD,
-                                   out=out, OWN_ADDS=own_adds,
+                                   out=out, OWN_ADDS=own_adds, WAIT=pdl and wait_first,
                                    num_warps=INIT_WARPS_ONE if W == NARROW_SAMPLE and
-                                   plane < ONE_SAMPLE_PLANE else INIT_WARPS)
+                                   plane < ONE_SAMPLE_PLANE else INIT_WARPS,
+                                   **({"launch_pdl": True} if pdl and wait_first else {}))
     # ... only where _sum may have nothing to do (fp32 output, or the plan's own dtype)
     has_sum = partitions > 1 or not (same or half_adds)
     early = pdl and sum_early and n > 0 and has_sum and (same or own_adds > 0)

@@ -1,0 +1,60 @@
+"""Do the scatter kernels gain from their first kernel launched as a programmatic dependent
+of the launch before it (``wait_first``)?
+
+One GPU. The narrow kernels' ``_init`` and the wide kernels' ``_prepare`` are plain
+launches: each waits in the stream for the kernel before it to finish and for its own
+launch, where Inductor's scatter pays one launch fewer (no third kernel). With
+``wait_first`` they are launched as programmatic dependents and wait for that kernel in
+``griddepcontrol.wait`` before reading anything (``tests/test_gpu_pdl_order.py``), so
+their launch may overlap its end. Cells: those of the grid at d047a19 over 1.05x the
+faster compiled column on one H200. Variants: the op as the pass calls it ("op") and the
+same with ``wait_first`` ("wait first"); against Inductor's plain scatter ("inductor").
+µs a call in a CUDA graph of 20 calls (median of five rounds taken in turn; spread: the
+least and most)::
+
+    python benchmarks/probes/probe_init_pdl.py [--out probe_init_pdl.json]
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+from probe_narrow_costs import checked_rounds, run_cells
+
+import commrt.fx.scatter  # noqa: F401 (defines commrt::partitioned_index_put)
+from commrt.fx import scatter_kernels, scatter_narrow
+
+ROUNDS = 5
+F32, B16 = torch.float32, torch.bfloat16
+CELLS = [(F32, 0, 65536, "uniform"), (F32, 1, 65536, "uniform"),
+         (F32, 16, 1024, "uniform"), (F32, 16, 1024, "skewed"),
+         (F32, 100, 1024, "uniform"), (F32, 1024, 1024, "uniform"),
+         (B16, 4, 65536, "uniform"), (B16, 16, 65536, "uniform")] + \
+    [(B16, 100, 1024, d) for d in ("uniform", "skewed", "hot")]
+NARROW, WIDE = scatter_narrow.narrow_index_add, scatter_kernels.partitioned_index_add
+
+
+def wait_first(out, idx, vals, P):
+    """The op as the pass calls it, its narrow and wide kernels with ``wait_first``."""
+    kept = scatter_narrow.narrow_index_add, scatter_kernels.partitioned_index_add
+    scatter_narrow.narrow_index_add = functools.partial(NARROW, wait_first=True)
+    scatter_kernels.partitioned_index_add = functools.partial(WIDE, wait_first=True)
+    try:
+        return torch.ops.commrt.partitioned_index_put(out, idx, vals, P)
+    finally:
+        scatter_narrow.narrow_index_add, scatter_kernels.partitioned_index_add = kept
+
+
+def cell(dtype, width: int, rows: int, dist: str) -> dict:
+    variants = {"op": torch.ops.commrt.partitioned_index_put, "wait first": wait_first}
+    return checked_rounds(dtype, width, rows, dist, variants, ROUNDS)
+
+
+def main() -> None:
+    run_cells(__doc__, "probe_init_pdl.json", CELLS, cell,
+              f"µs a call (median of {ROUNDS} rounds, each a CUDA graph of 20 calls)")
+
+
+if __name__ == "__main__":
+    main()
