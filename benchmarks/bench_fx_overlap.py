@@ -240,12 +240,43 @@ def _with_carveout(sms: int, fn, *args):
         torch._C._set_sm_carveout_experimental(carveout)
 
 
+class _NeverDone:
+    """A cost model whose collectives never end before the compute does: ``defer_stalls``
+    then runs every other runnable node before a wait (each wait as late as its users
+    allow)."""
+
+    def __init__(self, model):
+        self._model = model
+
+    def comm_us(self, *args, **kwargs) -> float:
+        return 1e12
+
+    def __getattr__(self, name):
+        return getattr(self._model, name)
+
+
+def _defer(opts: dict):
+    """The waits' deferral for a row: as the pass does it, as late as their users allow
+    (``late``), or none (``no_defer``: each wait where ``place`` put it)."""
+    if opts.get("no_defer"):
+        return mock.patch("commrt.fx.overlap.defer_stalls",
+                          lambda graph, colls, model: (list(graph.nodes), 0))
+    if opts.get("late"):
+        from commrt.fx import stalls
+
+        return mock.patch("commrt.fx.overlap.defer_stalls",
+                          lambda graph, colls, model: stalls.defer_stalls(graph, colls,
+                                                                          _NeverDone(model)))
+    return contextlib.nullcontext()
+
+
 def _row(spec: str) -> dict:
     """The options of one ``--rows`` entry (sizes in MiB)."""
     opts = {"commrt": True}
     for item in (i.strip() for i in spec.split(",") if i.strip()):
         key, _, val = item.partition("=")
-        if key in ("ce", "nccl", "gather", "no_hoist", "no_reorder") and not val:
+        if key in ("ce", "nccl", "gather", "no_hoist", "no_reorder", "late",
+                   "no_defer") and not val:
             opts[key] = True
         elif key in ("budget", "cap", "ctas", "carveout") and val.isdigit():
             opts[key] = int(val) << 20 if key in ("budget", "cap") else int(val)
@@ -399,34 +430,54 @@ def _grid_cell(cell: dict, args, dev, rank: int, world: int) -> dict:
 
     steps, inputs = _grid_inputs(cell, args, dev, rank, world)
     ref = steps["compiled"](*inputs)
-    out = {"ms": {}, "diff_over_tolerance": {}, "reports": []}
-    for name, fn in steps.items():
+    out = {"ms": {}, "diff_over_tolerance": {}, "reports": [], "row_reports": {}}
+    rows = {name: {"commrt": True} if name == "commrt.fx" else {} for name in steps}
+    for spec in (r for r in args.grid_rows.split(";") if r.strip()):
+        rows[f"commrt.fx ({spec})"] = opts = _row(spec)
+        if set(opts) - {"commrt", "cap", "budget", "late", "no_defer"}:
+            raise SystemExit(f"--grid-rows: {spec!r}: the grid takes cap=, budget=, late "
+                             "and no_defer only")
+    for name, opts in rows.items():
+        fn = steps.get(name, steps["commrt.fx"])
         torch._dynamo.reset()
         commrt.fx.last_reports.clear()
-        patches = {"fx_graph_cache": name != "commrt.fx"}  # a cache hit skips the report
+        # a cache hit skips the report
+        patches = {"fx_graph_cache": not opts.get("commrt")}
         if name == "Inductor overlap":
             patches["aten_distributed_optimizations.enable_overlap_scheduling"] = True
-        passes = commrt.fx.installed() if name == "commrt.fx" else contextlib.nullcontext()
-        with ic.patch(patches), passes:
+        limit = {"bucket_cap": opts["cap"]} if "cap" in opts else {}
+        if "budget" in opts:
+            limit["memory_budget"] = opts["budget"]
+        passes = commrt.fx.installed(**limit) if opts.get("commrt") else \
+            contextlib.nullcontext()
+        with ic.patch(patches), _defer(opts), passes:
             compiled = torch.compile(fn, fullgraph=True)
             got = compiled(*inputs)
             if name != "floor":
                 diff = out["diff_over_tolerance"][name] = _close(got, ref)
                 assert diff <= 1.0, (cell, name, "differs from the eager step", diff)
             out["ms"][name] = _slowest_median_ms(lambda c=compiled: c(*inputs), args.grid_iters)
-        if name == "commrt.fx":
-            out["reports"] = [{k: r.__dict__.get(k) for k in (
+        if opts.get("commrt"):
+            reports = [{k: r.__dict__.get(k) for k in (
                 "collectives_before", "collectives_after", "buckets", "plan", "plan_us",
-                "limited", "exposed_us_after", "comm_us")}
+                "limited", "exposed_us_after", "comm_us", "deferred")}
                 for n, r in commrt.fx.last_reports if n == "overlap"]
-    others = [v for k, v in out["ms"].items() if k not in ("commrt.fx", "floor")]
+            if name == "commrt.fx":
+                out["reports"] = reports
+            else:
+                out["row_reports"][name] = reports
+    others = [v for k, v in out["ms"].items() if k in GRID_COLUMNS
+              and k not in ("commrt.fx", "floor")]
     out["commrt_over_best_other"] = out["ms"]["commrt.fx"] / min(others)
     out["commrt_over_floor"] = out["ms"]["commrt.fx"] / out["ms"]["floor"]
     return out
 
 
 def _grid_md(m: dict, cells: list[dict]) -> str:
-    head = ["cell", "room", *GRID_COLUMNS, "commrt / best other", "commrt / floor", "plan"]
+    extra = list(dict.fromkeys(k for c in cells for k in c.get("ms", {})
+                               if k not in GRID_COLUMNS))  # --grid-rows
+    columns = (*GRID_COLUMNS, *extra)
+    head = ["cell", "room", *columns, "commrt / best other", "commrt / floor", "plan"]
     lines = [f"# FX grid: {m['device']} x {m['world_size']}, torch {m['torch']}, NCCL "
              f"{m['nccl']}, {m['date']}, commit {m['commit']}", "", f"`{m['command']}`", "",
              "Median ms a step; room: compute at least twice the collectives' time by the "
@@ -436,7 +487,7 @@ def _grid_md(m: dict, cells: list[dict]) -> str:
             continue
         name = (f"{c['gradients']} x {c['bytes'] >> 10} KiB {c['dtype']}, {c['compute']}"
                 if c["kind"] == "dp" else f"TP, {c['micro_batches']} micro-batches")
-        ms = [f"{c['ms'][k]:.3f}" if k in c["ms"] else "n/a" for k in GRID_COLUMNS]
+        ms = [f"{c['ms'][k]:.3f}" if k in c["ms"] else "n/a" for k in columns]
         plan = ",".join(r["plan"] or "-" for r in c["reports"])
         lines.append(f"| {name} | {'yes' if c['room'] else 'no'} | " + " | ".join(ms) +
                      f" | {c['commrt_over_best_other']:.3f} | {c['commrt_over_floor']:.3f} "
@@ -498,7 +549,8 @@ def main() -> None:
     ap.add_argument("--rows", default="",
                     help="extra commrt.fx rows, ';'-separated, each a ','-separated mix of "
                          "ce, nccl (no copy engine), gather (ce as all-gathers, also at "
-                         "world size 2), no_hoist, "
+                         "world size 2), no_hoist, late (every wait as late as its users "
+                         "allow), no_defer (no wait deferred), "
                          "no_reorder, budget=MiB, cap=MiB, ctas=N, carveout=N (every "
                          "matmul of the step through cuBLASLt leaving N SMs free), e.g. "
                          "'ce,budget=4096,no_reorder;ce,budget=4096,no_reorder,cap=128'")
@@ -509,6 +561,11 @@ def main() -> None:
                     help="instead of the training step: the grid of gradient-synchronisation "
                          "and tensor-parallel graphs (GRID_DP, GRID_TP), every column")
     ap.add_argument("--grid-cells", default="", help="only these cells of the grid, e.g. 0,5")
+    ap.add_argument("--grid-rows", default="",
+                    help="extra commrt.fx columns in the grid, ';'-separated --rows entries "
+                         "(cap=MiB, budget=MiB, late: every wait as late as its users allow, "
+                         "no_defer: each wait where the placement put it), e.g. "
+                         "'late;cap=256;late,cap=256'")
     ap.add_argument("--grid-iters", type=int, default=15)
     ap.add_argument("--grid-tp-layers", type=int, default=4)
     ap.add_argument("--grid-tp-tokens", type=int, default=4096)
@@ -591,7 +648,7 @@ def main() -> None:
             if opts.get("gather") else contextlib.nullcontext()
         passes = commrt.fx.installed(**limit) if opts.get("commrt") else \
             contextlib.nullcontext()
-        with ic.patch(patches), no_hoist, gather, passes:
+        with ic.patch(patches), no_hoist, gather, _defer(opts), passes:
             fn = torch.compile(make_step(args.layers, args.heads, world, reduce=False)
                                if opts.get("floor") else step, fullgraph=True)
             if args.tp:  # the same step as eager's

@@ -10,7 +10,8 @@
 #  ONEGPU_ARGS adds pytest options (e.g. "-n 3"), DECODE_ARGS / BENCH_ARGS add bench_tp_decode.py /
 #  bench_allreduce.py options, FX_ARGS / TP_ARGS add bench_fx_overlap.py options (without /
 #  with --tp), CE_ARGS
-#  bench_copy_engine.py options, GRID_CELLS the overlap grid's cells (fxgrid), GRID_ARGS bench_scatter.py --grid options (e.g.
+#  bench_copy_engine.py options, GRID_CELLS the overlap grid's cells (fxgrid) and FXGRID_ARGS
+#  its other options (e.g. "--grid-rows late;cap=256"), GRID_ARGS bench_scatter.py --grid options (e.g.
 #  "--widths 0,1,4,16" then "--widths 100,1024,4096 --update": the grid in two calls;
 #  "--widths 4 --rows 1024 --ops index_put --dtypes bfloat16 --update": one group again;
 #  "--ops scatter_add": the same grid of scatter_add, in a file of its own),
@@ -182,7 +183,7 @@ for stage in $STAGES; do
     fxgrid)  # the overlap grid (GRID_CELLS=0,5 for some cells only)
       say "bench_fx_overlap --grid"
       run torchrun --nproc-per-node "$NGPU" benchmarks/bench_fx_overlap.py --grid \
-        --out-dir "$RES" ${GRID_CELLS:+--grid-cells "$GRID_CELLS"} ;;
+        --out-dir "$RES" ${GRID_CELLS:+--grid-cells "$GRID_CELLS"} ${FXGRID_ARGS:-} ;;
     usetable)  # a table carried in .carry/ (from an earlier call)
       cp .carry/table.json "$TABLE" ;;
     bench)

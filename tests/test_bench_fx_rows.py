@@ -47,3 +47,56 @@ def test_the_grid_covers_every_level_of_every_factor_at_least_twice():
     assert all((c["matmuls"] == 0) == (c["compute"] == "none") for c in dp)
     assert all(c["room"] for c in dp if c["compute"] == "heavy")
     assert not any(c["room"] for c in dp if c["compute"] != "heavy")
+
+
+def test_late_and_no_defer_rows_move_the_waits():
+    """``late``: every wait after all the compute its users allow; ``no_defer``: no wait
+    deferred. On a gradient synchronisation as Inductor orders it (all-reduces and updates
+    first, ``reorder_for_locality``), with an H200's tables."""
+    import torch
+    import torch.distributed as dist
+    import torch.distributed._functional_collectives as fc
+    from torch._inductor.fx_passes.post_grad import reorder_for_locality
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    from commrt.dispatch.profile import DeviceProfile
+    from commrt.fx.overlap import overlap_and_bucket
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    dist.init_process_group("fake", rank=0, world_size=2, store=FakeStore())
+    try:
+        group, n, k = dist.group.WORLD, 16, 8
+        h200 = DeviceProfile("nvidia", "sm90-h200", "NVIDIA H200", 132, 141 << 30, 2,
+                             "nvlink", True, False, "nvml")
+
+        def step(x, w, *pg):
+            y = x
+            for _ in range(k):
+                y = torch.tanh(y @ w)
+            synced = [fc.all_reduce(g, "sum", group) / 2 for g in pg[n:]]
+            return [p - 1e-3 * g for p, g in zip(pg[:n], synced, strict=True)], y
+
+        def placed(defer):
+            with torch._subclasses.FakeTensorMode():
+                args = [torch.empty(2048, 2048, dtype=torch.bfloat16) for _ in range(2)] + \
+                    [torch.empty(1 << 19, dtype=torch.bfloat16) for _ in range(2 * n)]
+                gm = make_fx(step, tracing_mode="fake")(*args)
+            reorder_for_locality(gm.graph)
+            with defer:
+                report = overlap_and_bucket(gm, profile=h200)
+            order = list(gm.graph.nodes)
+            last_mm = max(i for i, x in enumerate(order) if x.target == torch.ops.aten.mm.default)
+            waits = [i for i, x in enumerate(order)
+                     if x.target == torch.ops._c10d_functional.wait_tensor.default]
+            return report, waits, last_mm
+
+        report, waits, last_mm = placed(bench._defer({}))
+        assert waits and min(waits) < last_mm  # the pass: just in time, by the tables
+        report, waits, last_mm = placed(bench._defer({"late": True}))
+        assert report.deferred and min(waits) > last_mm
+        report, waits, last_mm = placed(bench._defer({"no_defer": True}))
+        assert report.deferred == 0
+    finally:
+        dist.destroy_process_group()
