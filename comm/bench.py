@@ -693,10 +693,10 @@ def fused_call(comm: Communicator, algorithm: str, rows: int, hidden: int, dtype
                config: dict | None = None, seed: int = 0):
     """(call, wrong) for the fused op run by ``algorithm`` ("nccl": the unfused path).
 
-    With ``config`` our kernel runs with that launch config, else with the table's.
-    ``wrong()`` runs one call and counts elements off the float64 reference on all ranks.
+    With ``config`` our kernel runs with that launch config, else with the table's; either
+    way through ``all_reduce_residual_rmsnorm``, the user's path. ``wrong()`` runs one
+    call and counts elements off the float64 reference on all ranks.
     """
-    from commrt import custom
     from commrt.symm_mem.fused_rmsnorm import reference
 
     g = torch.Generator(device="cpu").manual_seed(seed)
@@ -704,14 +704,14 @@ def fused_call(comm: Communicator, algorithm: str, rows: int, hidden: int, dtype
     w = torch.randn(hidden, generator=g).to(dtype).to(comm.device)
     xs = [torch.randn(rows, hidden, generator=g).to(dtype) for _ in range(comm.world_size)]
     x = xs[comm.rank].to(comm.device)
-    y, z = torch.empty_like(x), torch.empty_like(x)
-
-    def call():
-        if config is None or algorithm == "nccl":
+    if config is None or algorithm == "nccl":
+        def call():
             return comm.all_reduce_residual_rmsnorm(x, res, w, 1e-5, algorithm=algorithm)
-        custom.run_fused(algorithm, comm.workspace, x, res, w, y, z, 1e-5, config,
-                         comm.config.spin_timeout)
-        return y, z
+    else:
+        view = forced_view(comm, algorithm, "all_reduce", config)  # the fused op follows it
+
+        def call():
+            return view.all_reduce_residual_rmsnorm(x, res, w, 1e-5)
 
     def wrong() -> int:
         got_y, got_z = call()

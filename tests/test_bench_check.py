@@ -258,3 +258,31 @@ def test_collective_tuner_ranks_eager_rows_by_the_faster_of_two_passes(monkeypat
             assert tuple(sorted(top["config"].items())) == best
     assert set(eager_calls.values()) == {2}  # every algorithm and size, twice
     assert any(m["us"] == 50.0 for m in raw)
+
+
+def test_fused_tuner_config_runs_through_the_users_fused_call():
+    """A fused config is timed through ``all_reduce_residual_rmsnorm`` of a view forcing
+    that kernel with that config (COMMRT_ALGO forces the fused op with the all-reduce)."""
+    from test_dispatch import facts
+
+    from commrt import bench
+
+    class Comm:
+        device, world_size, rank = torch.device("cpu"), 2, 0
+
+        def __init__(self, f):
+            self.config, self.facts, self.seen = f.config, f, []
+
+        def all_reduce_residual_rmsnorm(self, x, res, w, eps, algorithm=None):
+            assert algorithm is None, "the tuner named the kernel instead of forcing it"
+            self.seen.append(self.dispatcher.decide(x.numel() * x.element_size(), x.dtype,
+                                                    "sum", "eager", "cuda",
+                                                    bench.FUSED_KIND, x.shape[-1]))
+            return x, x
+
+    comm = Comm(facts())
+    cfg = {"warps": 8, "blocks": 32, "split": 4}
+    call, _ = bench.fused_call(comm, "one_shot_push", 2, 512, torch.bfloat16, config=cfg)
+    call()
+    (d,) = comm.seen
+    assert (d.algorithm, dict(d.config)) == ("one_shot_push", cfg)
