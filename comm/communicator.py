@@ -432,15 +432,14 @@ class Communicator:
         record(kind, d.algorithm)
         if d.algorithm == "nccl":
             return self._process_group_collective(kind, output, input, op, async_op)
-        if not output.numel():
-            pass
-        elif self._fast is not None and not self.config.check and opn == "sum" \
-                and d.algorithm in _REPLAYED_COLLECTIVES and type(output) is _Tensor \
-                and type(input) is _Tensor and output.is_contiguous() and input.is_contiguous():
+        replayable = self._fast is not None and not self.config.check and opn == "sum" \
+            and d.algorithm in _REPLAYED_COLLECTIVES and type(output) is _Tensor \
+            and type(input) is _Tensor and output.is_contiguous() and input.is_contiguous()
+        if replayable and output.numel():
             key = (kind, input.data_ptr(), input.numel(), output.data_ptr(), output.numel(),
                    output.dtype, input.dtype, mode == "graph")
             self._run_recorded(key, d, input, output, kind)
-        else:
+        elif output.numel():
             self._run_collective(kind, d, output, input)
         return _DoneWork(output) if async_op else None
 
