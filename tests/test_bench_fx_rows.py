@@ -55,7 +55,7 @@ def test_late_and_no_defer_rows_move_the_waits():
     first, ``reorder_for_locality``), with an H200's tables."""
     import torch
     import torch.distributed as dist
-    import torch.distributed._functional_collectives as fc
+    from test_fx_buckets import grad_sync
     from torch._inductor.fx_passes.post_grad import reorder_for_locality
     from torch.fx.experimental.proxy_tensor import make_fx
     from torch.testing._internal.distributed.fake_pg import FakeStore
@@ -67,16 +67,9 @@ def test_late_and_no_defer_rows_move_the_waits():
         dist.destroy_process_group()
     dist.init_process_group("fake", rank=0, world_size=2, store=FakeStore())
     try:
-        group, n, k = dist.group.WORLD, 16, 8
+        n, step = 16, grad_sync(16, 8, dist.group.WORLD)
         h200 = DeviceProfile("nvidia", "sm90-h200", "NVIDIA H200", 132, 141 << 30, 2,
                              "nvlink", True, False, "nvml")
-
-        def step(x, w, *pg):
-            y = x
-            for _ in range(k):
-                y = torch.tanh(y @ w)
-            synced = [fc.all_reduce(g, "sum", group) / 2 for g in pg[n:]]
-            return [p - 1e-3 * g for p, g in zip(pg[:n], synced, strict=True)], y
 
         def placed(defer):
             with torch._subclasses.FakeTensorMode():
