@@ -270,6 +270,18 @@ def _defer(opts: dict):
     return contextlib.nullcontext()
 
 
+def _install_options(opts: dict) -> dict:
+    """``commrt.fx.installed``'s keywords for a row's options."""
+    limit = {"comm_ctas": opts["ctas"]} if "ctas" in opts else {}
+    if "cap" in opts:
+        limit["bucket_cap"] = opts["cap"]
+    if "budget" in opts:
+        limit["memory_budget"] = opts["budget"]
+    if "ce" in opts or "nccl" in opts:  # else COMMRT_FX_COPY_ENGINE (off by default)
+        limit["copy_engine"] = "ce" in opts
+    return limit
+
+
 def _row(spec: str) -> dict:
     """The options of one ``--rows`` entry (sizes in MiB)."""
     opts = {"commrt": True}
@@ -445,10 +457,7 @@ def _grid_cell(cell: dict, args, dev, rank: int, world: int) -> dict:
         patches = {"fx_graph_cache": not opts.get("commrt")}
         if name == "Inductor overlap":
             patches["aten_distributed_optimizations.enable_overlap_scheduling"] = True
-        limit = {"bucket_cap": opts["cap"]} if "cap" in opts else {}
-        if "budget" in opts:
-            limit["memory_budget"] = opts["budget"]
-        passes = commrt.fx.installed(**limit) if opts.get("commrt") else \
+        passes = commrt.fx.installed(**_install_options(opts)) if opts.get("commrt") else \
             contextlib.nullcontext()
         with ic.patch(patches), _defer(opts), passes:
             compiled = torch.compile(fn, fullgraph=True)
@@ -633,13 +642,7 @@ def main() -> None:
             patches["reorder_for_peak_memory"] = False
         if opts.get("inductor"):
             patches["aten_distributed_optimizations.enable_overlap_scheduling"] = True
-        limit = {"comm_ctas": opts["ctas"]} if "ctas" in opts else {}
-        if "cap" in opts:
-            limit["bucket_cap"] = opts["cap"]
-        if "budget" in opts:
-            limit["memory_budget"] = opts["budget"]
-        if "ce" in opts or "nccl" in opts:  # else COMMRT_FX_COPY_ENGINE (off by default)
-            limit["copy_engine"] = "ce" in opts
+        limit = _install_options(opts)
         no_hoist = mock.patch("commrt.fx.hoist.hoist_producers", lambda *a: (0, 0)) \
             if opts.get("no_hoist") else contextlib.nullcontext()
         if opts.get("gather"):  # the copy-engine path's all-gathers also at world size 2

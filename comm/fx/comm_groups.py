@@ -11,10 +11,9 @@ copy engines take none of the SMs: at two ranks (exchanges, see ``overlap._as_ex
 that made the 16-layer training step 0.9-1.1 ms faster than NCCL, but the overlap grid's
 gradient synchronisations 1.25-1.55x slower than one bucket on NCCL
 (``benchmarks/results``): off by default, ``auto`` on where ``copy_engine_by_default``
-says. The pass only moves collectives to a copy,
-never creates one, so that every process (and a run that finds the compiled graph in the
-FX graph cache) makes the same groups, in the same order, when it calls
-``commrt.fx.install``.
+says. The pass only moves collectives to a copy, never creates one, so that every
+process (and a run that finds the compiled graph in the FX graph cache) makes the same
+groups, in the same order, when it calls ``commrt.fx.install``.
 """
 
 from __future__ import annotations
