@@ -47,6 +47,8 @@ _ORIGINAL = {name: getattr(pg, name) for name in _REPLACED}
 _FUNCTIONAL = ("all_reduce", "all_reduce_", "all_gather_into_tensor", "reduce_scatter_tensor")
 _KIND = {"all_gather_into_tensor": "all_gather", "reduce_scatter_tensor": "reduce_scatter"}
 _KEYS = ("CPU", "CUDA")  # the backends whose tensors DTensor reduces
+# backend slots no tensor commrt sees dispatches to, where torch's own functional kernels stay
+_SPARE_KEYS = ("PrivateUse3", "PrivateUse2")
 _OPS = {name.lower(): op for name, op in dist.ReduceOp.RedOpType.__members__.items()
         if name != "PREMUL_SUM"}  # the functional ops' op strings ("sum", "avg", ...)
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
@@ -234,7 +236,7 @@ def _functional_kernel(original, inplace: bool):
                 if isinstance(work, dist.Work):
                     torch._C._distributed_c10d._register_work(out, work)
                 return out
-        return original.call_boxed(keyset, input, reduce_op, group_name)
+        return original(keyset, input, reduce_op, group_name)
     return kernel
 
 
@@ -264,7 +266,7 @@ def _gather_kernel(original):
             if not isinstance(comm, str) and comm.world_size == group_size:
                 return _collective_out(comm, "all_gather", input, dist.ReduceOp.SUM,
                                        group_size)
-        return original.call_boxed(keyset, input, group_size, group_name)
+        return original(keyset, input, group_size, group_name)
     return kernel
 
 
@@ -277,7 +279,7 @@ def _scatter_kernel(original):
             comm = _taker(input, op, _group_of(group_name), "reduce_scatter")
             if not isinstance(comm, str) and comm.world_size == group_size:
                 return _collective_out(comm, "reduce_scatter", input, op, group_size)
-        return original.call_boxed(keyset, input, reduce_op, group_size, group_name)
+        return original(keyset, input, reduce_op, group_size, group_name)
     return kernel
 
 
@@ -289,13 +291,31 @@ def _kernel_for(name: str, original):
     return _functional_kernel(original, name.endswith("_"))
 
 
+def _torch_kernel(op, key: str):
+    """torch's own kernel for ``op`` on ``key``'s tensors, as ``f(keyset, *args)``, taken
+    before commrt's replaces it.
+
+    Where it is torch's device-generic kernel (CompositeExplicitAutograd), it is reached
+    by redispatching to a backend slot commrt leaves alone, which releases the GIL while
+    it runs. ``SafeKernelFunction.call_boxed`` holds the GIL across the process group's
+    enqueue, and gloo's worker may be waiting for the GIL under that queue's lock (to drop
+    the Python objects of a finished work's tensors): a deadlock.
+    """
+    own = torch.library.get_kernel(op, key)
+    for spare in _SPARE_KEYS:
+        slot = getattr(torch._C.DispatchKey, spare, None)
+        if slot is not None and repr(torch.library.get_kernel(op, spare)) == repr(own):
+            keys = torch._C.DispatchKeySet(slot)
+            return lambda keyset, *args: op.redispatch(keys, *args)
+    return own.call_boxed
+
+
 def _register_kernels() -> torch.library.Library:
     lib = torch.library.Library("_c10d_functional", "IMPL")
     for name in _FUNCTIONAL:
         op = getattr(torch.ops._c10d_functional, name).default
         for key in _KEYS:
-            original = torch.library.get_kernel(op, key)  # before ours replaces it
-            lib.impl(name, _kernel_for(name, original), key, with_keyset=True)
+            lib.impl(name, _kernel_for(name, _torch_kernel(op, key)), key, with_keyset=True)
     return lib
 
 

@@ -336,6 +336,36 @@ def semantics(rank, world):
     return res
 
 
+def untaken_calls(rank, world, n: int) -> bool:
+    """``n`` functional collectives on a group commrt leaves to torch, while patched, each
+    result kept (its tensor has a Python object the finished work also holds): torch's own
+    kernels run them, and nothing waits on the GIL (gloo's worker drops a finished work's
+    tensors, and with them their Python objects, under the lock the next call enqueues
+    on)."""
+    from commrt.patch import patched
+
+    ops = torch.ops._c10d_functional
+    name = dist.group.WORLD.group_name
+    sub = dist.new_group(list(range(world)))
+    ok = True
+    with patched([sub]):
+        kept = []
+        for i in range(n):
+            x = torch.full((4, 3), float(rank + i))
+            want = float(sum(r + i for r in range(world)))
+            if i % 3 == 0:
+                out = ops.wait_tensor(ops.all_reduce(x, "sum", name))
+            elif i % 3 == 1:
+                out = ops.wait_tensor(ops.all_gather_into_tensor(x, world, name))
+                want = torch.arange(world).repeat_interleave(4)[:, None] + float(i)
+            else:
+                out = ops.wait_tensor(ops.reduce_scatter_tensor(x.repeat(world, 1), "sum",
+                                                                world, name))
+            ok = ok and bool((out == want).all()) and out.shape[1] == 3
+            kept.append(out)
+    return ok
+
+
 def script_main(out_dir: str) -> None:
     """Run as ``__main__`` (by ``commrt.run``): both modules, what this process saw."""
     from commrt.patch import all_reduce as patched_all_reduce
