@@ -341,9 +341,10 @@ def untaken_calls(rank, world, n: int) -> bool:
     result kept (its tensor has a Python object the finished work also holds): torch's own
     kernels run them, and nothing waits on the GIL (gloo's worker drops a finished work's
     tensors, and with them their Python objects, under the lock the next call enqueues
-    on)."""
+    on; NCCL's watchdog does the same on its own thread)."""
     from commrt.patch import patched
 
+    dev = "cuda" if dist.get_backend() == "nccl" else "cpu"
     ops = torch.ops._c10d_functional
     name = dist.group.WORLD.group_name
     sub = dist.new_group(list(range(world)))
@@ -351,13 +352,13 @@ def untaken_calls(rank, world, n: int) -> bool:
     with patched([sub]):
         kept = []
         for i in range(n):
-            x = torch.full((4, 3), float(rank + i))
+            x = torch.full((4, 3), float(rank + i), device=dev)
             want = float(sum(r + i for r in range(world)))
             if i % 3 == 0:
                 out = ops.wait_tensor(ops.all_reduce(x, "sum", name))
             elif i % 3 == 1:
                 out = ops.wait_tensor(ops.all_gather_into_tensor(x, world, name))
-                want = torch.arange(world).repeat_interleave(4)[:, None] + float(i)
+                want = torch.arange(world, device=dev).repeat_interleave(4)[:, None] + float(i)
             else:
                 out = ops.wait_tensor(ops.reduce_scatter_tensor(x.repeat(world, 1), "sum",
                                                                 world, name))
