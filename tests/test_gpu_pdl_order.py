@@ -3,9 +3,12 @@ the stream's next launch until the primary is done.
 
 The scatter kernels' ``_sum`` (a programmatic dependent of ``_scatter``) returns at once,
 without ``griddepcontrol.wait``, where the plan leaves it nothing to do; the output is then
-complete only if the op after it still waits for ``_scatter``. Here the primary spins for
-``SPIN_NS`` before it writes a flag, the dependent returns at once, and a copy of the flag
-follows: eager and in a CUDA graph, every copy must see its own call's flag.
+complete only if the op after it still waits for ``_scatter``, also where that op is the
+next scatter, whose first kernel is itself a programmatic dependent (``wait_first``) that
+waits in ``griddepcontrol.wait``. Here the primary spins for ``SPIN_NS`` before it writes a
+flag, the dependent returns at once, and a copy of the flag follows (a plain copy, or a
+programmatic dependent that waits, then copies): eager and in a CUDA graph, every copy must
+see its own call's flag.
 """
 
 import pytest
@@ -35,32 +38,42 @@ def _dependent(flag, skip):
         tl.store(flag, -1)
 
 
-def _calls(flag, skip, seen):
+@triton.jit
+def _waiting_copy(flag, seen):
+    tl.extra.cuda.gdc_wait()
+    tl.store(seen, tl.load(flag))
+
+
+def _calls(flag, skip, seen, next_waits: bool):
     for k in range(CALLS):
         _primary[(1,)](flag, k + 1, NS=SPIN_NS)
         _dependent[(4,)](flag, skip, launch_pdl=True)
-        seen[k].copy_(flag[0])
+        if next_waits:
+            _waiting_copy[(1,)](flag, seen[k:], launch_pdl=True)
+        else:
+            seen[k].copy_(flag[0])
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available() or not has_pdl(torch.device("cuda")),
                     reason="needs a CUDA GPU with programmatic dependent launch (sm90+)")
-def test_next_launch_waits_for_the_primary_eager_and_in_graph():
+@pytest.mark.parametrize("next_waits", [False, True], ids=["plain_copy", "waiting_dependent"])
+def test_next_launch_waits_for_the_primary_eager_and_in_graph(next_waits):
     flag = torch.zeros(1, device="cuda", dtype=torch.int32)
     skip = torch.ones(1, device="cuda", dtype=torch.int32)
     want = torch.arange(1, CALLS + 1, device="cuda", dtype=torch.int32)
     seen = torch.zeros(CALLS, device="cuda", dtype=torch.int32)
-    _calls(flag, skip, seen)  # eager (and compiles the kernels)
+    _calls(flag, skip, seen, next_waits)  # eager (and compiles the kernels)
     torch.cuda.synchronize()
     assert torch.equal(seen, want), f"eager: the copies saw {seen.tolist()}"
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
-        _calls(flag, skip, seen)
+        _calls(flag, skip, seen, next_waits)
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        _calls(flag, skip, seen)
+        _calls(flag, skip, seen, next_waits)
     for _ in range(3):
         flag.zero_()
         seen.zero_()
@@ -116,6 +129,50 @@ def test_scatter_launched_after_its_producer_reads_its_output(kernels):
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         got = call()
+    for _ in range(3):
+        graph.replay()
+        torch.cuda.synchronize()
+        assert float((got.double() - ref).abs().max()) < 1e-3
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available() or not has_pdl(torch.device("cuda")),
+                    reason="needs a CUDA GPU with programmatic dependent launch (sm90+)")
+@pytest.mark.parametrize("kernels", ["narrow", "wide"])
+def test_scatter_after_scatter_reads_its_output(kernels):
+    """Scatters in a chain, each ``self`` the last one's output: each first kernel
+    (``wait_first``) waits for the last one's ``_sum``, which may return without waiting
+    for its ``_scatter`` (few values a row: one copy, nothing left to sum)."""
+    from commrt.fx.scatter_kernels import partitioned_index_add
+    from commrt.fx.scatter_narrow import narrow_index_add
+
+    width, op = (16, narrow_index_add) if kernels == "narrow" else (100, partitioned_index_add)
+    g = torch.Generator(device="cuda").manual_seed(5)
+    rows, n, links = 40961, 30011, 6
+    x = torch.randn(rows, width, device="cuda", generator=g)
+    vals = [torch.randn(n, width, device="cuda", generator=g) for _ in range(links)]
+    idx = [torch.randint(0, rows, (n,), device="cuda", generator=g) for _ in range(links)]
+    ref = x.double()
+    for i, v in zip(idx, vals, strict=True):
+        ref = ref.index_add(0, i, v.double())
+
+    def chain():
+        y = x
+        for i, v in zip(idx, vals, strict=True):
+            y = op(y, i, v, 16, wait_first=True)
+        return y
+
+    got = chain()
+    torch.cuda.synchronize()
+    assert float((got.double() - ref).abs().max()) < 1e-3
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        chain()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        got = chain()
     for _ in range(3):
         graph.replay()
         torch.cuda.synchronize()

@@ -266,7 +266,7 @@ def _scatter(acc, extra, idx, vals, state, n, rows, plane, D: tl.constexpr,
              H: tl.constexpr = 1, LOCAL: tl.constexpr = 0,
              COLS_FIRST: tl.constexpr = False, out=None, OWN: tl.constexpr = False,
              EARLY: tl.constexpr = False, LOCAL_EARLY: tl.constexpr = False,
-             ALIGN: tl.constexpr = 1):
+             ALIGN: tl.constexpr = 1, TRIGGER: tl.constexpr = True):
     # D == 1 (1-D values) runs on 1-D blocks; wider rows on [SUB, DP] blocks, DP columns
     # from program_id(1) * DP (a row wider than DP spans programs; COLS_FIRST: the axes
     # swapped, so that a row's column blocks launch one after another). PDL: launched
@@ -278,8 +278,9 @@ def _scatter(acc, extra, idx, vals, state, n, rows, plane, D: tl.constexpr,
     # waiting). OWN: where the plan says so (state[4 + H]), add into out in its fp16/bf16
     # dtype instead. LOCAL_EARLY (LOCAL > 0, no hot rows): the rows that share an index
     # are found before waiting, and no hot row is looked for. ALIGN: the bytes every row of
-    # acc and extra starts on, where P > 1 (row_alignment).
-    if PDL and not EARLY:
+    # acc and extra starts on, where P > 1 (row_alignment). TRIGGER: _sum follows (else
+    # the next launch, maybe the next scatter's _init, waiting, starts only as this ends).
+    if PDL and TRIGGER and not EARLY:
         tl.extra.cuda.gdc_launch_dependents()
     if COLS_FIRST:  # DP columns a program from program_id(0) * DP, rows on axis 1
         pid = tl.program_id(1)
@@ -537,6 +538,7 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
                        ITERS=iters, P=partitions, WIDE=wide, PDL=pdl, HALF_ADDS=half_adds,
                        H=H, LOCAL=local, COLS_FIRST=cols_first, num_warps=warps,
                        out=out, OWN=own_adds > 0, EARLY=early, LOCAL_EARLY=local_early,
+                       TRIGGER=has_sum,
                        ALIGN=row_alignment(D * acc.element_size(), acc, extra)
                        if partitions > 1 else 1,
                        **({"launch_pdl": True} if pdl else {}))
