@@ -424,7 +424,7 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
                      half_adds: bool = False, local: int = 0,
                      columns: int = 0, warps: int = 0, own_adds: int = 0,
                      sum_early: bool = True, local_early: bool = False,
-                     wait_first: bool = False) -> torch.Tensor:
+                     wait_first: bool = True) -> torch.Tensor:
     """``self.index_add(0, index, values)`` (a new tensor) with the scheme above.
 
     ``self`` and ``values`` contiguous, of one of ``DTYPES``, rows of at most
@@ -454,7 +454,7 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
     plan left it nothing to do; ``local_early``: with ``local`` and no hot rows, a block's
     rows that share an index are found before ``_scatter`` waits for ``_init``;
     ``wait_first``: with ``pdl``, ``_init`` too is a programmatic dependent of the launch
-    before it (it waits for it before reading anything).
+    before it (it waits for it before reading anything; False: a plain launch).
     """
     rows, n, D = scatter_shape(self, index, values, partitions, DTYPES, "narrow_index_add")
     if hot and NARROW_SAMPLE // hot_min > hot:
@@ -513,6 +513,9 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
     wide = max(n * D, partitions * plane) >= 1 << 31
     pdl = pdl and has_pdl(self.device)
     blk = HALF_BLOCK if half_adds else BLOCK
+    # wait_first: 0.3-0.6 µs a call faster on every cell probed on one H200, once _scatter
+    # stopped letting it launch early where no _sum follows (it then ran up to 2 µs slower)
+    # (benchmarks/results/probe_init_pdl_NVIDIA_H200.json, ca4bf9d; docs/decisions.md)
     _init[(1 + cdiv(plane, blk),)](self, acc, extra, index, state, n, rows, plane, **plan,
                                    BLOCK=blk, WIDE=wide, PDL=pdl, HALF_ADDS=half_adds, HD=HD,
                                    out=out, OWN_ADDS=own_adds, WAIT=pdl and wait_first,
