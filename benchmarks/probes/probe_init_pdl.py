@@ -8,7 +8,9 @@ launch, where Inductor's scatter pays one launch fewer (no third kernel). With
 wait for that kernel in ``griddepcontrol.wait`` before reading anything
 (``tests/test_gpu_pdl_order.py``), so their launch may overlap its end. Cells: those of the
 grid at d047a19 over 1.05x the faster compiled column on one H200. Variants: the op as the
-pass calls it ("op") and the same with plain first launches ("plain first"); against
+pass calls it ("op") and the same with plain first launches ("plain first"), both also
+in the grid's compiled graph of ``index_put`` ("compiled", "compiled plain first": the
+grid read wait_first slower on fp32 cells than this probe's calls of the op did); against
 Inductor's plain scatter ("inductor"). µs a call in a CUDA graph of 20 calls (median of
 five rounds taken in turn; spread: the least and most)::
 
@@ -23,8 +25,10 @@ from __future__ import annotations
 import functools
 
 import torch
+import torch._inductor.config as ic
 from probe_narrow_costs import checked_rounds, run_cells
 
+import commrt.fx
 import commrt.fx.scatter  # noqa: F401 (defines commrt::partitioned_index_put)
 from commrt.fx import scatter_kernels, scatter_narrow
 
@@ -38,19 +42,40 @@ CELLS = [(F32, 0, 65536, "uniform"), (F32, 1, 65536, "uniform"),
 NARROW, WIDE = scatter_narrow.narrow_index_add, scatter_kernels.partitioned_index_add
 
 
-def plain_first(out, idx, vals, P):
+def plain_first(out, idx, vals, P, op=torch.ops.commrt.partitioned_index_put):
     """The op as the pass calls it, its narrow and wide kernels' first launch a plain one."""
     kept = scatter_narrow.narrow_index_add, scatter_kernels.partitioned_index_add
     scatter_narrow.narrow_index_add = functools.partial(NARROW, wait_first=False)
     scatter_kernels.partitioned_index_add = functools.partial(WIDE, wait_first=False)
     try:
-        return torch.ops.commrt.partitioned_index_put(out, idx, vals, P)
+        return op(out, idx, vals, P)
     finally:
         scatter_narrow.narrow_index_add, scatter_kernels.partitioned_index_add = kept
 
 
+def _put(o, i, v):
+    return torch.index_put(o, (i,), v, accumulate=True)
+
+
+def compiled(plain: bool):
+    """The grid's commrt column: ``index_put`` compiled with the pass (the same compiled
+    graph for both variants: the op picks its kernels at each call), its first launch a
+    plain one where ``plain``."""
+    f = torch.compile(_put, dynamic=False)
+
+    def run(out, idx, vals, P):
+        with ic.patch({"fx_graph_cache": False}), \
+                commrt.fx.installed(fuse_rmsnorm=False, overlap=False, partitioned_scatter=True):
+            if plain:
+                return plain_first(out, idx, vals, P, op=lambda *a: f(*a[:3]))
+            return f(out, idx, vals)
+    return run
+
+
 def cell(dtype, width: int, rows: int, dist: str) -> dict:
-    variants = {"op": torch.ops.commrt.partitioned_index_put, "plain first": plain_first}
+    torch._dynamo.reset()
+    variants = {"op": torch.ops.commrt.partitioned_index_put, "plain first": plain_first,
+                "compiled": compiled(False), "compiled plain first": compiled(True)}
     return checked_rounds(dtype, width, rows, dist, variants, ROUNDS)
 
 
