@@ -3,7 +3,9 @@
 #   bash benchmarks/gpu_run.sh [stage ...]   stages: env tests onegpu multigpu tune tunear tunefused tuneag tuners fxgrid bench benchops cli decode fxoverlap fxoverlaptp copyengine scatter scattersweep scatternarrow scattergrid overhead
 # (onegpu: the one-GPU suite, pytest -m gpu; its summary is kept as
 #  benchmarks/results/gpu_tests_<device>.txt, a copy in $OUT; multigpu: the tests that
-#  need every GPU of the machine, pytest -m multigpu, kept as gpu_tests_<device>_ws<N>.txt)
+#  need every GPU of the machine, pytest -m multigpu, kept as gpu_tests_<device>_ws<N>.txt;
+#  on 2 x H200 it takes over 600 s: TESTS_K=test_gpu_allreduce, then TESTS_K="not
+#  test_gpu_allreduce", in two calls)
 # (env: TESTS_K=expr selects GPU tests, ONEGPU_APART="tests/x.py ..." runs those test files
 #  in a second pytest beside the rest, ONEGPU_ONLY="tests/x.py ..." runs only those files,
 #  each in its own pytest beside the others, kept as gpu_tests_${ONEGPU_LABEL:-subset}_<device>.txt,

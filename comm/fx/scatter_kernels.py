@@ -378,8 +378,8 @@ def partitioned_index_add(self: torch.Tensor, index: torch.Tensor, values: torch
                          f"{need} (own_adds={own_adds})")
     cfg = dict(scatter_config(D, values.dtype), LEADERS=leaders)
     pdl = has_pdl(self.device)
-    # wait_first: fp32 rows of 100 into 1,024 rows, uniform, 9.45 against 10.03 µs on one
-    # H200 (benchmarks/results/probe_init_pdl_NVIDIA_H200.json, ca4bf9d)
+    # wait_first: fp32 rows of 100 into 1,024 rows, uniform, 9.47 against 10.06 µs in a
+    # compiled graph on one H200 (benchmarks/results/probe_init_pdl_NVIDIA_H200.json, 88639d1)
     _prepare[(1 + cdiv(plane, PREPARE_BLOCK),)](
         self, acc, index, state, n, rows, plane, P=partitions,
         SAMPLE=OWN_SAMPLE if own_adds else SAMPLE, SHIFTS=OWN_SHIFTS if own_adds else SHIFTS,

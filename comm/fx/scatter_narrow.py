@@ -513,9 +513,9 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
     wide = max(n * D, partitions * plane) >= 1 << 31
     pdl = pdl and has_pdl(self.device)
     blk = HALF_BLOCK if half_adds else BLOCK
-    # wait_first: 0.3-0.6 µs a call faster on every cell probed on one H200, once _scatter
-    # stopped letting it launch early where no _sum follows (it then ran up to 2 µs slower)
-    # (benchmarks/results/probe_init_pdl_NVIDIA_H200.json, ca4bf9d; docs/decisions.md)
+    # wait_first: 0.3-0.6 µs a call faster on one H200, alone and in a compiled graph, once
+    # _scatter stopped letting it launch early where no _sum follows (it then ran up to 2 µs
+    # slower) (benchmarks/results/probe_init_pdl_NVIDIA_H200.json, 88639d1; docs/decisions.md)
     _init[(1 + cdiv(plane, blk),)](self, acc, extra, index, state, n, rows, plane, **plan,
                                    BLOCK=blk, WIDE=wide, PDL=pdl, HALF_ADDS=half_adds, HD=HD,
                                    out=out, OWN_ADDS=own_adds, WAIT=pdl and wait_first,
