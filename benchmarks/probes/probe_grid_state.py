@@ -10,24 +10,32 @@ group's data. Here the same cells are timed, in one process, in states taken in 
 stream of torch's pool, from which each capture takes its side stream, and so its own
 scratch); "held memory" (also ``HELD`` bytes of other tensors kept alive, in pieces);
 "other processes" (``OTHERS`` more processes with a CUDA context on the GPU, idle, as the
-grid's other workers are while one times). Variants:
+grid's other workers are while one times); each state keeps the ones before. Variants:
 the op, and ``index_put`` compiled with the pass ("compiled"); against Inductor's plain
 scatter ("inductor"). µs a call in a CUDA graph of 20 calls (median of five rounds taken
-in turn; spread: the least and most)::
+in turn; spread: the least and most). Then, still in this process, "grid's method": the
+grid's own data (``group_data``), columns (commrt's and the compiled one) and timing
+(``time_call``: five graphs of up to 50 calls, replayed in turn), µs the median of the
+five graphs (``graphs``: each graph's)::
 
     python benchmarks/probes/probe_grid_state.py [--out probe_grid_state.json]
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+import types
 
 import torch
 from probe_init_pdl import compiled
 from probe_narrow_costs import checked_rounds, run_cells
 
 from commrt.fx.scatter_scratch import zeroed
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import bench_scatter as bs  # noqa: E402
 
 ROUNDS = 5
 F32 = torch.float32
@@ -66,10 +74,32 @@ def cell(dtype, width: int, rows: int, dist: str, state: str) -> dict:
     return {"state": state, **checked_rounds(dtype, width, rows, dist, variants, ROUNDS)}
 
 
+def grid_method(dtype, width: int, rows: int, dist: str, state: str) -> dict:
+    """One cell of the group ``index_put`` of ``dtype`` rows of ``width`` into ``rows``,
+    timed as the grid times it."""
+    if state != "grid's method":
+        return cell(dtype, width, rows, dist, state)
+    torch._dynamo.reset()
+    group = ("index_put", str(dtype)[6:], width, rows)
+    out, vals, idxs = bs.group_data(group)
+    row = {"state": state, "dtype": group[1], "width": width, "rows": rows, "dist": dist,
+           "graphs": {}}
+    code = bs.OPS["index_put"].__code__
+    for name in ("compiled", "commrt"):  # one code object each, as the grid's columns
+        f = bs._column(name, types.FunctionType(code.replace(co_name=f"index_put_{name}"),
+                                                bs.OPS["index_put"].__globals__))
+        with bs._context(name):
+            ms, _, each = bs.time_call(lambda f=f: f(out, idxs[dist], vals))
+        row[name], row["graphs"][name] = round(ms * 1e3, 2), [round(x * 1e3, 2) for x in each]
+    return row
+
+
 def main() -> None:
     try:
-        run_cells(__doc__, "probe_grid_state.json", [(*c, s) for s in STATES for c in CELLS],
-                  cell, f"µs a call (median of {ROUNDS} rounds, each a CUDA graph of 20 calls)")
+        run_cells(__doc__, "probe_grid_state.json",
+                  [(*c, s) for s in (*STATES, "grid's method") for c in CELLS], grid_method,
+                  f"µs a call (median of {ROUNDS} rounds, each a CUDA graph of 20 calls; "
+                  "grid's method: the median of its five graphs)")
     finally:
         for p in _others:
             p.kill()
