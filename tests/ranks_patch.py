@@ -341,7 +341,7 @@ def untaken_calls(rank, world, n: int) -> bool:
     result kept (its tensor has a Python object the finished work also holds): torch's own
     kernels run them, and nothing waits on the GIL (gloo's worker drops a finished work's
     tensors, and with them their Python objects, under the lock the next call enqueues
-    on; NCCL's watchdog does the same on its own thread)."""
+    on); on NCCL ranks, the same calls on CUDA tensors."""
     from commrt.patch import patched
 
     dev = "cuda" if dist.get_backend() == "nccl" else "cpu"
