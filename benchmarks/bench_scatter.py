@@ -201,6 +201,14 @@ class _ForceCommrt:
         return b"commrt-scatter-forced"
 
 
+def column_fn(op: str, name: str):
+    """``OPS[op]`` as a function of its own code object for column ``name`` (Dynamo caches
+    compiled graphs by code object: two columns of one code would share one graph)."""
+    code = OPS[op].__code__
+    return types.FunctionType(code.replace(co_name=f"{op}_{name.replace(' ', '_')}"),
+                              OPS[op].__globals__)
+
+
 def _column(name: str, fn):
     """The callable of one column (to be called in ``_context(name)``)."""
     return fn if name == "eager" else torch.compile(fn, dynamic=False)
@@ -260,9 +268,7 @@ def compile_group(group: tuple, columns: tuple) -> dict:
               "ms": {}, "err": {}, "compile_s": {}, "failed": {}} for d in DISTS]
     fns = {}
     for name in columns:
-        code = OPS[op].__code__
-        fn = types.FunctionType(code.replace(co_name=f"{op}_{name.replace(' ', '_')}"),
-                                OPS[op].__globals__)
+        fn = column_fn(op, name)
         t0 = time.perf_counter()
         if name in UNRUN.get(group, ()):
             for cell in cells:

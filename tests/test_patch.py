@@ -62,8 +62,8 @@ def test_drop_in_semantics_async_avg_int_and_mixed_groups():
 
 
 def test_calls_left_to_torch_never_deadlock_against_gloo_workers():
-    # torch's own kernel runs with the GIL held (SafeKernelFunction.call_boxed), this hung
-    # in three of three runs of 3,000 calls and in four of five runs of 300 on torch 2.11
+    # where torch's own kernel ran with the GIL held (SafeKernelFunction.call_boxed), this
+    # hung in three of three runs of 3,000 calls and in four of five runs of 300 on torch 2.11
     assert spawn.run(ranks_patch.untaken_calls, 2, 2000, timeout=120) == [True, True]
 
 

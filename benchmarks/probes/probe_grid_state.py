@@ -26,7 +26,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import types
 
 import torch
 from probe_init_pdl import compiled
@@ -84,10 +83,8 @@ def grid_method(dtype, width: int, rows: int, dist: str, state: str) -> dict:
     out, vals, idxs = bs.group_data(group)
     row = {"state": state, "dtype": group[1], "width": width, "rows": rows, "dist": dist,
            "graphs": {}}
-    code = bs.OPS["index_put"].__code__
-    for name in ("compiled", "commrt"):  # one code object each, as the grid's columns
-        f = bs._column(name, types.FunctionType(code.replace(co_name=f"index_put_{name}"),
-                                                bs.OPS["index_put"].__globals__))
+    for name in ("compiled", "commrt"):
+        f = bs._column(name, bs.column_fn("index_put", name))
         with bs._context(name):
             ms, _, each = bs.time_call(lambda f=f: f(out, idxs[dist], vals))
         row[name], row["graphs"][name] = round(ms * 1e3, 2), [round(x * 1e3, 2) for x in each]

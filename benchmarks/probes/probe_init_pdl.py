@@ -23,14 +23,17 @@ plain first, and "wait first".)
 from __future__ import annotations
 
 import functools
+import os
+import sys
 
 import torch
-import torch._inductor.config as ic
 from probe_narrow_costs import checked_rounds, run_cells
 
-import commrt.fx
 import commrt.fx.scatter  # noqa: F401 (defines commrt::partitioned_index_put)
 from commrt.fx import scatter_kernels, scatter_narrow
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import bench_scatter as bs  # noqa: E402
 
 ROUNDS = 5
 F32, B16 = torch.float32, torch.bfloat16
@@ -53,19 +56,14 @@ def plain_first(out, idx, vals, P, op=torch.ops.commrt.partitioned_index_put):
         scatter_narrow.narrow_index_add, scatter_kernels.partitioned_index_add = kept
 
 
-def _put(o, i, v):
-    return torch.index_put(o, (i,), v, accumulate=True)
-
-
 def compiled(plain: bool):
-    """The grid's commrt column: ``index_put`` compiled with the pass (the same compiled
-    graph for both variants: the op picks its kernels at each call), its first launch a
-    plain one where ``plain``."""
-    f = torch.compile(_put, dynamic=False)
+    """The grid's commrt column of ``index_put`` (``bench_scatter``'s, with its settings;
+    the same compiled graph for both variants: the op picks its kernels at each call), its
+    first launch a plain one where ``plain``."""
+    f = bs._column("commrt", bs.column_fn("index_put", "commrt"))
 
     def run(out, idx, vals, P):
-        with ic.patch({"fx_graph_cache": False}), \
-                commrt.fx.installed(fuse_rmsnorm=False, overlap=False, partitioned_scatter=True):
+        with bs._context("commrt"):
             if plain:
                 return plain_first(out, idx, vals, P, op=lambda *a: f(*a[:3]))
             return f(out, idx, vals)
