@@ -13,17 +13,13 @@ scratch); "held memory" (also ``HELD`` bytes of other tensors kept alive, in pie
 grid's other workers are while one times); each state keeps the ones before. Variants:
 the op, and ``index_put`` compiled with the pass ("compiled"); against Inductor's plain
 scatter ("inductor"). µs a call in a CUDA graph of 20 calls (median of five rounds taken
-in turn; spread: the least and most). Then, still in this process, "grid's method": the
-grid's own data (``group_data``), columns (commrt's and the compiled one) and timing
-(``time_call``: five graphs of up to 50 calls, replayed in turn), µs the median of the
-five graphs (``graphs``: each graph's)::
+in turn; spread: the least and most)::
 
     python benchmarks/probes/probe_grid_state.py [--out probe_grid_state.json]
 """
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 
@@ -32,9 +28,6 @@ from probe_init_pdl import compiled
 from probe_narrow_costs import checked_rounds, run_cells
 
 from commrt.fx.scatter_scratch import zeroed
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import bench_scatter as bs  # noqa: E402
 
 ROUNDS = 5
 F32 = torch.float32
@@ -73,30 +66,10 @@ def cell(dtype, width: int, rows: int, dist: str, state: str) -> dict:
     return {"state": state, **checked_rounds(dtype, width, rows, dist, variants, ROUNDS)}
 
 
-def grid_method(dtype, width: int, rows: int, dist: str, state: str) -> dict:
-    """One cell of the group ``index_put`` of ``dtype`` rows of ``width`` into ``rows``,
-    timed as the grid times it."""
-    if state != "grid's method":
-        return cell(dtype, width, rows, dist, state)
-    torch._dynamo.reset()
-    group = ("index_put", str(dtype)[6:], width, rows)
-    out, vals, idxs = bs.group_data(group)
-    row = {"state": state, "dtype": group[1], "width": width, "rows": rows, "dist": dist,
-           "graphs": {}}
-    for name in ("compiled", "commrt"):
-        f = bs._column(name, bs.column_fn("index_put", name))
-        with bs._context(name):
-            ms, _, each = bs.time_call(lambda f=f: f(out, idxs[dist], vals))
-        row[name], row["graphs"][name] = round(ms * 1e3, 2), [round(x * 1e3, 2) for x in each]
-    return row
-
-
 def main() -> None:
     try:
-        run_cells(__doc__, "probe_grid_state.json",
-                  [(*c, s) for s in (*STATES, "grid's method") for c in CELLS], grid_method,
-                  f"µs a call (median of {ROUNDS} rounds, each a CUDA graph of 20 calls; "
-                  "grid's method: the median of its five graphs)")
+        run_cells(__doc__, "probe_grid_state.json", [(*c, s) for s in STATES for c in CELLS],
+                  cell, f"µs a call (median of {ROUNDS} rounds, each a CUDA graph of 20 calls)")
     finally:
         for p in _others:
             p.kill()

@@ -1,0 +1,91 @@
+"""Why does the scatter grid read commrt's compiled graph slower than a probe does: its data,
+or its way of timing?
+
+One GPU. The grid at 3ee81bb read fp32 rows of 16 into 1,024 rows, uniform, at 13.3 µs in
+each of its five graphs; ``probe_init_pdl.py`` read the same compiled graph at 11.4 (Inductor's
+plain scatter 10.8 and 10.7 in the two), and no worker state reproduced the grid's
+(``probe_grid_state.py``). The two differ in their data (the grid's ``group_data``, seeded
+by the group, against the probes' ``cell_data``, seeded 0: other indices, so another plan
+on the GPU) and their timing (the grid's ``time_call``: five graphs of up to 50 calls,
+replayed in turn; the probes' one graph of 20). Here each cell's two compiled columns of
+``index_put`` (commrt's, with the pass; Inductor's plain scatter) are timed on both data,
+each in three ways: "graph 20" (one graph of 20 calls, 15 replays), "graphs 5x20" (five
+graphs of 20, in turn) and "grid" (``time_call``); two rounds taken in turn. µs a call; for
+five graphs, the median of the graphs' (``each``: every graph's). Then commrt's kernels,
+each one's median µs over 20 eager calls (profiler), on both data::
+
+    python benchmarks/probes/probe_grid_gap.py [--out probe_grid_gap.json]
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+
+import torch
+from probe_narrow_costs import DEV, cell_data, kernel_us, run_cells
+
+from commrt.timing import time_graphs
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import bench_scatter as bs  # noqa: E402
+
+ROUNDS = 2
+F32, B16 = torch.float32, torch.bfloat16
+CELLS = [(F32, 16, 1024, "uniform"), (F32, 100, 1024, "uniform"),
+         (B16, 100, 1024, "uniform"), (B16, 4, 65536, "uniform"),
+         (F32, 16, 1024, "skewed")]
+COLUMNS = ("commrt", "compiled")
+
+
+def _ways(fn) -> dict:
+    """{way: (µs a call, each graph's µs)} of ``fn`` timed the three ways."""
+    one = time_graphs(fn, DEV, 20, 15, 1)
+    five = time_graphs(fn, DEV, 20, 10, bs.GRAPHS)
+    ms, how, each = bs.time_call(fn)
+    assert how == "graph", how
+    return {"graph 20": (one[0], one), "graphs 5x20": (statistics.median(five), five),
+            "grid": (ms * 1e3, [x * 1e3 for x in each])}
+
+
+def cell(dtype, width: int, rows: int, dist: str) -> dict:
+    torch._dynamo.reset()
+    group = ("index_put", str(dtype)[6:], width, rows)
+    g_out, g_vals, g_idxs = bs.group_data(group)
+    p_out, p_idx, p_vals = cell_data(dtype, width, rows, dist)
+    data = {"grid data": (g_out, g_idxs[dist], g_vals), "probe data": (p_out, p_idx, p_vals)}
+    fns = {name: bs._column(name, bs.column_fn("index_put", name)) for name in COLUMNS}
+    row = {"dtype": str(dtype)[6:], "width": width, "rows": rows, "dist": dist, "err": {}}
+    for d, (out, idx, vals) in data.items():  # compile (dynamic=False: one graph a column)
+        ref = out.double().index_put((idx,), vals.double(), accumulate=True)
+        for name, f in fns.items():
+            with bs._context(name):
+                got = f(out, idx, vals)
+            row["err"][f"{d}, {name}"] = bs._rel_err(got, ref)
+    times: dict = {}
+    for _ in range(ROUNDS):
+        for d, args in data.items():
+            for name, f in fns.items():
+                with bs._context(name):
+                    for way, (us, each) in _ways(lambda f=f, a=args: f(*a)).items():
+                        times.setdefault(f"{d}, {name}, {way}", []).append((us, each))
+    for key, got in times.items():
+        row[key] = [round(us, 2) for us, _ in got]
+        row[key + " each"] = [[round(x, 2) for x in each] for _, each in got]
+    for d, args in data.items():
+        f = fns["commrt"]
+        with bs._context("commrt"):
+            row[f"{d}, kernels"] = {k: round(v, 2) for k, v in kernel_us(
+                lambda f=f, a=args: f(*a), names=None).items()}
+    return row
+
+
+def main() -> None:
+    run_cells(__doc__, "probe_grid_gap.json", CELLS, cell,
+              f"µs a call ({ROUNDS} rounds, each way of timing once a round; see the "
+              "docstring); kernels: median µs of each kernel over 20 eager calls")
+
+
+if __name__ == "__main__":
+    main()
