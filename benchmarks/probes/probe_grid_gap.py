@@ -14,7 +14,12 @@ graphs of 20, in turn) and "grid" (``time_call``); two rounds taken in turn. µs
 five graphs, the median of the graphs' (``each``: every graph's). Then commrt's kernels,
 each one's median µs over 20 eager calls (profiler), on both data::
 
-    python benchmarks/probes/probe_grid_gap.py [--out probe_grid_gap.json]
+    python benchmarks/probes/probe_grid_gap.py [--out probe_grid_gap.json] [--length]
+
+``--length``: the grid's data only, one graph of ``LENGTHS`` calls each (10 replays), of
+commrt's column as shipped, with its first launch a plain one ("plain first": each call's
+first kernel waits for the call before in the stream, not as a programmatic dependent),
+and of Inductor's ("compiled"); µs a call, two rounds taken in turn.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import statistics
 import sys
 
 import torch
+from probe_init_pdl import compiled
 from probe_narrow_costs import DEV, cell_data, kernel_us, run_cells
 
 from commrt.timing import time_graphs
@@ -37,6 +43,8 @@ CELLS = [(F32, 16, 1024, "uniform"), (F32, 100, 1024, "uniform"),
          (B16, 100, 1024, "uniform"), (B16, 4, 65536, "uniform"),
          (F32, 16, 1024, "skewed")]
 COLUMNS = ("commrt", "compiled")
+LENGTH = "--length" in sys.argv
+LENGTHS = (5, 10, 20, 50, 100)
 
 
 def _ways(fn) -> dict:
@@ -81,7 +89,35 @@ def cell(dtype, width: int, rows: int, dist: str) -> dict:
     return row
 
 
+def length_cell(dtype, width: int, rows: int, dist: str) -> dict:
+    torch._dynamo.reset()
+    out, vals, idxs = bs.group_data(("index_put", str(dtype)[6:], width, rows))
+    idx = idxs[dist]
+    f = bs._column("compiled", bs.column_fn("index_put", "compiled"))
+
+    def inductor(*a):
+        with bs._context("compiled"):
+            return f(*a[:3])
+    variants = {"shipped": compiled(False), "plain first": compiled(True),
+                "compiled": inductor}
+    ref = out.double().index_put((idx,), vals.double(), accumulate=True)
+    row = {"dtype": str(dtype)[6:], "width": width, "rows": rows, "dist": dist,
+           "err": {k: bs._rel_err(v(out, idx, vals, 1), ref) for k, v in variants.items()}}
+    for _ in range(ROUNDS):
+        for ops in LENGTHS:
+            for name, v in variants.items():
+                us = time_graphs(lambda v=v: v(out, idx, vals, 1), DEV, ops, 10, 1)[0]
+                row.setdefault(f"{name}, {ops} calls", []).append(round(us, 2))
+    return row
+
+
 def main() -> None:
+    if LENGTH:
+        sys.argv.remove("--length")
+        run_cells(__doc__, "probe_grid_gap_length.json", CELLS, length_cell,
+                  f"µs a call in one CUDA graph of that many calls (10 replays), {ROUNDS} "
+                  "rounds", " --length", "probe_grid_gap")
+        return
     run_cells(__doc__, "probe_grid_gap.json", CELLS, cell,
               f"µs a call ({ROUNDS} rounds, each way of timing once a round; see the "
               "docstring); kernels: median µs of each kernel over 20 eager calls")
