@@ -156,6 +156,21 @@ def own_adds(g) -> None:
         bad[n // 2] = rows
         out = narrow_index_add(base, bad, vals, 1, pair_sample=0, own_adds=32)
         assert out.isnan().all(), (dist, "an index out of range must poison the result")
+    # one equal pair in the sample does not tip the choice, two do: of 70,400 indices into
+    # 65,536 rows, each pair counted reads as 35 adds an address (over 32)
+    rows, n = 65536, 64 * 1100
+    base = torch.randn(rows, 4, generator=g).half()
+    vals = torch.randn(n, 4, generator=g).half()
+    for pairs, own in ((0, 1), (1, 1), (2, 0)):
+        idx = torch.randint(0, rows, (n,), generator=g)
+        idx[::n // 64] = torch.randperm(rows, generator=g)[:64]
+        for k in range(pairs):
+            idx[(2 * k + 1) * (n // 64)] = idx[2 * k * (n // 64)]
+        state = torch.full((state_numel(16),), -7, dtype=torch.int32)
+        got = narrow_index_add(base, idx, vals, 1, state=state, pair_sample=0, own_adds=32)
+        ref = base.double().index_add(0, idx, vals.double())
+        assert finite_error(got, ref, (pairs, own)) < TOL[torch.float16], (pairs, own)
+        assert int(state[4 + 16]) == own and int(state[2]) == 0, (pairs, state[:24])
     for args, word in (((torch.zeros(4, 4), torch.ones(3, 4), 1, {}), "float32"),
                        ((torch.zeros(4, 4).half(), torch.ones(3, 4).half(), 2, {}), "2 copies"),
                        ((torch.zeros(4, 4).half(), torch.ones(3, 4).half(), 1,

@@ -91,9 +91,9 @@ def _scatter_np(extra, idx, vals, state, sync, n, rows, plane, D: tl.constexpr,
             if PLAN:
                 if tl.atomic_add(sync, 1, sem="relaxed") == 0:  # the planner
                     a, first = _sample(idx, n, rows, S, W)
-                    pp, hot, nh, _ = _plan(a, first, state + 5 + H, n, rows, W, P, H, HOT_MIN,
-                                        HOT_ADDS, HOT_SHARE, PER_ADDRESS, MIN_COPIES,
-                                        SPREAD, W != S)
+                    pp, hot, nh, _, _ = _plan(a, first, state + 5 + H, n, rows, W, P, H,
+                                              HOT_MIN, HOT_ADDS, HOT_SHARE, PER_ADDRESS,
+                                              MIN_COPIES, SPREAD, W != S)
                     tl.store(state + 3 + tl.arange(0, H), hot)
                     tl.store(state, pp)
                     tl.store(state + 2, nh)

@@ -138,7 +138,7 @@ def _plan(a, first, scr, n, rows, W: tl.constexpr, P: tl.constexpr, H: tl.conste
           PER_ADDRESS: tl.constexpr, MIN_COPIES: tl.constexpr, SPREAD: tl.constexpr,
           PAIRS: tl.constexpr):
     """(copies p, hot rows [H] (-1: none), how many hot, the adds an address expects
-    off the hot rows) from the sample ``a`` of ``W``
+    off the hot rows, and the same with one equal pair fewer) from the sample ``a`` of ``W``
     entries (``first``: those of its first sample). ``PAIRS``: ``a``'s second half is a
     second sample (``_sample``), whose pairs with the first count too; the entries are
     sorted, each tagged with its sample, and two segmented scans (forward and back) count
@@ -197,15 +197,22 @@ def _plan(a, first, scr, n, rows, W: tl.constexpr, P: tl.constexpr, H: tl.conste
         pairs += m * brest.to(tl.float32)
     # adds an address takes, seen from an add: n_rest * P(two rest adds share a row)
     n_rest = n * m / sampled
-    adds = n_rest * tl.sum(same).to(tl.float32) / tl.maximum(pairs, 1.0)
-    adds = tl.maximum(adds, n_rest / rows)  # no fewer than an even spread gives
+    seen = tl.sum(same).to(tl.float32)
+    adds = tl.maximum(n_rest * seen / tl.maximum(pairs, 1.0), n_rest / rows)
+    # ... no fewer than an even spread gives. One equal pair is noise where the indices
+    # spread (1M uniform into 65,536 rows, 16 adds an address: in about 1 index set in
+    # 11 with both samples), and reads as 129-258 adds an address there; less: the
+    # estimate without one pair (2 in ``same``: its two ordered pairs, or two pairs with
+    # the second sample)
+    less = tl.maximum(n_rest * tl.maximum(seen - 2.0, 0.0) / tl.maximum(pairs, 1.0),
+                      n_rest / rows)
     p = MIN_COPIES
     while (p * SPREAD < adds) & (p < P):
         p *= 2
     if adds <= PER_ADDRESS:
         p = 1
     p = tl.minimum(p, P)
-    return p, hot, nhot, adds
+    return p, hot, nhot, adds, less
 
 
 @triton.jit
@@ -239,12 +246,12 @@ def _init(self_ptr, acc, extra, idx, state, n, rows, plane, P: tl.constexpr,
             _plan_store(state, 1, tl.full([H], -1, tl.int32), 0, H)
         else:
             a, first = _sample(idx, n, rows, S, W)
-            p, hot, nhot, adds = _plan(a, first, state + 5 + H, n, rows, W, P, H, HOT_MIN,
-                                       HOT_ADDS, HOT_SHARE, PER_ADDRESS, MIN_COPIES, SPREAD,
-                                       W != S)
+            p, hot, nhot, _, less = _plan(a, first, state + 5 + H, n, rows, W, P, H, HOT_MIN,
+                                          HOT_ADDS, HOT_SHARE, PER_ADDRESS, MIN_COPIES,
+                                          SPREAD, W != S)
             _plan_store(state, p, hot, nhot, H)
-            if OWN_ADDS > 0:
-                tl.store(state + 4 + H, ((nhot == 0) & (adds <= OWN_ADDS)).to(tl.int32))
+            if OWN_ADDS > 0:  # a speed choice: one equal pair does not tip it
+                tl.store(state + 4 + H, ((nhot == 0) & (less <= OWN_ADDS)).to(tl.int32))
         if HALF_ADDS:  # the hot rows' fp32 sums, and the programs done
             tl.store(extra + tl.arange(0, HD), tl.zeros([HD], tl.float32))
             tl.store(state + 3 + H, 0)

@@ -263,8 +263,9 @@ HALF_ADDS_ROW, HALF_ADDS_PER_ROW = 4, 8
 # Inductor's plain scatter: bf16 rows of 4 into 65,536 rows 16.0 against 16.3, 15.0 and
 # 14.5, rows of 16 into 16,384 rows 8.3 against 11.1, 7.3 and 6.8 (fp16 alike; the no-op
 # _sum launch 0.6-0.7 µs of the gap); skewed and one hot row 0.3-1.0 µs slower than the
-# fp32 copy alone, where fp16 adds took 81 µs against 49. A sample of 64 with one equal
-# pair puts uniform indices on the fp32 copy (on 65,536 rows, about 1 index set in 30).
+# fp32 copy alone, where fp16 adds took 81 µs against 49. One equal pair in the plan's
+# samples does not count toward this choice: it put 1M uniform indices into 65,536 rows
+# on the fp32 copy in about 1 index set in 11.
 OWN_ADDS, OWN_ADDS_PLANE = 32, 1 << 22
 # fp16/bf16 rows of WIDE_ROW or more with up to WIDE_OWN_PER_ROW values a row on commrt's
 # wide kernels (wide_own_adds): added in the output's dtype where the plan expects at most
