@@ -154,6 +154,7 @@ UNRUN = {(op, "bfloat16", w, 8): _STUCK for op in ("index_put", "scatter_add") f
 # read 25.4 and 48.6 µs, timed twice in one H100 grid run at 89f4a66) falls on one graph
 # of five, not on the cell
 GRAPHS = 5
+GRAPH_MS, GRAPH_CALLS, SIZING_CALLS = 2.0, 50, 5  # a graph's device time, its most calls
 SLOW_MS = 1000.0  # a call this slow is not timed again: its call while compiling stands
 TOL = {"float32": 1e-4, "bfloat16": 2e-2}  # commrt's error: at most this or 1.5x compiled's
 # ... or 3x where the commrt column is the compiled column's own graph (the rule left the
@@ -377,10 +378,15 @@ def _compile_column(name: str, fn, cells: list, data: tuple, compiled=None):
 
 def time_call(fn) -> tuple[float, str, list[float]]:
     """(median ms of one call, how, ms of each graph): ``GRAPHS`` CUDA graphs of as many
-    calls as fill about 2 ms, captured apart, replayed in turn 10 times (3 for calls over
-    20 ms), the median of their medians; ``eager`` events where a call cannot be
+    calls as fill about ``GRAPH_MS`` of device time (at most ``GRAPH_CALLS``), captured
+    apart, replayed in turn 10 times (3 for calls over 20 ms), the median of their
+    medians (how: ``graph of N``, N calls a graph); ``eager`` events where a call cannot be
     captured; ``once``, one call's events, for a call over 50 ms (a contended scatter
-    hundreds of times slower than the others in its cell)."""
+    hundreds of times slower than the others in its cell). A call's device time comes from
+    a graph of ``SIZING_CALLS`` calls: an eager call's events also time its launches (a
+    call of three Triton launches read 0.1-0.7 ms where its graph ran it in 10 µs, and so
+    got graphs of a few calls, each paying a graph launch, where Inductor's got 50:
+    ``benchmarks/results/probe_grid_gap_NVIDIA_H200.json``)."""
     from commrt.timing import time_eager, time_graphs
 
     dev = torch.device("cuda", torch.cuda.current_device())
@@ -393,14 +399,16 @@ def time_call(fn) -> tuple[float, str, list[float]]:
     once = start.elapsed_time(end)
     if once > 50:
         return once, "once", [once]
-    ops = max(1, min(50, int(2.0 / max(once, 1e-3))))
-    replays = 3 if once > 20 else 10
     try:
+        call = time_graphs(fn, dev, SIZING_CALLS, 3)[0] / 1e3 if once < GRAPH_MS else once
+        ops = max(1, min(GRAPH_CALLS, int(GRAPH_MS / max(call, 1e-3))))
+        replays = 3 if call > 20 else 10
         each = [us / 1e3 for us in time_graphs(fn, dev, ops, replays, GRAPHS)]
-        return statistics.median(each), "graph", each
+        return statistics.median(each), f"graph of {ops}", each
     except Exception:  # noqa: BLE001 (a call that syncs or allocates outside the pool)
         torch.cuda.synchronize()
-        ms = time_eager(fn, dev, iters=max(3, ops * replays)) / 1e3
+        ops = max(1, min(GRAPH_CALLS, int(GRAPH_MS / max(once, 1e-3))))
+        ms = time_eager(fn, dev, iters=max(3, ops * (3 if once > 20 else 10))) / 1e3
         return ms, "eager", [ms]
 
 
@@ -630,7 +638,8 @@ def grid_markdown(cells: list, meta: dict, elapsed: float, status: dict) -> str:
                   + (f"commit {r['commit']}, " if "commit" in r else "")
                   + f"torch {r['torch']}, Triton {r['triton']})" for r in meta.get("merged", []))
         + f". Median ms of a call: the median of {meta.get('graphs', 1)} CUDA graphs of "
-        "calls, captured apart and replayed in turn (`time_call`; `graphs_ms` in the json: "
+        "calls, captured apart and replayed in turn (`time_call`: as many calls a graph as "
+        "fill 2 ms of device time, up to 50, `timed` in the json; `graphs_ms`: "
         "each graph's; `autotuned`: the kernels Inductor autotuned in each column's first "
         "call, each config's benchmarked ms and the one chosen); `*`: a "
         f"call over {SLOW_MS / 1e3:.0f} s, its one call while the other groups compiled "

@@ -9,9 +9,11 @@ by the group, against the probes' ``cell_data``, seeded 0: other indices, so ano
 on the GPU) and their timing (the grid's ``time_call``: five graphs of up to 50 calls,
 replayed in turn; the probes' one graph of 20). Here each cell's two compiled columns of
 ``index_put`` (commrt's, with the pass; Inductor's plain scatter) are timed on both data,
-each in three ways: "graph 20" (one graph of 20 calls, 15 replays), "graphs 5x20" (five
-graphs of 20, in turn) and "grid" (``time_call``); two rounds taken in turn. µs a call; for
-five graphs, the median of the graphs' (``each``: every graph's). Then commrt's kernels,
+each in four ways: "graph 20" (one graph of 20 calls, 15 replays), "graphs 5x20" (five
+graphs of 20, in turn), "grid before" (five graphs of as many calls as one eager call's
+events say fill 2 ms, as ``time_call`` sized them before) and "grid" (``time_call``); two
+rounds taken in turn. µs a call; for five graphs, the median of the graphs' (``each``:
+every graph's; ``calls``: the calls a graph). Then commrt's kernels,
 each one's median µs over 20 eager calls (profiler), on both data::
 
     python benchmarks/probes/probe_grid_gap.py [--out probe_grid_gap.json] [--length]
@@ -47,14 +49,30 @@ LENGTH = "--length" in sys.argv
 LENGTHS = (5, 10, 20, 50, 100)
 
 
+def _eager_ms(fn) -> float:
+    """One eager call's events, in ms (the grid's measure of a call before ``time_call``
+    sized its graphs by a graph's device time)."""
+    fn()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end)
+
+
 def _ways(fn) -> dict:
-    """{way: (µs a call, each graph's µs)} of ``fn`` timed the three ways."""
+    """{way: (µs a call, each graph's µs, calls a graph)} of ``fn`` timed each way."""
     one = time_graphs(fn, DEV, 20, 15, 1)
     five = time_graphs(fn, DEV, 20, 10, bs.GRAPHS)
+    once = _eager_ms(fn)
+    ops = max(1, min(50, int(2.0 / max(once, 1e-3))))
+    before = time_graphs(fn, DEV, ops, 10, bs.GRAPHS)
     ms, how, each = bs.time_call(fn)
-    assert how == "graph", how
-    return {"graph 20": (one[0], one), "graphs 5x20": (statistics.median(five), five),
-            "grid": (ms * 1e3, [x * 1e3 for x in each])}
+    assert how.startswith("graph of "), how
+    return {"graph 20": (one[0], one, 20), "graphs 5x20": (statistics.median(five), five, 20),
+            "grid before": (statistics.median(before), before, ops),
+            "grid": (ms * 1e3, [x * 1e3 for x in each], int(how.split()[-1]))}
 
 
 def cell(dtype, width: int, rows: int, dist: str) -> dict:
@@ -76,11 +94,12 @@ def cell(dtype, width: int, rows: int, dist: str) -> dict:
         for d, args in data.items():
             for name, f in fns.items():
                 with bs._context(name):
-                    for way, (us, each) in _ways(lambda f=f, a=args: f(*a)).items():
-                        times.setdefault(f"{d}, {name}, {way}", []).append((us, each))
+                    for way, got in _ways(lambda f=f, a=args: f(*a)).items():
+                        times.setdefault(f"{d}, {name}, {way}", []).append(got)
     for key, got in times.items():
-        row[key] = [round(us, 2) for us, _ in got]
-        row[key + " each"] = [[round(x, 2) for x in each] for _, each in got]
+        row[key] = [round(us, 2) for us, _, _ in got]
+        row[key + " each"] = [[round(x, 2) for x in each] for _, each, _ in got]
+        row[key + " calls"] = [ops for _, _, ops in got]
     for d, args in data.items():
         f = fns["commrt"]
         with bs._context("commrt"):
