@@ -383,10 +383,10 @@ def time_call(fn) -> tuple[float, str, list[float]]:
     medians (how: ``graph of N``, N calls a graph); ``eager`` events where a call cannot be
     captured; ``once``, one call's events, for a call over 50 ms (a contended scatter
     hundreds of times slower than the others in its cell). A call's device time comes from
-    a graph of ``SIZING_CALLS`` calls: an eager call's events also time its launches (a
-    call of three Triton launches read 0.1-0.7 ms where its graph ran it in 10 µs, and so
-    got graphs of a few calls, each paying a graph launch, where Inductor's got 50:
-    ``benchmarks/results/probe_grid_gap_NVIDIA_H200.json``)."""
+    a graph of ``SIZING_CALLS`` calls: an eager call's events also time the host's
+    launches (commrt's compiled column read 0.3-1 ms a call so, where its graph ran it in
+    8-15 µs, and got graphs of 2-7 calls, each paying a graph launch, where Inductor's got
+    8-21: ``benchmarks/results/probe_grid_gap_NVIDIA_H200.json``)."""
     from commrt.timing import time_eager, time_graphs
 
     dev = torch.device("cuda", torch.cuda.current_device())

@@ -22,13 +22,22 @@ each one's median µs over 20 eager calls (profiler), on both data::
 commrt's column as shipped, with its first launch a plain one ("plain first": each call's
 first kernel waits for the call before in the stream, not as a programmatic dependent),
 and of Inductor's ("compiled"); µs a call, two rounds taken in turn.
+
+``--host``: the grid's data, the host's time of an eager call (no graph) of commrt's
+column, of the op it calls (``commrt::partitioned_index_put``) and of Inductor's column:
+µs a call of 200 calls between two synchronizations (median of five rounds taken in turn),
+and the op's 20 costliest functions by own time over 200 calls (cProfile), in the log.
 """
 
 from __future__ import annotations
 
+import cProfile
+import io
 import os
+import pstats
 import statistics
 import sys
+import time
 
 import torch
 from probe_init_pdl import compiled
@@ -46,6 +55,7 @@ CELLS = [(F32, 16, 1024, "uniform"), (F32, 100, 1024, "uniform"),
          (F32, 16, 1024, "skewed")]
 COLUMNS = ("commrt", "compiled")
 LENGTH = "--length" in sys.argv
+HOST = "--host" in sys.argv
 LENGTHS = (5, 10, 20, 50, 100)
 
 
@@ -130,7 +140,56 @@ def length_cell(dtype, width: int, rows: int, dist: str) -> dict:
     return row
 
 
+def host_cell(dtype, width: int, rows: int, dist: str) -> dict:
+    from commrt.fx.scatter import copies
+
+    torch._dynamo.reset()
+    out, vals, idxs = bs.group_data(("index_put", str(dtype)[6:], width, rows))
+    idx = idxs[dist]
+    P = copies(rows, max(1, width), idx.numel(), dtype,
+               torch.cuda.get_device_properties(DEV).total_memory)
+    op = torch.ops.commrt.partitioned_index_put
+    fns = {name: bs._column(name, bs.column_fn("index_put", name)) for name in COLUMNS}
+
+    def column(name):
+        def call():
+            with bs._context(name):
+                return fns[name](out, idx, vals)
+        return call
+    calls = {"commrt": column("commrt"), "op": lambda: op(out, idx, vals, P),
+             "compiled": column("compiled")}
+    for fn in calls.values():
+        fn()
+    times: dict = {name: [] for name in calls}
+    for _ in range(5):
+        for name, fn in calls.items():
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(200):
+                fn()
+            torch.cuda.synchronize()
+            times[name].append((time.perf_counter() - t0) / 200 * 1e6)
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(200):
+        op(out, idx, vals, P)
+    prof.disable()
+    torch.cuda.synchronize()
+    text = io.StringIO()
+    pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(20)
+    print(text.getvalue(), flush=True)
+    return {"dtype": str(dtype)[6:], "width": width, "rows": rows, "dist": dist,
+            "partitions": P, **{k: round(statistics.median(v), 1) for k, v in times.items()},
+            "spread": {k: [round(min(v), 1), round(max(v), 1)] for k, v in times.items()}}
+
+
 def main() -> None:
+    if HOST:
+        sys.argv.remove("--host")
+        run_cells(__doc__, "probe_grid_gap_host.json", CELLS, host_cell,
+                  "µs of host time a call, eager (200 calls between two synchronizations, "
+                  "median of five rounds)", " --host", "probe_grid_gap")
+        return
     if LENGTH:
         sys.argv.remove("--length")
         run_cells(__doc__, "probe_grid_gap_length.json", CELLS, length_cell,
