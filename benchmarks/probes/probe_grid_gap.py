@@ -23,6 +23,10 @@ commrt's column as shipped, with its first launch a plain one ("plain first": ea
 first kernel waits for the call before in the stream, not as a programmatic dependent),
 and of Inductor's ("compiled"); µs a call, two rounds taken in turn.
 
+``--kernels``: the grid's data, each kernel's median µs over 20 eager calls (profiler) of
+commrt's column and of Inductor's, for ``KERNEL_CELLS`` (cells of the grid at df45b10 over
+1.05x the faster compiled column).
+
 ``--host``: the grid's data, the host's time of an eager call (no graph) of commrt's
 column, of the op it calls (``commrt::partitioned_index_put``) and of Inductor's column:
 µs a call of 200 calls between two synchronizations (median of five rounds taken in turn),
@@ -56,6 +60,10 @@ CELLS = [(F32, 16, 1024, "uniform"), (F32, 100, 1024, "uniform"),
 COLUMNS = ("commrt", "compiled")
 LENGTH = "--length" in sys.argv
 HOST = "--host" in sys.argv
+KERNELS = "--kernels" in sys.argv
+KERNEL_CELLS = [(B16, 100, 1024, "uniform"), (F32, 16, 1024, "uniform"),
+                (B16, 4, 65536, "uniform"), (F32, 1, 65536, "uniform"),
+                (B16, 100, 1024, "skewed")]
 LENGTHS = (5, 10, 20, 50, 100)
 
 
@@ -183,7 +191,27 @@ def host_cell(dtype, width: int, rows: int, dist: str) -> dict:
             "spread": {k: [round(min(v), 1), round(max(v), 1)] for k, v in times.items()}}
 
 
+def kernels_cell(dtype, width: int, rows: int, dist: str) -> dict:
+    torch._dynamo.reset()
+    out, vals, idxs = bs.group_data(("index_put", str(dtype)[6:], width, rows))
+    row = {"dtype": str(dtype)[6:], "width": width, "rows": rows, "dist": dist}
+    for name in COLUMNS:
+        f = bs._column(name, bs.column_fn("index_put", name))
+        with bs._context(name):
+            row[name] = {k: round(v, 2) for k, v in kernel_us(
+                lambda f=f: f(out, idxs[dist], vals), names=None).items()}
+            row[name + ", graph 20"] = round(time_graphs(
+                lambda f=f: f(out, idxs[dist], vals), DEV, 20, 15, 1)[0], 2)
+    return row
+
+
 def main() -> None:
+    if KERNELS:
+        sys.argv.remove("--kernels")
+        run_cells(__doc__, "probe_grid_gap_kernels.json", KERNEL_CELLS, kernels_cell,
+                  "µs: each kernel's median over 20 eager calls (profiler); graph 20: a call "
+                  "in one CUDA graph of 20 calls", " --kernels", "probe_grid_gap")
+        return
     if HOST:
         sys.argv.remove("--host")
         run_cells(__doc__, "probe_grid_gap_host.json", CELLS, host_cell,
