@@ -28,7 +28,8 @@ commrt's column and of Inductor's, for ``KERNEL_CELLS`` (cells of the grid at df
 1.05x the faster compiled column).
 
 ``--host``: the grid's data, the host's time of an eager call (no graph) of commrt's
-column, of the op it calls (``commrt::partitioned_index_put``) and of Inductor's column:
+column, of the op it calls (``commrt::partitioned_index_put``) and of Inductor's column
+(a column's call enters its settings, ``bench_scatter._context``, each time):
 µs a call of 200 calls between two synchronizations (median of five rounds taken in turn),
 and the op's 20 costliest functions by own time over 200 calls (cProfile), in the log.
 """

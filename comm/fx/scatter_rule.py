@@ -265,7 +265,9 @@ HALF_ADDS_ROW, HALF_ADDS_PER_ROW = 4, 8
 # _sum launch 0.6-0.7 µs of the gap); skewed and one hot row 0.3-1.0 µs slower than the
 # fp32 copy alone, where fp16 adds took 81 µs against 49. One equal pair in the plan's
 # samples does not count toward this choice: it put 1M uniform indices into 65,536 rows
-# on the fp32 copy in about 1 index set in 11.
+# on the fp32 copy in about 1 index set in 11, among them the grid's bf16 rows of 4 (16.4
+# µs so, 15.2 without it: benchmarks/results/probe_grid_gap_first_NVIDIA_H200.json,
+# ddb1ea5, and probe_grid_gap_NVIDIA_H200.json, ea45913).
 OWN_ADDS, OWN_ADDS_PLANE = 32, 1 << 22
 # fp16/bf16 rows of WIDE_ROW or more with up to WIDE_OWN_PER_ROW values a row on commrt's
 # wide kernels (wide_own_adds): added in the output's dtype where the plan expects at most
