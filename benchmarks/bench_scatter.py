@@ -376,6 +376,17 @@ def _compile_column(name: str, fn, cells: list, data: tuple, compiled=None):
     return f
 
 
+def eager_ms(fn) -> float:
+    """ms between CUDA events around one eager call of ``fn``, after a first call."""
+    fn()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end)
+
+
 def time_call(fn) -> tuple[float, str, list[float]]:
     """(median ms of one call, how, ms of each graph): ``GRAPHS`` CUDA graphs of as many
     calls as fill about ``GRAPH_MS`` of device time (at most ``GRAPH_CALLS``), captured
@@ -390,13 +401,7 @@ def time_call(fn) -> tuple[float, str, list[float]]:
     from commrt.timing import time_eager, time_graphs
 
     dev = torch.device("cuda", torch.cuda.current_device())
-    fn()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    fn()
-    end.record()
-    end.synchronize()
-    once = start.elapsed_time(end)
+    once = eager_ms(fn)
     if once > 50:
         return once, "once", [once]
     try:

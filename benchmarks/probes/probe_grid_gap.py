@@ -59,32 +59,17 @@ CELLS = [(F32, 16, 1024, "uniform"), (F32, 100, 1024, "uniform"),
          (B16, 100, 1024, "uniform"), (B16, 4, 65536, "uniform"),
          (F32, 16, 1024, "skewed")]
 COLUMNS = ("commrt", "compiled")
-LENGTH = "--length" in sys.argv
-HOST = "--host" in sys.argv
-KERNELS = "--kernels" in sys.argv
 KERNEL_CELLS = [(B16, 100, 1024, "uniform"), (F32, 16, 1024, "uniform"),
                 (B16, 4, 65536, "uniform"), (F32, 1, 65536, "uniform"),
                 (B16, 100, 1024, "skewed")]
 LENGTHS = (5, 10, 20, 50, 100)
 
 
-def _eager_ms(fn) -> float:
-    """One eager call's events, in ms (the grid's measure of a call before ``time_call``
-    sized its graphs by a graph's device time)."""
-    fn()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    fn()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end)
-
-
 def _ways(fn) -> dict:
     """{way: (µs a call, each graph's µs, calls a graph)} of ``fn`` timed each way."""
     one = time_graphs(fn, DEV, 20, 15, 1)
     five = time_graphs(fn, DEV, 20, 10, bs.GRAPHS)
-    once = _eager_ms(fn)
+    once = bs.eager_ms(fn)  # the grid's measure of a call before time_call's sizing
     ops = max(1, min(50, int(2.0 / max(once, 1e-3))))
     before = time_graphs(fn, DEV, ops, 10, bs.GRAPHS)
     ms, how, each = bs.time_call(fn)
@@ -206,25 +191,26 @@ def kernels_cell(dtype, width: int, rows: int, dist: str) -> dict:
     return row
 
 
-def main() -> None:
-    if KERNELS:
-        sys.argv.remove("--kernels")
-        run_cells(__doc__, "probe_grid_gap_kernels.json", KERNEL_CELLS, kernels_cell,
+# flag: (result file, cells, cell function, unit)
+PARTS = {
+    "--kernels": ("probe_grid_gap_kernels.json", KERNEL_CELLS, kernels_cell,
                   "µs: each kernel's median over 20 eager calls (profiler); graph 20: a call "
-                  "in one CUDA graph of 20 calls", " --kernels", "probe_grid_gap")
-        return
-    if HOST:
-        sys.argv.remove("--host")
-        run_cells(__doc__, "probe_grid_gap_host.json", CELLS, host_cell,
-                  "µs of host time a call, eager (200 calls between two synchronizations, "
-                  "median of five rounds)", " --host", "probe_grid_gap")
-        return
-    if LENGTH:
-        sys.argv.remove("--length")
-        run_cells(__doc__, "probe_grid_gap_length.json", CELLS, length_cell,
-                  f"µs a call in one CUDA graph of that many calls (10 replays), {ROUNDS} "
-                  "rounds", " --length", "probe_grid_gap")
-        return
+                  "in one CUDA graph of 20 calls"),
+    "--host": ("probe_grid_gap_host.json", CELLS, host_cell,
+               "µs of host time a call, eager (200 calls between two synchronizations, "
+               "median of five rounds)"),
+    "--length": ("probe_grid_gap_length.json", CELLS, length_cell,
+                 f"µs a call in one CUDA graph of that many calls (10 replays), {ROUNDS} "
+                 "rounds"),
+}
+
+
+def main() -> None:
+    for flag, (out, cells, fn, unit) in PARTS.items():
+        if flag in sys.argv:
+            sys.argv.remove(flag)
+            run_cells(__doc__, out, cells, fn, unit, f" {flag}", "probe_grid_gap")
+            return
     run_cells(__doc__, "probe_grid_gap.json", CELLS, cell,
               f"µs a call ({ROUNDS} rounds, each way of timing once a round; see the "
               "docstring); kernels: median µs of each kernel over 20 eager calls")
