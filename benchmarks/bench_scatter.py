@@ -387,6 +387,11 @@ def eager_ms(fn) -> float:
     return start.elapsed_time(end)
 
 
+def graph_calls(ms: float) -> int:
+    """Calls of ``ms`` each that fill a graph of ``GRAPH_MS`` (1 to ``GRAPH_CALLS``)."""
+    return max(1, min(GRAPH_CALLS, int(GRAPH_MS / max(ms, 1e-3))))
+
+
 def time_call(fn) -> tuple[float, str, list[float]]:
     """(median ms of one call, how, ms of each graph): ``GRAPHS`` CUDA graphs of as many
     calls as fill about ``GRAPH_MS`` of device time (at most ``GRAPH_CALLS``), captured
@@ -406,13 +411,13 @@ def time_call(fn) -> tuple[float, str, list[float]]:
         return once, "once", [once]
     try:
         call = time_graphs(fn, dev, SIZING_CALLS, 3)[0] / 1e3 if once < GRAPH_MS else once
-        ops = max(1, min(GRAPH_CALLS, int(GRAPH_MS / max(call, 1e-3))))
+        ops = graph_calls(call)
         replays = 3 if call > 20 else 10
         each = [us / 1e3 for us in time_graphs(fn, dev, ops, replays, GRAPHS)]
         return statistics.median(each), f"graph of {ops}", each
     except Exception:  # noqa: BLE001 (a call that syncs or allocates outside the pool)
         torch.cuda.synchronize()
-        ops = max(1, min(GRAPH_CALLS, int(GRAPH_MS / max(once, 1e-3))))
+        ops = graph_calls(once)
         ms = time_eager(fn, dev, iters=max(3, ops * (3 if once > 20 else 10))) / 1e3
         return ms, "eager", [ms]
 

@@ -65,12 +65,20 @@ KERNEL_CELLS = [(B16, 100, 1024, "uniform"), (F32, 16, 1024, "uniform"),
 LENGTHS = (5, 10, 20, 50, 100)
 
 
+def _in_context(name: str, f):
+    """``f`` called in column ``name``'s settings (``bench_scatter._context``)."""
+    def call(*a):
+        with bs._context(name):
+            return f(*a)
+    return call
+
+
 def _ways(fn) -> dict:
     """{way: (µs a call, each graph's µs, calls a graph)} of ``fn`` timed each way."""
     one = time_graphs(fn, DEV, 20, 15, 1)
     five = time_graphs(fn, DEV, 20, 10, bs.GRAPHS)
     once = bs.eager_ms(fn)  # the grid's measure of a call before time_call's sizing
-    ops = max(1, min(50, int(2.0 / max(once, 1e-3))))
+    ops = bs.graph_calls(once)
     before = time_graphs(fn, DEV, ops, 10, bs.GRAPHS)
     ms, how, each = bs.time_call(fn)
     assert how.startswith("graph of "), how
@@ -116,13 +124,9 @@ def length_cell(dtype, width: int, rows: int, dist: str) -> dict:
     torch._dynamo.reset()
     out, vals, idxs = bs.group_data(("index_put", str(dtype)[6:], width, rows))
     idx = idxs[dist]
-    f = bs._column("compiled", bs.column_fn("index_put", "compiled"))
-
-    def inductor(*a):
-        with bs._context("compiled"):
-            return f(*a[:3])
+    f = _in_context("compiled", bs._column("compiled", bs.column_fn("index_put", "compiled")))
     variants = {"shipped": compiled(False), "plain first": compiled(True),
-                "compiled": inductor}
+                "compiled": lambda o, i, v, P: f(o, i, v)}
     ref = out.double().index_put((idx,), vals.double(), accumulate=True)
     row = {"dtype": str(dtype)[6:], "width": width, "rows": rows, "dist": dist,
            "err": {k: bs._rel_err(v(out, idx, vals, 1), ref) for k, v in variants.items()}}
@@ -143,15 +147,11 @@ def host_cell(dtype, width: int, rows: int, dist: str) -> dict:
     P = copies(rows, max(1, width), idx.numel(), dtype,
                torch.cuda.get_device_properties(DEV).total_memory)
     op = torch.ops.commrt.partitioned_index_put
-    fns = {name: bs._column(name, bs.column_fn("index_put", name)) for name in COLUMNS}
-
-    def column(name):
-        def call():
-            with bs._context(name):
-                return fns[name](out, idx, vals)
-        return call
-    calls = {"commrt": column("commrt"), "op": lambda: op(out, idx, vals, P),
-             "compiled": column("compiled")}
+    fns = {name: _in_context(name, bs._column(name, bs.column_fn("index_put", name)))
+           for name in COLUMNS}
+    calls = {"commrt": lambda: fns["commrt"](out, idx, vals),
+             "op": lambda: op(out, idx, vals, P),
+             "compiled": lambda: fns["compiled"](out, idx, vals)}
     for fn in calls.values():
         fn()
     times: dict = {name: [] for name in calls}
