@@ -49,6 +49,7 @@ def _static_check() -> str:
 why_slow = _static_check()
 FAST = not why_slow  # tests and benches may set it False to force Triton's own path
 _recording: list | None = None
+_EMPTY = inspect.Parameter.empty  # a parameter without a default
 
 
 def cdiv(a: int, b: int) -> int:
@@ -153,6 +154,7 @@ class Launcher:
         self.fn = fn
         self.compiled: dict = {}  # key -> _Bound, or the reason it takes Triton's path
         self.fast_calls = 0  # launches that skipped Triton's path (tests read it)
+        self._params: tuple | None = None  # (name, constexpr, default) in signature order
 
     def __call__(self, key, grid: int, args: tuple, consts: tuple, warps: int,
                  pdl: bool = False) -> None:
@@ -163,40 +165,94 @@ class Launcher:
         while the kernel before it finishes, so the kernel must ``gdc_wait()`` before it
         touches memory; ``key`` must tell the two apart.
         """
+        self._launch(key, (grid, 1, 1), args, consts, warps, pdl)
+
+    def call(self, grid: tuple, warps: int, pdl: bool = False, **params) -> None:
+        """Launch with the kernel's parameters by name (defaults as declared) on a grid
+        of up to three axes, keyed here on what Triton specialises on: the current
+        device, every constexpr, each tensor's dtype and 16-byte alignment, each int's
+        ``int_spec``, and any other argument itself (None, bools)."""
+        if self._params is None:
+            self._params = _parameters(self.fn)
+        ordered: list = []
+        key: list = [warps, pdl]
+        for name, constexpr, default in self._params:
+            v = params[name] if name in params else default
+            ordered.append(v)
+            if v is _EMPTY:
+                raise TypeError(f"{self.fn.__name__}: missing argument {name!r}")
+            if constexpr or v is None or type(v) is bool:
+                key.append(v)
+            elif isinstance(v, torch.Tensor):
+                key.append((v.dtype, v.data_ptr() % 16 == 0))
+            elif type(v) is int:
+                key.append(int_spec(v))
+            else:
+                key.append(type(v))
+        if len(params) > len(ordered) or not params.keys() <= {n for n, _, _ in self._params}:
+            unknown = sorted(set(params) - {n for n, _, _ in self._params})
+            raise TypeError(f"{self.fn.__name__}: unknown arguments {unknown}")
+        grid, ordered = (*grid, 1, 1)[:3], tuple(ordered)
+        if not _on_cuda(ordered):  # the interpreter's CPU tensors
+            self._jit(grid, (), (), warps, {}, ordered)
+            return
+        key.append(torch._C._cuda_getDevice())  # Triton compiles for the current device
+        self._launch(tuple(key), grid, (), (), warps, pdl, ordered)
+
+    def _launch(self, key, grid: tuple, args: tuple, consts: tuple, warps: int, pdl: bool,
+                ordered: tuple | None = None) -> None:
+        """``args`` then ``consts``; or ``ordered``: every parameter's value in signature
+        order."""
         bound = self.compiled.get(key)
         if bound.__class__ is _Bound and FAST:
-            kargs = (*args, *bound.cvals)
+            kargs = ordered if ordered is not None else (*args, *bound.cvals)
             stream = torch._C._cuda_getCurrentRawStream(torch._C._cuda_getDevice())
             if _recording is None:
                 if bound.packed:
-                    bound.launch(grid, 1, 1, stream, *bound.prefix, kargs)
+                    bound.launch(*grid, stream, *bound.prefix, kargs)
                 else:
-                    bound.launch(grid, 1, 1, stream, *bound.prefix, *kargs)
+                    bound.launch(*grid, stream, *bound.prefix, *kargs)
             else:
                 ptrs: list = []
                 tail = bound.tail(_as_addresses(kargs, ptrs))
-                bound.launch(grid, 1, 1, stream, *tail)
-                _recording.append((bound.launch, (grid, 1, 1), tail, ptrs))
+                bound.launch(*grid, stream, *tail)
+                _recording.append((bound.launch, grid, tail, ptrs))
             self.fast_calls += 1
             return
         if _recording is not None:
             _recording.append(None)
         opts = {"launch_pdl": True} if pdl else {}  # callers set pdl only on CUDA
-        if not FAST or bound is not None or args[0].device.type != "cuda":
-            self.fn[(grid,)](*args, **dict(consts), num_warps=warps, **opts)
+        if not FAST or bound is not None or not _on_cuda(args or ordered):
+            self._jit(grid, args, consts, warps, opts, ordered)
             return
-        bound = self.compiled[key] = self._probe(grid, args, consts, warps, opts)
+        bound = self.compiled[key] = self._probe(grid, args, consts, warps, opts, ordered)
         if isinstance(bound, str):
             _slow(f"{self.fn.__name__}: {bound}")
 
-    def _probe(self, grid: int, args: tuple, consts: tuple, warps: int,
-               opts: dict) -> _Bound | str:
+    def _by_name(self, ordered: tuple) -> dict:
+        return {n: v for (n, _, _), v in zip(self._params, ordered, strict=True)}
+
+    def _jit(self, grid: tuple, args: tuple, consts: tuple, warps: int, opts: dict,
+             ordered: tuple | None) -> None:
+        """Triton's own launch path."""
+        if ordered is not None:
+            self.fn[grid](**self._by_name(ordered), num_warps=warps, **opts)
+        else:
+            self.fn[grid](*args, **dict(consts), num_warps=warps, **opts)
+
+    def _probe(self, grid: tuple, args: tuple, consts: tuple, warps: int,
+               opts: dict, ordered: tuple | None = None) -> _Bound | str:
         """Compile, then launch once through Triton, watching what it passes."""
-        kernel = self.fn.warmup(*args, grid=(grid,), **dict(consts), num_warps=warps, **opts)
+        if ordered is not None:
+            kernel = self.fn.warmup(grid=grid, **self._by_name(ordered), num_warps=warps,
+                                    **opts)
+        else:
+            kernel = self.fn.warmup(*args, grid=grid, **dict(consts), num_warps=warps,
+                                    **opts)
         if hasattr(kernel, "result"):  # a future under Triton's async compile mode
             kernel = kernel.result()
         if kernel is None:  # a JIT cache hook took over the compile
-            self.fn[(grid,)](*args, **dict(consts), num_warps=warps, **opts)
+            self._jit(grid, args, consts, warps, opts, ordered)
             return "Triton's JIT returned no compiled kernel"
         runner = kernel.run  # builds the launcher
         inner = getattr(runner, "launch", None)
@@ -214,11 +270,32 @@ class Launcher:
         if inner is not None:
             runner.launch = watch_launch
         try:
-            self.fn[(grid,)](*args, **dict(consts), num_warps=warps, **opts)
+            self._jit(grid, args, consts, warps, opts, ordered)
         finally:
             kernel._run = runner
             if inner is not None:
                 runner.launch = inner
-        head = (grid, 1, 1, torch._C._cuda_getCurrentRawStream(torch._C._cuda_getDevice()))
+        head = (*grid, torch._C._cuda_getCurrentRawStream(torch._C._cuda_getDevice()))
         cvals = tuple(v for _, v in consts)
-        return _bind(kernel, runner, calls, head, (*args, *cvals), cvals)
+        kargs = ordered if ordered is not None else (*args, *cvals)
+        return _bind(kernel, runner, calls, head, kargs, cvals)
+
+
+def _parameters(fn) -> tuple:
+    """(name, constexpr, default) of a kernel's parameters in signature order (a JIT
+    function's, or under ``TRITON_INTERPRET=1`` its Python function's)."""
+    params = getattr(fn, "params", None)
+    if params is not None:
+        return tuple((p.name, p.is_constexpr, p.default) for p in params)
+    sig = inspect.signature(fn.fn)
+    return tuple((name, "constexpr" in str(p.annotation), p.default)
+                 for name, p in sig.parameters.items())
+
+
+def _on_cuda(args: tuple) -> bool:
+    """The first tensor among ``args`` is on a CUDA device (the interpreter takes CPU ones)."""
+    for a in args:
+        if isinstance(a, torch.Tensor) or hasattr(a, "device"):
+            return a.device.type == "cuda"
+    return False
+

@@ -585,3 +585,49 @@ def test_infinities_and_nans_stay_in_their_rows(width):
     for call in calls:
         err = finite_error(call(), ref, width)
         assert err < bound, (err, bound)
+
+
+FAST_CASES = [  # (dtype, row width (0: 1-D), rows, indices): one a route of the op
+    (torch.float32, 100, 1031, 40_009),  # the wide kernels
+    (torch.bfloat16, 100, 1031, 41_947),  # ... adding bf16 where uncontended
+    (torch.float32, 16, 4096, 262_147),  # the narrow kernels, two samples
+    (torch.float32, 4, 8, (1 << 20) + 3),  # few rows
+    (torch.float32, 1, 20_011, 1 << 20),  # shared sums
+    (torch.float32, 4, 1024, 1 << 20),  # spread
+    (torch.float32, 1024, 1024, 4099),  # block-local sums
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dtype,width,rows,n", FAST_CASES)
+def test_fast_launches_against_float64(dtype, width, rows, n):
+    """Calls after the first skip Triton's argument binding (``symm_mem.launch``): fresh
+    data at new addresses each call, every output against float64."""
+    from commrt.fx import (
+        scatter_few,
+        scatter_kernels,
+        scatter_narrow,
+        scatter_shared,
+        scatter_spread,
+    )
+    from commrt.fx.scatter import copies
+    from commrt.symm_mem import launch
+
+    launchers = [v for m in (scatter_few, scatter_kernels, scatter_narrow, scatter_shared,
+                             scatter_spread) for v in vars(m).values()
+                 if isinstance(v, launch.Launcher)]
+    P = copies(rows, max(1, width), n, dtype, torch.cuda.get_device_properties(0).total_memory)
+    g = torch.Generator(device="cuda").manual_seed(rows * 7 + n)
+    shape = (width,) if width else ()
+    before = sum(lau.fast_calls for lau in launchers)
+    kept = []
+    for dist in ("uniform", "skewed", "hot", "uniform"):
+        base, idx, vals, ref, scale = _case(dist, rows, n, shape, dtype, g)
+        out = torch.ops.commrt.partitioned_index_put(base, idx, vals, P)
+        kept.append((base, idx, vals, out))  # the next call's tensors lie elsewhere
+        err = float((out.double() - ref).norm() / scale)
+        torch_err = float((base.index_add(0, idx % rows, vals).double() - ref).norm() / scale)
+        assert err < max(TOL[dtype], 1.5 * torch_err), (dist, err, torch_err)
+    assert launch.FAST and launch.why_slow == "", launch.why_slow
+    assert sum(lau.fast_calls for lau in launchers) > before, "no launch took the fast path"

@@ -4,6 +4,7 @@ identity and the call counts."""
 
 from __future__ import annotations
 
+import inspect
 from unittest import mock
 
 import pytest
@@ -145,6 +146,78 @@ def test_installed_launch_hooks_keep_triton_s_path_and_say_why(cuda_stream):
     assert jit.slow_calls == 3 and lau.fast_calls == 0
     assert "launch hooks" in launch.why_slow
     launch.why_slow = ""
+
+
+# ------------------------------------------- launches by name (the scatter kernels')
+
+
+class _Param:
+    def __init__(self, name: str, constexpr: bool = False, default=inspect.Parameter.empty):
+        self.name, self.is_constexpr, self.default = name, constexpr, default
+
+
+class _NamedJit(_Jit):
+    """A kernel ``k(a, n, B: constexpr, out=None, C: constexpr = 3)``: constexprs between
+    the other arguments, as the scatter kernels have them."""
+
+    params = [_Param("a"), _Param("n"), _Param("B", True), _Param("out", default=None),
+              _Param("C", True, 3)]
+
+    def warmup(self, grid, **kwargs):
+        return self.kernel
+
+    def __getitem__(self, grid):
+        def run(num_warps, launch_pdl=False, **named):
+            self.slow_calls += 1
+            assert list(named) == [p.name for p in self.params]
+            k = self.kernel
+            k.run(*grid, 77, k.function, k.packed_metadata, {"lazy": 1}, self.enter,
+                  self.exit, *named.values())
+        return run
+
+
+@pytest.mark.parametrize("packed", [False, True], ids=["triton3.6", "triton3.9"])
+def test_launch_by_name_keys_what_triton_specialises_on(cuda_stream, monkeypatch, packed):
+    monkeypatch.setattr(launch, "_on_cuda", lambda args: True)
+    runner = _Runner(packed)
+    jit = _NamedJit(runner)
+    lau = launch.Launcher(jit)
+    buf = torch.zeros(8)
+    for _ in range(3):  # the arguments in any order; a 2-D grid
+        lau.call((5, 2), 4, B=16, n=4096, a=buf)
+    assert jit.slow_calls == 1 and lau.fast_calls == 2 and launch.why_slow == ""
+    last = runner.launched[-1]
+    assert last[:4] == (5, 2, 1, 77)
+    # every parameter in signature order, constexprs and defaults where they stand
+    assert (last[-1] if packed else last[-5:]) == (buf, 4096, 16, None, 3)
+    # each of these is another specialisation, so another probe through the JIT
+    lau.call((5,), 4, a=buf[1:], n=4096, B=16)  # 4 bytes off 16-byte alignment
+    lau.call((5,), 4, a=buf, n=4097, B=16)  # n % 16 != 0
+    lau.call((5,), 4, a=buf, n=4096, B=32)  # another constexpr
+    lau.call((5,), 4, a=buf, n=4096, B=16, out=buf)  # a tensor where None was
+    lau.call((5,), 8, a=buf, n=4096, B=16)  # other warps
+    lau.call((5,), 4, True, a=buf, n=4096, B=16)  # a programmatic dependent launch
+    assert jit.slow_calls == 7 and lau.fast_calls == 2
+    lau.call((9,), 4, a=torch.ones(8), n=4112, B=16)  # same specialisation, other values
+    assert jit.slow_calls == 7 and lau.fast_calls == 3
+    assert (runner.launched[-1][-1] if packed else runner.launched[-1][-5:])[1:] == \
+        (4112, 16, None, 3)
+
+
+def test_launch_by_name_names_a_missing_or_unknown_argument(cuda_stream):
+    lau = launch.Launcher(_NamedJit(_Runner(False)))
+    with pytest.raises(TypeError, match="missing argument 'B'"):
+        lau.call((1,), 4, a=torch.zeros(4), n=3)
+    with pytest.raises(TypeError, match=r"unknown arguments \['D'\]"):
+        lau.call((1,), 4, a=torch.zeros(4), n=3, B=1, D=2)
+
+
+def test_launch_by_name_takes_triton_s_path_for_cpu_tensors():
+    jit = _NamedJit(_Runner(False))
+    lau = launch.Launcher(jit)
+    for _ in range(2):  # the interpreter's case: no key, no probe
+        lau.call((1,), 4, a=torch.zeros(4), n=3, B=1)
+    assert jit.slow_calls == 2 and lau.fast_calls == 0 and lau.compiled == {}
 
 
 # ------------------------------------------------------- world size 1 and the counts

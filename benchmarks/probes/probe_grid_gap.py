@@ -28,14 +28,17 @@ commrt's column and of Inductor's, for ``KERNEL_CELLS`` (cells of the grid at df
 1.05x the faster compiled column).
 
 ``--host``: the grid's data, the host's time of an eager call (no graph) of commrt's
-column, of the op it calls (``commrt::partitioned_index_put``) and of Inductor's column
-(a column's call enters its settings, ``bench_scatter._context``, each time):
-µs a call of 200 calls between two synchronizations (median of five rounds taken in turn),
-and the op's 20 costliest functions by own time over 200 calls (cProfile), in the log.
+column, of the op it calls (``commrt::partitioned_index_put``), of the op with every
+launch through Triton's own path (``symm_mem.launch.FAST`` off) and of Inductor's column
+(a column's 200 calls run in its settings, ``bench_scatter._context``, entered once as a
+user's would be; at df45b10 each call entered them): µs a call of 200 calls between two
+synchronizations (median of five rounds taken in turn), and the op's 20 costliest
+functions by own time over 200 calls (cProfile), in the log.
 """
 
 from __future__ import annotations
 
+import contextlib
 import cProfile
 import io
 import os
@@ -48,6 +51,7 @@ import torch
 from probe_init_pdl import compiled
 from probe_narrow_costs import DEV, cell_data, kernel_us, run_cells
 
+from commrt.symm_mem import launch
 from commrt.timing import time_graphs
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -147,22 +151,31 @@ def host_cell(dtype, width: int, rows: int, dist: str) -> dict:
     P = copies(rows, max(1, width), idx.numel(), dtype,
                torch.cuda.get_device_properties(DEV).total_memory)
     op = torch.ops.commrt.partitioned_index_put
-    fns = {name: _in_context(name, bs._column(name, bs.column_fn("index_put", name)))
-           for name in COLUMNS}
-    calls = {"commrt": lambda: fns["commrt"](out, idx, vals),
-             "op": lambda: op(out, idx, vals, P),
-             "compiled": lambda: fns["compiled"](out, idx, vals)}
-    for fn in calls.values():
-        fn()
+    fns = {name: bs._column(name, bs.column_fn("index_put", name)) for name in COLUMNS}
+
+    def triton_path():
+        launch.FAST = False
+        try:
+            return op(out, idx, vals, P)
+        finally:
+            launch.FAST = True
+
+    # name: (the column whose settings its calls run in, or None; the call)
+    calls = {"commrt": ("commrt", lambda: fns["commrt"](out, idx, vals)),
+             "op": (None, lambda: op(out, idx, vals, P)),
+             "op, Triton's launch path": (None, triton_path),
+             "compiled": ("compiled", lambda: fns["compiled"](out, idx, vals))}
     times: dict = {name: [] for name in calls}
-    for _ in range(5):
-        for name, fn in calls.items():
-            torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            for _ in range(200):
-                fn()
-            torch.cuda.synchronize()
-            times[name].append((time.perf_counter() - t0) / 200 * 1e6)
+    for r in range(6):  # the first round compiles and warms, untimed
+        for name, (column, fn) in calls.items():
+            with bs._context(column) if column else contextlib.nullcontext():
+                torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                for _ in range(200 if r else 2):
+                    fn()
+                torch.cuda.synchronize()
+            if r:
+                times[name].append((time.perf_counter() - t0) / 200 * 1e6)
     prof = cProfile.Profile()
     prof.enable()
     for _ in range(200):

@@ -22,7 +22,7 @@ import triton
 import triton.language as tl
 
 from commrt.dispatch.profile import has_pdl, sm_count
-from commrt.symm_mem.launch import cdiv, next_pow2
+from commrt.symm_mem.launch import Launcher, cdiv, next_pow2
 
 from .scatter_kernels import PARTS, _add_exact, _rows_of, _wrapped, scatter_shape
 from .scatter_rule import FEW_PRODUCTS_MAX_ROW, FEW_ROWS, FEW_WIDTH
@@ -181,6 +181,10 @@ def _total(self_ptr, part, out, G, plane, PB: tl.constexpr, GB: tl.constexpr,
 DTYPES = tuple(PARTS)
 
 
+# the launches, without Triton's per-call argument binding (symm_mem.launch)
+run_partial, run_total = Launcher(_partial), Launcher(_total)
+
+
 def few_rows_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tensor,
                        pdl: bool = True) -> torch.Tensor:
     """``self.index_add(0, index, values)`` (a new tensor) for at most ``FEW_ROWS`` rows of
@@ -211,11 +215,11 @@ def few_rows_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Te
     part = torch.empty(max(1, G * plane), device=self.device, dtype=torch.float32)
     pdl = pdl and G > 0 and has_pdl(self.device)
     if G:
-        _partial[(G,)](index, values, part, n, rows, cdiv(n, G), D=D, R=R, DP=DP, SUB=sub,
-                       WIDE=n * D >= 1 << 31, PARTS=PARTS[values.dtype] if dot else 0,
-                       PDL=pdl, num_warps=WARPS)
+        run_partial.call((G,), WARPS, idx=index, vals=values, part=part, n=n, rows=rows,
+                         chunk=cdiv(n, G), D=D, R=R, DP=DP, SUB=sub, WIDE=n * D >= 1 << 31,
+                         PARTS=PARTS[values.dtype] if dot else 0, PDL=pdl)
     pb = min(next_pow2(plane), TOTAL_BLOCK)
     gb = max(1, min(next_pow2(G), TOTAL_TILE // pb))
-    _total[(cdiv(plane, pb),)](self, part, out, G, plane, PB=pb, GB=gb, PDL=pdl, num_warps=4,
-                               **({"launch_pdl": True} if pdl else {}))
+    run_total.call((cdiv(plane, pb),), 4, pdl, self_ptr=self, part=part, out=out, G=G,
+                   plane=plane, PB=pb, GB=gb, PDL=pdl)
     return out

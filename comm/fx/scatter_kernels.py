@@ -38,7 +38,7 @@ import triton
 import triton.language as tl
 
 from commrt.dispatch.profile import has_pdl
-from commrt.symm_mem.launch import cdiv, next_pow2
+from commrt.symm_mem.launch import Launcher, cdiv, next_pow2
 
 from .scatter_rule import (
     BLOCK_ROWS,
@@ -303,6 +303,8 @@ def _sum_wait_and_add(acc, extra, out, state, plane, SAME: tl.constexpr, BLOCK: 
             tl.store(out + offs, x.to(out.dtype.element_ty), mask=m)
 
 
+# the launches, without Triton's per-call argument binding (symm_mem.launch)
+run_prepare, run_scatter, run_sum = Launcher(_prepare), Launcher(_scatter), Launcher(_sum)
 SCATTER_WARPS = 4  # warps a _scatter program
 SUM_PROGRAMS = 2048  # the most _sum programs (each loops over the plane)
 PREPARE_BLOCK = 4096  # elements of self a _prepare program copies
@@ -380,12 +382,13 @@ def partitioned_index_add(self: torch.Tensor, index: torch.Tensor, values: torch
     pdl = has_pdl(self.device)
     # wait_first: fp32 rows of 100 into 1,024 rows, uniform, 9.47 against 10.06 µs in a
     # compiled graph on one H200 (benchmarks/results/probe_init_pdl_NVIDIA_H200.json, 88639d1)
-    _prepare[(1 + cdiv(plane, PREPARE_BLOCK),)](
-        self, acc, index, state, n, rows, plane, P=partitions,
-        SAMPLE=OWN_SAMPLE if own_adds else SAMPLE, SHIFTS=OWN_SHIFTS if own_adds else SHIFTS,
-        PER_ADDRESS=per_address, MIN_COPIES=min(min_copies, partitions),
-        R=cfg["R"], LEADERS=leaders, BLOCK=PREPARE_BLOCK, PDL=pdl, OWN=own_adds, out=out,
-        WAIT=pdl and wait_first, **({"launch_pdl": True} if pdl and wait_first else {}))
+    run_prepare.call(
+        (1 + cdiv(plane, PREPARE_BLOCK),), 4, pdl and wait_first,
+        self_ptr=self, acc=acc, idx=index, state=state, n=n, rows=rows, plane=plane,
+        P=partitions, SAMPLE=OWN_SAMPLE if own_adds else SAMPLE,
+        SHIFTS=OWN_SHIFTS if own_adds else SHIFTS, PER_ADDRESS=per_address,
+        MIN_COPIES=min(min_copies, partitions), R=cfg["R"], LEADERS=leaders,
+        BLOCK=PREPARE_BLOCK, PDL=pdl, OWN=own_adds, out=out, WAIT=pdl and wait_first)
     # _sum a programmatic dependent, as the narrow kernels' is: on one H200 every cell the
     # wide kernels take ran 0.3-0.6 µs faster so (cf70dce,
     # benchmarks/results/probe_sum_grid_NVIDIA_H200.json: fp32 rows of 100 into 1,024
@@ -395,14 +398,11 @@ def partitioned_index_add(self: torch.Tensor, index: torch.Tensor, values: torch
     early = sum_pdl and sum_early and (same or own_adds > 0) and n * D > 0
     if n * D:
         wide = max(n * D, partitions * plane) >= 1 << 31
-        _scatter[(cdiv(n, cfg["R"]),)](acc, extra, index, values, state, n, rows,
-                                       WIDE=wide, PDL=pdl, TRIGGER=sum_pdl, EARLY=early,
-                                       OWN=own_adds > 0, out=out,
-                                       ALIGN=row_alignment(D * 4, acc, extra),
-                                       num_warps=SCATTER_WARPS, **cfg,
-                                       **({"launch_pdl": True} if pdl else {}))
-    _sum[(min(cdiv(plane, 256), SUM_PROGRAMS),)](acc, extra, out, state, plane, SAME=same,
-                                                 BLOCK=256, CP=16, PDL=sum_pdl,
-                                                 OWN=3 if own_adds else 0, EARLY=early,
-                                                 **({"launch_pdl": True} if sum_pdl else {}))
+        run_scatter.call((cdiv(n, cfg["R"]),), SCATTER_WARPS, pdl, acc=acc, extra=extra,
+                         idx=index, vals=values, state=state, n=n, rows=rows, WIDE=wide,
+                         PDL=pdl, TRIGGER=sum_pdl, EARLY=early, OWN=own_adds > 0, out=out,
+                         ALIGN=row_alignment(D * 4, acc, extra), **cfg)
+    run_sum.call((min(cdiv(plane, 256), SUM_PROGRAMS),), 4, sum_pdl, acc=acc, extra=extra,
+                 out=out, state=state, plane=plane, SAME=same, BLOCK=256, CP=16, PDL=sum_pdl,
+                 OWN=3 if own_adds else 0, EARLY=early)
     return out

@@ -52,9 +52,9 @@ import triton
 import triton.language as tl
 
 from commrt.dispatch.profile import has_pdl
-from commrt.symm_mem.launch import cdiv, next_pow2
+from commrt.symm_mem.launch import Launcher, cdiv, next_pow2
 
-from .scatter_kernels import SUM_PROGRAMS, _rows_of, _sum, poison, row_alignment, scatter_shape
+from .scatter_kernels import SUM_PROGRAMS, _rows_of, poison, row_alignment, run_sum, scatter_shape
 from .scatter_rule import (
     HOT,
     HOT_ADDS,
@@ -415,6 +415,10 @@ def _local_sums(acc, i, plain, eq, member, v, c, cm, D: tl.constexpr, SUB: tl.co
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
+# the launches, without Triton's per-call argument binding (symm_mem.launch)
+run_init, run_scatter = Launcher(_init), Launcher(_scatter)
+
+
 def state_numel(hot: int = HOT) -> int:
     """int32 entries of ``narrow_index_add``'s ``state``: the plan (copies, error, hot
     rows, ``max(1, hot)`` rows), the programs done, whether it adds in the output's dtype,
@@ -523,12 +527,12 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
     # wait_first: 0.3-0.6 µs a call faster on one H200, alone and in a compiled graph, once
     # _scatter stopped letting it launch early where no _sum follows (it then ran up to 2 µs
     # slower) (benchmarks/results/probe_init_pdl_NVIDIA_H200.json, 88639d1; docs/decisions.md)
-    _init[(1 + cdiv(plane, blk),)](self, acc, extra, index, state, n, rows, plane, **plan,
-                                   BLOCK=blk, WIDE=wide, PDL=pdl, HALF_ADDS=half_adds, HD=HD,
-                                   out=out, OWN_ADDS=own_adds, WAIT=pdl and wait_first,
-                                   num_warps=INIT_WARPS_ONE if W == NARROW_SAMPLE and
-                                   plane < ONE_SAMPLE_PLANE else INIT_WARPS,
-                                   **({"launch_pdl": True} if pdl and wait_first else {}))
+    run_init.call((1 + cdiv(plane, blk),),
+                  INIT_WARPS_ONE if W == NARROW_SAMPLE and plane < ONE_SAMPLE_PLANE
+                  else INIT_WARPS, pdl and wait_first,
+                  self_ptr=self, acc=acc, extra=extra, idx=index, state=state, n=n, rows=rows,
+                  plane=plane, **plan, BLOCK=blk, WIDE=wide, PDL=pdl, HALF_ADDS=half_adds,
+                  HD=HD, out=out, OWN_ADDS=own_adds, WAIT=pdl and wait_first)
     # ... only where _sum may have nothing to do (fp32 output, or the plan's own dtype)
     has_sum = partitions > 1 or not (same or half_adds)
     early = pdl and sum_early and n > 0 and has_sum and (same or own_adds > 0)
@@ -544,23 +548,20 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
         cols_first = grid[1] > 1 and grid[0] <= MAX_GRID_Y
         if cols_first:
             grid = grid[::-1]
-        _scatter[grid](acc, extra, index, values, state, n, rows, plane, D=D, DP=DP, SUB=sub,
-                       ITERS=iters, P=partitions, WIDE=wide, PDL=pdl, HALF_ADDS=half_adds,
-                       H=H, LOCAL=local, COLS_FIRST=cols_first, num_warps=warps,
-                       out=out, OWN=own_adds > 0, EARLY=early, LOCAL_EARLY=local_early,
-                       TRIGGER=has_sum,
-                       ALIGN=row_alignment(D * acc.element_size(), acc, extra)
-                       if partitions > 1 else 1,
-                       **({"launch_pdl": True} if pdl else {}))
+        run_scatter.call(grid, warps, pdl, acc=acc, extra=extra, idx=index, vals=values,
+                         state=state, n=n, rows=rows, plane=plane, D=D, DP=DP, SUB=sub,
+                         ITERS=iters, P=partitions, WIDE=wide, PDL=pdl, HALF_ADDS=half_adds,
+                         H=H, LOCAL=local, COLS_FIRST=cols_first, out=out, OWN=own_adds > 0,
+                         EARLY=early, LOCAL_EARLY=local_early, TRIGGER=has_sum,
+                         ALIGN=row_alignment(D * acc.element_size(), acc, extra)
+                         if partitions > 1 else 1)
     if has_sum:
         # up to SUM_COPIES copies a step: a plane of a few thousand elements still has
         # enough programs and loads in flight
         cp = min(partitions, SUM_COPIES)
         blk = BLOCK if partitions == 1 else max(64, SUM_TILE // cp)
-        _sum[(min(cdiv(plane, blk), SUM_PROGRAMS),)](acc, extra, out, state, plane, SAME=same,
-                                                     BLOCK=blk, CP=cp, PDL=pdl,
-                                                     FIT=SUM_FIT if cp > SUM_FIT else 0,
-                                                     OWN=4 + H if own_adds else 0,
-                                                     EARLY=early, num_warps=4,
-                                                     **({"launch_pdl": True} if pdl else {}))
+        run_sum.call((min(cdiv(plane, blk), SUM_PROGRAMS),), 4, pdl, acc=acc, extra=extra,
+                     out=out, state=state, plane=plane, SAME=same, BLOCK=blk, CP=cp, PDL=pdl,
+                     FIT=SUM_FIT if cp > SUM_FIT else 0, OWN=4 + H if own_adds else 0,
+                     EARLY=early)
     return out

@@ -34,9 +34,9 @@ import triton
 import triton.language as tl
 
 from commrt.dispatch.profile import shared_memory_per_sm, sm_count
-from commrt.symm_mem.launch import cdiv, next_pow2
+from commrt.symm_mem.launch import Launcher, cdiv, next_pow2
 
-from .scatter_few import _total
+from .scatter_few import run_total
 from .scatter_kernels import PARTS, _rows_of, _wrapped, scatter_shape
 from .scatter_rule import SHARED_PLANE, SHARED_WINDOWS
 
@@ -259,6 +259,8 @@ def usable(kernel, meta: dict) -> bool:
 
 
 _checked: dict = {}
+run_partial = Launcher(_shared_partial)
+PARTIAL_ARGS = ("idx", "vals", "part", "n", "rows", "chunk", "never")  # _launch's args
 
 
 def _launch(grid, args, meta) -> None:
@@ -270,7 +272,9 @@ def _launch(grid, args, meta) -> None:
     if not _checked[key]:
         raise Unfenced(f"shared_sums_index_add: this Triton's code for {meta} uses shared "
                        "memory beside its sums")
-    _shared_partial[grid](*args, **meta)
+    meta = dict(meta)
+    warps = meta.pop("num_warps", 4)
+    run_partial.call(grid, warps, **dict(zip(PARTIAL_ARGS, args, strict=True)), **meta)
 
 
 DTYPES = tuple(PARTS)
@@ -373,6 +377,6 @@ def shared_sums_index_add(self: torch.Tensor, index: torch.Tensor, values: torch
     else:
         part.zero_()
     pb = max(TOTAL_MIN, next_pow2(plane) // TOTAL_PROGRAMS)
-    _total[(cdiv(plane, pb),)](self, part, out, G, plane, PB=pb,
-                               GB=max(1, min(next_pow2(G), TOTAL_TILE // pb)), num_warps=4)
+    run_total.call((cdiv(plane, pb),), 4, self_ptr=self, part=part, out=out, G=G, plane=plane,
+                   PB=pb, GB=max(1, min(next_pow2(G), TOTAL_TILE // pb)))
     return out

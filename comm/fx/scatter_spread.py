@@ -24,7 +24,7 @@ import triton
 import triton.language as tl
 
 from commrt.dispatch.profile import has_pdl
-from commrt.symm_mem.launch import cdiv, next_pow2
+from commrt.symm_mem.launch import Launcher, cdiv, next_pow2
 
 from .scatter_kernels import PARTS, SUM_PROGRAMS, _copies, _rows_of, scatter_shape
 from .scatter_scratch import zeroed
@@ -99,6 +99,10 @@ def _spread_sum(self_ptr, extra, out, plane, P: tl.constexpr, CP: tl.constexpr,
         tl.store(flag + 1, 0.0)
 
 
+# the launches, without Triton's per-call argument binding (symm_mem.launch)
+run_spread, run_spread_sum = Launcher(_spread), Launcher(_spread_sum)
+
+
 def spread_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tensor,
                      partitions: int, hot: int = 0, hot_min: int = 1, pdl: bool = True,
                      block: int = BLOCK, warps: int = WARPS,
@@ -126,12 +130,12 @@ def spread_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
         dp = next_pow2(D)
         r = max(1, block // dp)
         wide = max(n * D, partitions * plane + 2) >= 1 << 31
-        _spread[(cdiv(n, r),)](extra, index, values, n, rows, plane, D=D, DP=dp, R=r,
-                               P=partitions, HOT=hot, HOT_MIN=hot_min, WIDE=wide, PDL=pdl,
-                               num_warps=warps)
+        run_spread.call((cdiv(n, r),), warps, extra=extra, idx=index, vals=values, n=n,
+                        rows=rows, plane=plane, D=D, DP=dp, R=r, P=partitions, HOT=hot,
+                        HOT_MIN=hot_min, WIDE=wide, PDL=pdl)
     cp = min(partitions, SUM_COPIES)
     blk = max(64, sum_tile // cp)
-    _spread_sum[(min(cdiv(plane, blk), SUM_PROGRAMS),)](self, extra, out, plane, P=partitions,
-                                                        CP=cp, BLOCK=blk, PDL=pdl, num_warps=4,
-                                                        **({"launch_pdl": True} if pdl else {}))
+    run_spread_sum.call((min(cdiv(plane, blk), SUM_PROGRAMS),), 4, pdl, self_ptr=self,
+                        extra=extra, out=out, plane=plane, P=partitions, CP=cp, BLOCK=blk,
+                        PDL=pdl)
     return out
