@@ -20,6 +20,7 @@ one call, with tensors as addresses, so it can replay it per call shape.
 from __future__ import annotations
 
 import inspect
+import operator
 from typing import Any
 
 import torch
@@ -154,7 +155,7 @@ class Launcher:
         self.fn = fn
         self.compiled: dict = {}  # key -> _Bound, or the reason it takes Triton's path
         self.fast_calls = 0  # launches that skipped Triton's path (tests read it)
-        self._params: tuple | None = None  # (name, constexpr, default) in signature order
+        self._sig: _Signature | None = None  # its parameters, for call()
 
     def __call__(self, key, grid: int, args: tuple, consts: tuple, warps: int,
                  pdl: bool = False) -> None:
@@ -167,40 +168,34 @@ class Launcher:
         """
         self._launch(key, (grid, 1, 1), args, consts, warps, pdl)
 
-    def call(self, grid: tuple, warps: int, pdl: bool = False, **params) -> None:
+    def call(self, grid: tuple, warps: int, pdl: bool = False, stages: int | None = None,
+             **params) -> None:
         """Launch with the kernel's parameters by name (defaults as declared) on a grid
         of up to three axes, keyed here on what Triton specialises on: the current
         device, every constexpr, each tensor's dtype and 16-byte alignment, each int's
-        ``int_spec``, and any other argument itself (None, bools)."""
-        if self._params is None:
-            self._params = _parameters(self.fn)
-        ordered: list = []
-        key: list = [warps, pdl]
-        for name, constexpr, default in self._params:
-            v = params[name] if name in params else default
-            ordered.append(v)
-            if v is _EMPTY:
-                raise TypeError(f"{self.fn.__name__}: missing argument {name!r}")
-            if constexpr or v is None or type(v) is bool:
-                key.append(v)
-            elif isinstance(v, torch.Tensor):
-                key.append((v.dtype, v.data_ptr() % 16 == 0))
-            elif type(v) is int:
-                key.append(int_spec(v))
-            else:
-                key.append(type(v))
-        if len(params) > len(ordered) or not params.keys() <= {n for n, _, _ in self._params}:
-            unknown = sorted(set(params) - {n for n, _, _ in self._params})
-            raise TypeError(f"{self.fn.__name__}: unknown arguments {unknown}")
-        grid, ordered = (*grid, 1, 1)[:3], tuple(ordered)
-        if not _on_cuda(ordered):  # the interpreter's CPU tensors
-            self._jit(grid, (), (), warps, {}, ordered)
+        ``int_spec``, and any other argument itself (None, bools). ``stages``: Triton's
+        ``num_stages`` (None: its default)."""
+        sig = self._sig
+        if sig is None:
+            sig = self._sig = _Signature(self.fn)
+        if not (sig.required <= params.keys() <= sig.names_set):
+            missing = sorted(sig.required - params.keys())
+            raise TypeError(f"{self.fn.__name__}: missing arguments {missing}" if missing else
+                            f"{self.fn.__name__}: unknown arguments "
+                            f"{sorted(params.keys() - sig.names_set)}")
+        ordered = tuple(map(params.get, sig.names, sig.defaults))
+        grid = (*grid, 1, 1)[:3]
+        if not _on_cuda(sig.runtime(ordered)):  # the interpreter's CPU tensors
+            self._jit(grid, (), (), warps, {} if stages is None else {"num_stages": stages},
+                      ordered)
             return
-        key.append(torch._C._cuda_getDevice())  # Triton compiles for the current device
-        self._launch(tuple(key), grid, (), (), warps, pdl, ordered)
+        # Triton compiles for the current device
+        key = (torch._C._cuda_getDevice(), warps, pdl, stages, sig.consts(ordered),
+               tuple(map(_spec, sig.runtime(ordered))))
+        self._launch(key, grid, (), (), warps, pdl, ordered, stages)
 
     def _launch(self, key, grid: tuple, args: tuple, consts: tuple, warps: int, pdl: bool,
-                ordered: tuple | None = None) -> None:
+                ordered: tuple | None = None, stages: int | None = None) -> None:
         """``args`` then ``consts``; or ``ordered``: every parameter's value in signature
         order."""
         bound = self.compiled.get(key)
@@ -222,6 +217,8 @@ class Launcher:
         if _recording is not None:
             _recording.append(None)
         opts = {"launch_pdl": True} if pdl else {}  # callers set pdl only on CUDA
+        if stages is not None:
+            opts["num_stages"] = stages
         if not FAST or bound is not None or not _on_cuda(args or ordered):
             self._jit(grid, args, consts, warps, opts, ordered)
             return
@@ -230,7 +227,7 @@ class Launcher:
             _slow(f"{self.fn.__name__}: {bound}")
 
     def _by_name(self, ordered: tuple) -> dict:
-        return {n: v for (n, _, _), v in zip(self._params, ordered, strict=True)}
+        return dict(zip(self._sig.names, ordered, strict=True))
 
     def _jit(self, grid: tuple, args: tuple, consts: tuple, warps: int, opts: dict,
              ordered: tuple | None) -> None:
@@ -281,15 +278,45 @@ class Launcher:
         return _bind(kernel, runner, calls, head, kargs, cvals)
 
 
-def _parameters(fn) -> tuple:
-    """(name, constexpr, default) of a kernel's parameters in signature order (a JIT
-    function's, or under ``TRITON_INTERPRET=1`` its Python function's)."""
-    params = getattr(fn, "params", None)
-    if params is not None:
-        return tuple((p.name, p.is_constexpr, p.default) for p in params)
-    sig = inspect.signature(fn.fn)
-    return tuple((name, "constexpr" in str(p.annotation), p.default)
-                 for name, p in sig.parameters.items())
+class _Signature:
+    """A kernel's parameters as ``Launcher.call`` reads them: names and defaults in
+    signature order, the required ones, and getters of the constexpr and the other
+    values."""
+
+    def __init__(self, fn):
+        params = getattr(fn, "params", None)
+        if params is not None:
+            rows = [(p.name, p.is_constexpr, p.default) for p in params]
+        else:  # TRITON_INTERPRET=1: the Python function's signature
+            rows = [(name, "constexpr" in str(p.annotation), p.default)
+                    for name, p in inspect.signature(fn.fn).parameters.items()]
+        self.names = tuple(r[0] for r in rows)
+        self.names_set = frozenset(self.names)
+        self.defaults = tuple(None if r[2] is _EMPTY else r[2] for r in rows)
+        self.required = frozenset(r[0] for r in rows if r[2] is _EMPTY)
+        const = [i for i, r in enumerate(rows) if r[1]]
+        runtime = [i for i, r in enumerate(rows) if not r[1]]
+        self.consts = _getter(const)
+        self.runtime = _getter(runtime)
+
+
+def _getter(positions: list):
+    """A function of a tuple giving the tuple of its items at ``positions``."""
+    if len(positions) > 1:
+        return operator.itemgetter(*positions)
+    if positions:
+        i = positions[0]
+        return lambda t: (t[i],)
+    return lambda t: ()
+
+
+def _spec(v: Any) -> Any:
+    """What Triton specialises a non-constexpr argument on."""
+    if isinstance(v, torch.Tensor):
+        return v.dtype, v.data_ptr() % 16 == 0
+    if v.__class__ is int:
+        return int_spec(v)
+    return v if v is None or v.__class__ is bool else v.__class__
 
 
 def _on_cuda(args: tuple) -> bool:

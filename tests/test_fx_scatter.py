@@ -317,6 +317,35 @@ def test_the_pass_follows_the_rule_on_traced_graphs(rows, width, n, dtype, choic
     assert (torch.ops.commrt.partitioned_index_put.default in ops) == (choice == "commrt")
 
 
+@pytest.mark.parametrize("rows,width,n,dtype,out_dtype,routes", [
+    (8, 4, 1 << 20, torch.float32, torch.float32, ["few_rows_index_add"]),
+    (20_011, 1, 1 << 20, torch.float32, torch.float32,  # the narrow kernels where the
+     ["shared_sums_index_add", "narrow_index_add"]),    # shared sums do not fit
+    (1024, 4, 1 << 20, torch.float32, torch.float32, ["spread_index_add"]),
+    (4096, 16, 262_147, torch.float32, torch.float32, ["narrow_index_add"]),
+    (1 << 16, 4, 1 << 20, torch.bfloat16, torch.bfloat16, ["narrow_index_add"]),
+    (1024, 1024, 4099, torch.float32, torch.float32, ["narrow_index_add"]),  # block-local
+    (1031, 100, 40_009, torch.float32, torch.float32, ["partitioned_index_add"]),
+    (1031, 100, 41_947, torch.bfloat16, torch.bfloat16, ["partitioned_index_add"]),
+    (0, 0, 5, torch.float32, torch.float32, ["partitioned_index_add"]),  # an empty output
+    (1024, 16, 4096, torch.int64, torch.int64, []),  # integers: torch ops
+])
+def test_op_routes_follow_the_rule_and_are_kept(rows, width, n, dtype, out_dtype, routes):
+    from commrt.fx import scatter
+
+    P = copies(max(1, rows), max(1, width), n, dtype, 80 << 30) if dtype.is_floating_point \
+        else 1
+    got = scatter._routes(rows, width, n, dtype, out_dtype, P)
+    assert [getattr(r, "func", r).__name__ for r in got] == routes
+    assert scatter._routes(rows, width, n, dtype, out_dtype, P) is got  # cached
+    narrow = [r for r in got if getattr(r, "func", None) is not None and
+              r.func.__name__ == "narrow_index_add"]
+    if (rows, width) == (1 << 16, 4):  # bf16 added in their dtype where uncontended
+        assert narrow[0].keywords["own_adds"] > 0
+    if width == 1024:
+        assert narrow[0].keywords["local"] > 0
+
+
 @pytest.mark.parametrize("op,choice", [(index_add, "commrt"), (index_put, "commrt")])
 def test_bf16_wide_rows_few_a_row_get_block_local_sums(op, choice):
     """bf16 rows of 1024, 4 a row, on 1M elements: an index_add or index_put to the narrow

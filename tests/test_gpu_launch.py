@@ -6,7 +6,6 @@ time is benchmarks/bench_host_overhead.py's."""
 from __future__ import annotations
 
 import importlib
-import os
 
 import pytest
 import torch
@@ -95,10 +94,8 @@ def one_rank_comm(algorithm: str):
 
     import commrt
 
-    if not dist.is_initialized():
-        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-        os.environ.setdefault("MASTER_PORT", "29561")
-        dist.init_process_group("nccl", rank=0, world_size=1,
+    if not dist.is_initialized():  # an in-process store: no port that tests beside it share
+        dist.init_process_group("nccl", store=dist.HashStore(), rank=0, world_size=1,
                                 device_id=torch.device("cuda", torch.cuda.current_device()))
     comm = commrt.init()
     comm.workspace = one_rank_workspace()

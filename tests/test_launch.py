@@ -167,7 +167,7 @@ class _NamedJit(_Jit):
         return self.kernel
 
     def __getitem__(self, grid):
-        def run(num_warps, launch_pdl=False, **named):
+        def run(num_warps, launch_pdl=False, num_stages=None, **named):
             self.slow_calls += 1
             assert list(named) == [p.name for p in self.params]
             k = self.kernel
@@ -197,16 +197,17 @@ def test_launch_by_name_keys_what_triton_specialises_on(cuda_stream, monkeypatch
     lau.call((5,), 4, a=buf, n=4096, B=16, out=buf)  # a tensor where None was
     lau.call((5,), 8, a=buf, n=4096, B=16)  # other warps
     lau.call((5,), 4, True, a=buf, n=4096, B=16)  # a programmatic dependent launch
-    assert jit.slow_calls == 7 and lau.fast_calls == 2
+    lau.call((5,), 4, stages=1, a=buf, n=4096, B=16)  # other pipeline stages
+    assert jit.slow_calls == 8 and lau.fast_calls == 2
     lau.call((9,), 4, a=torch.ones(8), n=4112, B=16)  # same specialisation, other values
-    assert jit.slow_calls == 7 and lau.fast_calls == 3
+    assert jit.slow_calls == 8 and lau.fast_calls == 3
     assert (runner.launched[-1][-1] if packed else runner.launched[-1][-5:])[1:] == \
         (4112, 16, None, 3)
 
 
 def test_launch_by_name_names_a_missing_or_unknown_argument(cuda_stream):
     lau = launch.Launcher(_NamedJit(_Runner(False)))
-    with pytest.raises(TypeError, match="missing argument 'B'"):
+    with pytest.raises(TypeError, match=r"missing arguments \['B'\]"):
         lau.call((1,), 4, a=torch.zeros(4), n=3)
     with pytest.raises(TypeError, match=r"unknown arguments \['D'\]"):
         lau.call((1,), 4, a=torch.zeros(4), n=3, B=1, D=2)

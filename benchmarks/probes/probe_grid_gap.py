@@ -32,8 +32,8 @@ column, of the op it calls (``commrt::partitioned_index_put``), of the op with e
 launch through Triton's own path (``symm_mem.launch.FAST`` off) and of Inductor's column
 (a column's 200 calls run in its settings, ``bench_scatter._context``, entered once as a
 user's would be; at df45b10 each call entered them): µs a call of 200 calls between two
-synchronizations (median of five rounds taken in turn), and the op's 20 costliest
-functions by own time over 200 calls (cProfile), in the log.
+synchronizations (median of five rounds taken in turn), and the 25 costliest functions
+by own time over 200 calls of the op and of commrt's column (cProfile), in the log.
 """
 
 from __future__ import annotations
@@ -176,15 +176,18 @@ def host_cell(dtype, width: int, rows: int, dist: str) -> dict:
                 torch.cuda.synchronize()
             if r:
                 times[name].append((time.perf_counter() - t0) / 200 * 1e6)
-    prof = cProfile.Profile()
-    prof.enable()
-    for _ in range(200):
-        op(out, idx, vals, P)
-    prof.disable()
-    torch.cuda.synchronize()
-    text = io.StringIO()
-    pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(20)
-    print(text.getvalue(), flush=True)
+    for name in ("op", "commrt"):
+        column, fn = calls[name]
+        with bs._context(column) if column else contextlib.nullcontext():
+            prof = cProfile.Profile()
+            prof.enable()
+            for _ in range(200):
+                fn()
+            prof.disable()
+        torch.cuda.synchronize()
+        text = io.StringIO()
+        pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(25)
+        print(f"{name}:\n{text.getvalue()}", flush=True)
     return {"dtype": str(dtype)[6:], "width": width, "rows": rows, "dist": dist,
             "partitions": P, **{k: round(statistics.median(v), 1) for k, v in times.items()},
             "spread": {k: [round(min(v), 1), round(max(v), 1)] for k, v in times.items()}}

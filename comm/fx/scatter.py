@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 
 import torch
 import torch.fx as fx
@@ -86,50 +87,74 @@ lib.define("partitioned_index_put(Tensor self, Tensor index, Tensor values, int 
 def _partitioned_index_put(self: torch.Tensor, index: torch.Tensor, values: torch.Tensor,
                            partitions: int) -> torch.Tensor:
     if self.device.type == "cuda":
-        from .scatter_few import few_rows_index_add
-        from .scatter_kernels import PARTS, partitioned_index_add
-        from .scatter_narrow import narrow_index_add
-        from .scatter_shared import Unusable, shared_sums_index_add
-        from .scatter_spread import spread_index_add
+        rows = self.shape[0] if self.dim() else 0
+        routes = _routes(rows, self.numel() // max(1, rows), index.numel(), values.dtype,
+                         self.dtype, partitions)
+        if routes:
+            from .scatter_shared import Unusable
 
-        if values.dtype in PARTS:  # the value dtypes the kernels take
             args = (self.contiguous(), index.contiguous(), values.contiguous(), partitions)
-            rows, n, dtype = self.shape[0] if self.dim() else 0, index.numel(), values.dtype
-            if 0 < rows < 1 << 31:
-                width = self.numel() // rows
-                if few_rows(rows, width) or few_products(rows, width, n, dtype):
-                    return few_rows_index_add(*args[:3])
-                if shared_sums(rows, width, n, dtype):
-                    with contextlib.suppress(Unusable):  # else the narrow kernels
-                        return shared_sums_index_add(*args[:3])
-                if partitions > 1 and spread(rows, width, n, dtype):
-                    return spread_index_add(*args, hot=SPREAD_HOT, hot_min=SPREAD_HOT_MIN)
-                # fp16/bf16 added in their own dtype (one copy)
-                own = half_adds(rows, width, n, partitions, dtype) and self.dtype == dtype
-                if width <= NARROW_ROW:
-                    # ... or, one copy, where the plan finds the adds uncontended
-                    switch = own_adds(rows, width, n, partitions, dtype) \
-                        if self.dtype == dtype else 0
-                    return narrow_index_add(*args, half_adds=own, pair_sample=pair_sample(rows),
-                                            own_adds=switch)
-                if partitions == 1 and wide_on_one_copy(rows, width, n, dtype):
-                    return narrow_index_add(*args, hot=ONE_COPY_HOT, hot_min=ONE_COPY_HOT_MIN,
-                                            half_adds=own)
-                local = local_sums(rows, width, n, dtype)
-                if partitions == 1 and local:
-                    columns, warps = local_blocks(rows, width, own)
-                    # the shared rows found before waiting for _init, and no hot-row loop,
-                    # where the blocks run on one warp (fp16/bf16 adds, fp32 into a few
-                    # rows); fp32 blocks on 2 warps ran about 1 µs slower so
-                    # (docs/decisions.md, 2026-11-28)
-                    return narrow_index_add(*args, hot=0, local=local, columns=columns,
-                                            warps=warps, half_adds=own,
-                                            local_early=warps == 1)
-                # fp16/bf16 in their dtype where the plan finds few adds an address
-                if self.dtype == dtype and (own := wide_own_adds(rows, width, n, dtype)):
-                    return partitioned_index_add(*args, own_adds=own)
-            return partitioned_index_add(*args)
+            for route in routes:
+                with contextlib.suppress(Unusable):  # then the next route
+                    return route(*args)
     return _partitioned_index_put_torch(self, index, values, partitions)
+
+
+@functools.lru_cache(maxsize=1024)
+def _routes(rows: int, width: int, n: int, dtype: torch.dtype, out_dtype: torch.dtype,
+            partitions: int) -> tuple:
+    """The CUDA kernels for ``n`` values of ``width`` elements (``dtype``) into ``rows``
+    rows of ``out_dtype``, in the order to try them (the shared sums raise ``Unusable``
+    where this Triton's code cannot hold them), each called ``route(self, index, values,
+    partitions)``; empty where no kernel takes the values' dtype (torch ops then).
+    Cached: a call of a shape seen before skips the rule."""
+    from .scatter_few import few_rows_index_add
+    from .scatter_kernels import PARTS, partitioned_index_add
+    from .scatter_narrow import narrow_index_add
+    from .scatter_shared import shared_sums_index_add
+    from .scatter_spread import spread_index_add
+
+    def without_partitions(fn):
+        @functools.wraps(fn)
+        def route(self, index, values, partitions):
+            return fn(self, index, values)
+        return route
+
+    if dtype not in PARTS:  # the value dtypes the kernels take
+        return ()
+    if not 0 < rows < 1 << 31:
+        return (partitioned_index_add,)
+    if few_rows(rows, width) or few_products(rows, width, n, dtype):
+        return (without_partitions(few_rows_index_add),)
+    # the shared sums, where this Triton can hold them, else what follows
+    first = (without_partitions(shared_sums_index_add),) if shared_sums(rows, width, n, dtype) \
+        else ()
+    if partitions > 1 and spread(rows, width, n, dtype):
+        return (*first, functools.partial(spread_index_add, hot=SPREAD_HOT,
+                                          hot_min=SPREAD_HOT_MIN))
+    # fp16/bf16 added in their own dtype (one copy)
+    own = half_adds(rows, width, n, partitions, dtype) and out_dtype == dtype
+    if width <= NARROW_ROW:
+        # ... or, one copy, where the plan finds the adds uncontended
+        switch = own_adds(rows, width, n, partitions, dtype) if out_dtype == dtype else 0
+        return (*first, functools.partial(narrow_index_add, half_adds=own,
+                                          pair_sample=pair_sample(rows), own_adds=switch))
+    if partitions == 1 and wide_on_one_copy(rows, width, n, dtype):
+        return (*first, functools.partial(narrow_index_add, hot=ONE_COPY_HOT,
+                                          hot_min=ONE_COPY_HOT_MIN, half_adds=own))
+    local = local_sums(rows, width, n, dtype)
+    if partitions == 1 and local:
+        columns, warps = local_blocks(rows, width, own)
+        # the shared rows found before waiting for _init, and no hot-row loop, where the
+        # blocks run on one warp (fp16/bf16 adds, fp32 into a few rows); fp32 blocks on 2
+        # warps ran about 1 µs slower so (docs/decisions.md, 2026-11-28)
+        return (*first, functools.partial(narrow_index_add, hot=0, local=local,
+                                          columns=columns, warps=warps, half_adds=own,
+                                          local_early=warps == 1))
+    # fp16/bf16 in their dtype where the plan finds few adds an address
+    if out_dtype == dtype and (switch := wide_own_adds(rows, width, n, dtype)):
+        return (*first, functools.partial(partitioned_index_add, own_adds=switch))
+    return (*first, partitioned_index_add)
 
 
 def _partitioned_index_put_torch(self: torch.Tensor, index: torch.Tensor,

@@ -21,15 +21,15 @@ _kept: list[torch.Tensor] = []  # buffers outgrown, kept alive for graphs that u
 
 
 def _stream_key(device: torch.device) -> tuple:
-    if device.type == "cuda":
-        index = torch.cuda.current_device() if device.index is None else device.index
-        return device.type, index, torch.cuda.current_stream(index).cuda_stream
+    if device.type == "cuda":  # the raw stream: no Stream object a call
+        index = torch._C._cuda_getDevice() if device.index is None else device.index
+        return device.type, index, torch._C._cuda_getCurrentRawStream(index)
     return device.type, device.index, 0
 
 
 def zeroed(device: torch.device, numel: int) -> torch.Tensor:
     """A view of ``numel`` fp32 zeros (at least one element) that the caller leaves zero."""
-    key = _stream_key(torch.device(device))
+    key = _stream_key(device if isinstance(device, torch.device) else torch.device(device))
     buf = _buffers.get(key)
     if buf is None or buf.numel() < numel:
         if buf is not None:

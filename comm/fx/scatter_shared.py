@@ -273,8 +273,9 @@ def _launch(grid, args, meta) -> None:
         raise Unfenced(f"shared_sums_index_add: this Triton's code for {meta} uses shared "
                        "memory beside its sums")
     meta = dict(meta)
-    warps = meta.pop("num_warps", 4)
-    run_partial.call(grid, warps, **dict(zip(PARTIAL_ARGS, args, strict=True)), **meta)
+    warps, stages = meta.pop("num_warps", 4), meta.pop("num_stages", None)
+    run_partial.call(grid, warps, stages=stages, **dict(zip(PARTIAL_ARGS, args, strict=True)),
+                     **meta)
 
 
 DTYPES = tuple(PARTS)
