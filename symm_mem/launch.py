@@ -184,14 +184,27 @@ class Launcher:
                             f"{self.fn.__name__}: unknown arguments "
                             f"{sorted(params.keys() - sig.names_set)}")
         ordered = tuple(map(params.get, sig.names, sig.defaults))
+        runtime = sig.runtime(ordered)
         grid = (*grid, 1, 1)[:3]
-        if not _on_cuda(sig.runtime(ordered)):  # the interpreter's CPU tensors
+        if not _on_cuda(runtime):  # the interpreter's CPU tensors
             self._jit(grid, (), (), warps, {} if stages is None else {"num_stages": stages},
                       ordered)
             return
-        # Triton compiles for the current device
-        key = (torch._C._cuda_getDevice(), warps, pdl, stages, sig.consts(ordered),
-               tuple(map(_spec, sig.runtime(ordered))))
+        dev = torch._C._cuda_getDevice()  # Triton compiles for the current device
+        # _spec inline: a function call an argument costs as much as the rest of the key
+        key = (dev, warps, pdl, stages, sig.consts(ordered), tuple([
+            (v.dtype, v.data_ptr() % 16 == 0) if isinstance(v, torch.Tensor) else
+            (v == 1, v % 16 == 0, -(1 << 31) <= v < (1 << 31)) if v.__class__ is int else
+            _spec(v) for v in runtime]))
+        bound = self.compiled.get(key)
+        if bound.__class__ is _Bound and FAST and _recording is None:
+            stream = torch._C._cuda_getCurrentRawStream(dev)
+            if bound.packed:
+                bound.launch(*grid, stream, *bound.prefix, ordered)
+            else:
+                bound.launch(*grid, stream, *bound.prefix, *ordered)
+            self.fast_calls += 1
+            return
         self._launch(key, grid, (), (), warps, pdl, ordered, stages)
 
     def _launch(self, key, grid: tuple, args: tuple, consts: tuple, warps: int, pdl: bool,
