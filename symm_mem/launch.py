@@ -190,9 +190,27 @@ class Launcher:
             self._jit(grid, (), (), warps, {} if stages is None else {"num_stages": stages},
                       ordered)
             return
+        self._keyed(grid, (warps, pdl, stages, sig.consts(ordered)), runtime, ordered)
+
+    def prepare(self, grid: tuple, warps: int, pdl: bool = False, stages: int | None = None,
+                **consts) -> Prepared:
+        """``call`` with the grid and every constexpr fixed (by name; defaults as
+        declared): the returned launch takes the other parameters, in signature order."""
+        sig = self._sig
+        if sig is None:
+            sig = self._sig = _Signature(self.fn)
+        fixed = {n for n, c in zip(sig.names, sig.constexpr, strict=True) if c}
+        if not consts.keys() <= fixed or not (fixed & sig.required) <= consts.keys():
+            raise TypeError(f"{self.fn.__name__}: prepare takes the constexprs "
+                            f"{sorted(fixed)}, got {sorted(consts)}")
+        return Prepared(self, (*grid, 1, 1)[:3], warps, pdl, stages, consts)
+
+    def _keyed(self, grid: tuple, head: tuple, runtime: tuple, ordered: tuple) -> None:
+        """Launch ``ordered`` on CUDA tensors: ``head`` (warps, pdl, stages, constexprs)
+        and ``runtime`` (the other arguments) make the key."""
         dev = torch._C._cuda_getDevice()  # Triton compiles for the current device
         # _spec inline: a function call an argument costs as much as the rest of the key
-        key = (dev, warps, pdl, stages, sig.consts(ordered), tuple([
+        key = (dev, head, tuple([
             (v.dtype, v.data_ptr() % 16 == 0) if isinstance(v, torch.Tensor) else
             (v == 1, v % 16 == 0, -(1 << 31) <= v < (1 << 31)) if v.__class__ is int else
             _spec(v) for v in runtime]))
@@ -205,7 +223,7 @@ class Launcher:
                 bound.launch(*grid, stream, *bound.prefix, *ordered)
             self.fast_calls += 1
             return
-        self._launch(key, grid, (), (), warps, pdl, ordered, stages)
+        self._launch(key, grid, (), (), head[0], head[1], ordered, head[2])
 
     def _launch(self, key, grid: tuple, args: tuple, consts: tuple, warps: int, pdl: bool,
                 ordered: tuple | None = None, stages: int | None = None) -> None:
@@ -304,6 +322,7 @@ class _Signature:
             rows = [(name, "constexpr" in str(p.annotation), p.default)
                     for name, p in inspect.signature(fn.fn).parameters.items()]
         self.names = tuple(r[0] for r in rows)
+        self.constexpr = tuple(r[1] for r in rows)
         self.names_set = frozenset(self.names)
         self.defaults = tuple(None if r[2] is _EMPTY else r[2] for r in rows)
         self.required = frozenset(r[0] for r in rows if r[2] is _EMPTY)
@@ -311,6 +330,36 @@ class _Signature:
         runtime = [i for i, r in enumerate(rows) if not r[1]]
         self.consts = _getter(const)
         self.runtime = _getter(runtime)
+
+
+class Prepared:
+    """One kernel's launch with its grid and constexprs fixed (``Launcher.prepare``):
+    called with the other parameters in signature order."""
+
+    __slots__ = ("lau", "grid", "head", "order")
+
+    def __init__(self, lau: Launcher, grid: tuple, warps: int, pdl: bool,
+                 stages: int | None, consts: dict):
+        sig = lau._sig
+        values = {n: consts.get(n, d) for n, c, d in zip(sig.names, sig.constexpr,
+                                                          sig.defaults, strict=True) if c}
+        self.lau, self.grid = lau, grid
+        self.head = (warps, pdl, stages, tuple(values[n] for n in sig.names if n in values))
+        # every parameter in signature order from the others: one generated function, a
+        # tuple built in one step
+        runtime = [n for n, c in zip(sig.names, sig.constexpr, strict=True) if not c]
+        space = {f"_c_{n}": v for n, v in values.items()}
+        items = ", ".join(f"_c_{n}" if n in values else n for n in sig.names)
+        self.order = eval(f"lambda {', '.join(runtime)}: ({items},)", space)  # noqa: S307
+
+    def __call__(self, *runtime) -> None:
+        ordered = self.order(*runtime)
+        if not _on_cuda(runtime):  # the interpreter's CPU tensors
+            warps, _, stages, _ = self.head
+            self.lau._jit(self.grid, (), (), warps,
+                          {} if stages is None else {"num_stages": stages}, ordered)
+            return
+        self.lau._keyed(self.grid, self.head, runtime, ordered)
 
 
 def _getter(positions: list):

@@ -205,6 +205,28 @@ def test_launch_by_name_keys_what_triton_specialises_on(cuda_stream, monkeypatch
         (4112, 16, None, 3)
 
 
+@pytest.mark.parametrize("packed", [False, True], ids=["triton3.6", "triton3.9"])
+def test_prepared_launch_fixes_the_constexprs_and_shares_the_compiled_kernel(
+        cuda_stream, monkeypatch, packed):
+    monkeypatch.setattr(launch, "_on_cuda", lambda args: True)
+    runner = _Runner(packed)
+    jit = _NamedJit(runner)
+    lau = launch.Launcher(jit)
+    buf = torch.zeros(8)
+    prep = lau.prepare((5, 2), 4, B=16)
+    for _ in range(3):  # the other parameters in signature order: a, n, out
+        prep(buf, 4096, None)
+    assert jit.slow_calls == 1 and lau.fast_calls == 2
+    assert (runner.launched[-1][-1] if packed else runner.launched[-1][-5:]) == \
+        (buf, 4096, 16, None, 3)
+    lau.call((5, 2), 4, a=torch.ones(8), n=16, B=16)  # the same kernel by name
+    assert jit.slow_calls == 1 and lau.fast_calls == 3
+    prep(buf[1:], 4096, None)  # another alignment: another probe
+    assert jit.slow_calls == 2
+    with pytest.raises(TypeError, match="prepare takes the constexprs"):
+        lau.prepare((1,), 4, n=3)
+
+
 def test_launch_by_name_names_a_missing_or_unknown_argument(cuda_stream):
     lau = launch.Launcher(_NamedJit(_Runner(False)))
     with pytest.raises(TypeError, match=r"missing arguments \['B'\]"):

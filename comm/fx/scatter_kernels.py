@@ -31,6 +31,7 @@ output as well, and where the plan expects at most ``OWN_ADDS`` adds an address
 and ``_sum`` does nothing; elsewhere the fp32 copies as above.
 """
 
+import functools
 import math
 
 import torch
@@ -378,17 +379,35 @@ def partitioned_index_add(self: torch.Tensor, index: torch.Tensor, values: torch
     elif state.numel() < need:
         raise ValueError(f"partitioned_index_add: state holds {state.numel()} entries, needs "
                          f"{need} (own_adds={own_adds})")
-    cfg = dict(scatter_config(D, values.dtype), LEADERS=leaders)
-    pdl = has_pdl(self.device)
+    prepare, scatter, total = _launches(
+        rows, n, D, values.dtype, same, partitions, per_address, min_copies, leaders,
+        has_pdl(self.device), sum_pdl, sum_early, own_adds, wait_first,
+        row_alignment(D * 4, acc, extra))
+    prepare(self, acc, index, state, n, rows, plane, out)
+    if scatter is not None:
+        scatter(acc, extra, index, values, state, n, rows, out)
+    total(acc, extra, out, state, plane)
+    return out
+
+
+@functools.lru_cache(maxsize=1024)
+def _launches(rows: int, n: int, D: int, dtype: torch.dtype, same: bool, partitions: int,
+              per_address: int, min_copies: int, leaders: int, pdl: bool, sum_pdl: bool,
+              sum_early: bool, own_adds: int, wait_first: bool, align: int) -> tuple:
+    """``partitioned_index_add``'s three launches for one shape and set of options
+    (``same``: the output is fp32; ``pdl``: the GPU has programmatic dependent launch;
+    ``align``: ``row_alignment`` of the copies), each ``Launcher.prepare``'d
+    (``_scatter`` None where there are no values). Cached: a call of a shape seen before
+    computes none of it."""
+    plane = rows * D
+    cfg = dict(scatter_config(D, dtype), LEADERS=leaders)
     # wait_first: fp32 rows of 100 into 1,024 rows, uniform, 9.47 against 10.06 µs in a
     # compiled graph on one H200 (benchmarks/results/probe_init_pdl_NVIDIA_H200.json, 88639d1)
-    run_prepare.call(
-        (1 + cdiv(plane, PREPARE_BLOCK),), 4, pdl and wait_first,
-        self_ptr=self, acc=acc, idx=index, state=state, n=n, rows=rows, plane=plane,
-        P=partitions, SAMPLE=OWN_SAMPLE if own_adds else SAMPLE,
-        SHIFTS=OWN_SHIFTS if own_adds else SHIFTS, PER_ADDRESS=per_address,
-        MIN_COPIES=min(min_copies, partitions), R=cfg["R"], LEADERS=leaders,
-        BLOCK=PREPARE_BLOCK, PDL=pdl, OWN=own_adds, out=out, WAIT=pdl and wait_first)
+    prepare = run_prepare.prepare(
+        (1 + cdiv(plane, PREPARE_BLOCK),), 4, pdl and wait_first, P=partitions,
+        SAMPLE=OWN_SAMPLE if own_adds else SAMPLE, SHIFTS=OWN_SHIFTS if own_adds else SHIFTS,
+        PER_ADDRESS=per_address, MIN_COPIES=min(min_copies, partitions), R=cfg["R"],
+        LEADERS=leaders, BLOCK=PREPARE_BLOCK, PDL=pdl, OWN=own_adds, WAIT=pdl and wait_first)
     # _sum a programmatic dependent, as the narrow kernels' is: on one H200 every cell the
     # wide kernels take ran 0.3-0.6 µs faster so (cf70dce,
     # benchmarks/results/probe_sum_grid_NVIDIA_H200.json: fp32 rows of 100 into 1,024
@@ -396,13 +415,13 @@ def partitioned_index_add(self: torch.Tensor, index: torch.Tensor, values: torch
     sum_pdl = pdl and sum_pdl
     # else _sum always has work
     early = sum_pdl and sum_early and (same or own_adds > 0) and n * D > 0
+    scatter = None
     if n * D:
         wide = max(n * D, partitions * plane) >= 1 << 31
-        run_scatter.call((cdiv(n, cfg["R"]),), SCATTER_WARPS, pdl, acc=acc, extra=extra,
-                         idx=index, vals=values, state=state, n=n, rows=rows, WIDE=wide,
-                         PDL=pdl, TRIGGER=sum_pdl, EARLY=early, OWN=own_adds > 0, out=out,
-                         ALIGN=row_alignment(D * 4, acc, extra), **cfg)
-    run_sum.call((min(cdiv(plane, 256), SUM_PROGRAMS),), 4, sum_pdl, acc=acc, extra=extra,
-                 out=out, state=state, plane=plane, SAME=same, BLOCK=256, CP=16, PDL=sum_pdl,
-                 OWN=3 if own_adds else 0, EARLY=early)
-    return out
+        scatter = run_scatter.prepare((cdiv(n, cfg["R"]),), SCATTER_WARPS, pdl, WIDE=wide,
+                                      PDL=pdl, TRIGGER=sum_pdl, EARLY=early, OWN=own_adds > 0,
+                                      ALIGN=align, **cfg)
+    total = run_sum.prepare((min(cdiv(plane, 256), SUM_PROGRAMS),), 4, sum_pdl, SAME=same,
+                            BLOCK=256, CP=16, PDL=sum_pdl, OWN=3 if own_adds else 0,
+                            EARLY=early)
+    return prepare, scatter, total

@@ -47,6 +47,8 @@ last ``_scatter`` program to finish adds to the output; there is no ``_sum``. Wi
 nothing; else they run through ``acc`` as above.
 """
 
+import functools
+
 import torch
 import triton
 import triton.language as tl
@@ -468,6 +470,49 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
     before it (it waits for it before reading anything; False: a plain launch).
     """
     rows, n, D = scatter_shape(self, index, values, partitions, DTYPES, "narrow_index_add")
+    H = max(1, hot)
+    if state is not None and state.numel() < state_numel(hot):
+        raise ValueError(f"narrow_index_add: state holds {state.numel()} entries, needs "
+                         f"{state_numel(hot)} (hot={hot})")
+    out = torch.empty_like(self)
+    plane = rows * D
+    if plane == 0:
+        _launches(rows, n, D, self.dtype, values.dtype, partitions, per_address, min_copies,
+                  hot, hot_min, hot_adds, False, spread, pair_sample, half_adds, local,
+                  columns, warps, own_adds, sum_early, local_early, wait_first, 1)  # checks
+        return out
+    same = out.dtype == torch.float32
+    acc = out if same or half_adds else torch.empty(plane, device=self.device,
+                                                  dtype=torch.float32)
+    HD = next_pow2(H * D) if half_adds else 1  # the hot rows' fp32 sums
+    # the extra copies: zero on entry, and _sum leaves them zero
+    extra = zeroed(self.device, (partitions - 1) * plane) if partitions > 1 else \
+        torch.empty(HD, device=self.device, dtype=torch.float32)
+    if state is None:
+        state = torch.empty(state_numel(hot), device=self.device, dtype=torch.int32)
+    init, scatter, total = _launches(
+        rows, n, D, self.dtype, values.dtype, partitions, per_address, min_copies, hot,
+        hot_min, hot_adds, pdl and has_pdl(self.device), spread, pair_sample, half_adds,
+        local, columns, warps, own_adds, sum_early, local_early, wait_first,
+        row_alignment(D * acc.element_size(), acc, extra) if partitions > 1 else 1)
+    init(self, acc, extra, index, state, n, rows, plane, out)
+    if scatter is not None:
+        scatter(acc, extra, index, values, state, n, rows, plane, out)
+    if total is not None:
+        total(acc, extra, out, state, plane)
+    return out
+
+
+@functools.lru_cache(maxsize=1024)
+def _launches(rows: int, n: int, D: int, out_dtype: torch.dtype, dtype: torch.dtype,
+              partitions: int, per_address: int, min_copies: int, hot: int, hot_min: int,
+              hot_adds: int, pdl: bool, spread: int, pair_sample: int, half_adds: bool,
+              local: int, columns: int, warps: int, own_adds: int, sum_early: bool,
+              local_early: bool, wait_first: bool, align: int) -> tuple:
+    """``narrow_index_add``'s three launches for one shape and set of options (``pdl``:
+    asked for and on a GPU that has it; ``align``: ``row_alignment`` of the copies), each
+    ``Launcher.prepare``'d (``_scatter`` and ``_sum`` None where they do not run), after
+    checking the options. Cached: a call of a shape seen before computes none of it."""
     if hot and NARROW_SAMPLE // hot_min > hot:
         raise ValueError(f"narrow_index_add: hot={hot} rows cannot hold every row that takes "
                          f"hot_min={hot_min} of {NARROW_SAMPLE} samples")
@@ -477,16 +522,15 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
     if D > ONE_COPY_ROW or rows >= 1 << 31:
         raise ValueError(f"narrow_index_add takes rows of at most {ONE_COPY_ROW} elements and "
                          f"fewer than 2**31 rows, got {rows} rows of {D}")
-    if half_adds and (partitions != 1 or self.dtype == torch.float32 or
-                      values.dtype != self.dtype):
+    if half_adds and (partitions != 1 or out_dtype == torch.float32 or dtype != out_dtype):
         raise ValueError(f"narrow_index_add: half_adds takes fp16/bf16 values into an output of "
-                         f"their dtype, one copy; got {values.dtype} into {self.dtype}, "
+                         f"their dtype, one copy; got {dtype} into {out_dtype}, "
                          f"{partitions} copies")
-    if own_adds and (partitions != 1 or half_adds or local or self.dtype == torch.float32 or
-                     values.dtype != self.dtype):
+    if own_adds and (partitions != 1 or half_adds or local or out_dtype == torch.float32 or
+                     dtype != out_dtype):
         raise ValueError(f"narrow_index_add: own_adds takes fp16/bf16 values into an output of "
                          f"their dtype, one copy, without half_adds or local; got "
-                         f"{values.dtype} into {self.dtype}, {partitions} copies")
+                         f"{dtype} into {out_dtype}, {partitions} copies")
     if columns and (columns < 16 or columns & (columns - 1)):
         raise ValueError(f"narrow_index_add: columns={columns} must be 0 or a power of two of "
                          "at least 16")
@@ -499,22 +543,9 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
         raise ValueError(f"narrow_index_add: local={local} must be 0, or at least 2 on rows of "
                          f"over {ROW_BLOCKS[0] // (2 * LOCAL_SUB)} elements (blocks of at most "
                          f"{LOCAL_SUB} rows; got rows of {D}, columns={columns})")
-    if state is not None and state.numel() < state_numel(hot):
-        raise ValueError(f"narrow_index_add: state holds {state.numel()} entries, needs "
-                         f"{state_numel(hot)} (hot={hot})")
-    out = torch.empty_like(self)
     plane = rows * D
-    if plane == 0:
-        return out
-    same = out.dtype == torch.float32
-    acc = out if same or half_adds else torch.empty(plane, device=self.device,
-                                                  dtype=torch.float32)
-    HD = next_pow2(H * D) if half_adds else 1  # the hot rows' fp32 sums
-    # the extra copies: zero on entry, and _sum leaves them zero
-    extra = zeroed(self.device, (partitions - 1) * plane) if partitions > 1 else \
-        torch.empty(HD, device=self.device, dtype=torch.float32)
-    if state is None:
-        state = torch.empty(state_numel(hot), device=self.device, dtype=torch.int32)
+    same = out_dtype == torch.float32
+    HD = next_pow2(H * D) if half_adds else 1
     # the sample: NARROW_SAMPLE indices, and where copies are allowed a second one
     W = 2 * pair_sample if partitions > 1 and pair_sample else NARROW_SAMPLE
     plan = dict(P=partitions, S=NARROW_SAMPLE, W=W, H=H,
@@ -522,17 +553,15 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
                 PER_ADDRESS=per_address, SPREAD=spread,
                 MIN_COPIES=min(min_copies, partitions))
     wide = max(n * D, partitions * plane) >= 1 << 31
-    pdl = pdl and has_pdl(self.device)
     blk = HALF_BLOCK if half_adds else BLOCK
     # wait_first: 0.3-0.6 µs a call faster on one H200, alone and in a compiled graph, once
     # _scatter stopped letting it launch early where no _sum follows (it then ran up to 2 µs
     # slower) (benchmarks/results/probe_init_pdl_NVIDIA_H200.json, 88639d1; docs/decisions.md)
-    run_init.call((1 + cdiv(plane, blk),),
-                  INIT_WARPS_ONE if W == NARROW_SAMPLE and plane < ONE_SAMPLE_PLANE
-                  else INIT_WARPS, pdl and wait_first,
-                  self_ptr=self, acc=acc, extra=extra, idx=index, state=state, n=n, rows=rows,
-                  plane=plane, **plan, BLOCK=blk, WIDE=wide, PDL=pdl, HALF_ADDS=half_adds,
-                  HD=HD, out=out, OWN_ADDS=own_adds, WAIT=pdl and wait_first)
+    init = run_init.prepare((1 + cdiv(plane, blk),),
+                            INIT_WARPS_ONE if W == NARROW_SAMPLE and plane < ONE_SAMPLE_PLANE
+                            else INIT_WARPS, pdl and wait_first, **plan, BLOCK=blk, WIDE=wide,
+                            PDL=pdl, HALF_ADDS=half_adds, HD=HD, OWN_ADDS=own_adds,
+                            WAIT=pdl and wait_first)
     # ... only where _sum may have nothing to do (fp32 output, or the plan's own dtype)
     has_sum = partitions > 1 or not (same or half_adds)
     early = pdl and sum_early and n > 0 and has_sum and (same or own_adds > 0)
@@ -541,6 +570,7 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
     # 3c5ebb3, on 1 warp (into 8 rows) 0.8 µs faster at 9851a2e (docs/decisions.md,
     # 2026-11-28)
     local_early = local_early and local > 0 and hot == 0
+    scatter = total = None
     if n:
         grid = (cdiv(n, sub * iters), cdiv(D, DP))
         # a row's column blocks next to each other in launch order where the rows' programs
@@ -548,20 +578,17 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
         cols_first = grid[1] > 1 and grid[0] <= MAX_GRID_Y
         if cols_first:
             grid = grid[::-1]
-        run_scatter.call(grid, warps, pdl, acc=acc, extra=extra, idx=index, vals=values,
-                         state=state, n=n, rows=rows, plane=plane, D=D, DP=DP, SUB=sub,
-                         ITERS=iters, P=partitions, WIDE=wide, PDL=pdl, HALF_ADDS=half_adds,
-                         H=H, LOCAL=local, COLS_FIRST=cols_first, out=out, OWN=own_adds > 0,
-                         EARLY=early, LOCAL_EARLY=local_early, TRIGGER=has_sum,
-                         ALIGN=row_alignment(D * acc.element_size(), acc, extra)
-                         if partitions > 1 else 1)
+        scatter = run_scatter.prepare(grid, warps, pdl, D=D, DP=DP, SUB=sub, ITERS=iters,
+                                      P=partitions, WIDE=wide, PDL=pdl, HALF_ADDS=half_adds,
+                                      H=H, LOCAL=local, COLS_FIRST=cols_first,
+                                      OWN=own_adds > 0, EARLY=early,
+                                      LOCAL_EARLY=local_early, TRIGGER=has_sum, ALIGN=align)
     if has_sum:
         # up to SUM_COPIES copies a step: a plane of a few thousand elements still has
         # enough programs and loads in flight
         cp = min(partitions, SUM_COPIES)
         blk = BLOCK if partitions == 1 else max(64, SUM_TILE // cp)
-        run_sum.call((min(cdiv(plane, blk), SUM_PROGRAMS),), 4, pdl, acc=acc, extra=extra,
-                     out=out, state=state, plane=plane, SAME=same, BLOCK=blk, CP=cp, PDL=pdl,
-                     FIT=SUM_FIT if cp > SUM_FIT else 0, OWN=4 + H if own_adds else 0,
-                     EARLY=early)
-    return out
+        total = run_sum.prepare((min(cdiv(plane, blk), SUM_PROGRAMS),), 4, pdl, SAME=same,
+                                BLOCK=blk, CP=cp, PDL=pdl, FIT=SUM_FIT if cp > SUM_FIT else 0,
+                                OWN=4 + H if own_adds else 0, EARLY=early)
+    return init, scatter, total
