@@ -6,7 +6,10 @@ specialises on (dtype, 16-byte alignment of the pointers that vary, ``n == 1`` a
 ``n % 16``); on a miss it compiles through the normal path and watches that one launch
 (a probe): what the JIT passes to ``CompiledKernel.run``, and what that passes to the
 driver's C launcher. When both match the arguments given here, later calls with the
-key go straight to the C launcher with the recorded constant arguments.
+key go straight to the C launcher with the recorded constant arguments. The caller
+gives the key (``Launcher(...)(key, ...)``: the collectives), or the launcher makes it
+from the kernel's signature (``call``: parameters by name; ``prepare``: grid and
+constexprs fixed once, the other arguments in signature order: the scatter kernels).
 
 Detection is by feature, not version: the JIT must launch with
 ``kernel.run(grid, stream, function, packed_metadata, metadata, hooks, *bound_args)``
