@@ -17,6 +17,8 @@ deterministic:
    ``_partial``.
 """
 
+import functools
+
 import torch
 import triton
 import triton.language as tl
@@ -203,23 +205,39 @@ def few_rows_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Te
     plane = rows * D
     if plane == 0:
         return out
+    G, partial, total = _launches(rows, n, D, values.dtype,
+                                  sm_count(self.device) or INTERPRETER_SMS,
+                                  pdl and has_pdl(self.device))
+    part = torch.empty(max(1, G * plane), device=self.device, dtype=torch.float32)
+    if partial is not None:
+        partial(index, values, part, n, rows, cdiv(n, G))
+    total(self, part, out, G, plane)
+    return out
+
+
+@functools.lru_cache(maxsize=1024)
+def _launches(rows: int, n: int, D: int, dtype: torch.dtype, sms: int, pdl: bool) -> tuple:
+    """``few_rows_index_add``'s programs ``G`` and launches for one shape (``sms``: the
+    GPU's; ``pdl``: asked for and on a GPU that has it), each ``Launcher.prepare``'d
+    (``_partial`` None where there are no values). Cached: a call of a shape seen before
+    computes none of it."""
+    plane = rows * D
     dot = D > FEW_WIDTH
     if dot:  # tl.dot's operands: at least 16 a side
         R, DP = max(16, next_pow2(rows)), max(16, next_pow2(D))
         sub, per_sm = max(16, DOT_TILE // DP), DOT_PROGRAMS_PER_SM
     else:
         R, DP = next_pow2(rows), next_pow2(D)
-        tile = FP32_TILE if values.dtype == torch.float32 and D >= FP32_TILE_ROW else TILE
+        tile = FP32_TILE if dtype == torch.float32 and D >= FP32_TILE_ROW else TILE
         sub, per_sm = max(1, tile // (R * DP)), PROGRAMS_PER_SM
-    G = min(per_sm * (sm_count(self.device) or INTERPRETER_SMS), cdiv(n, sub))
-    part = torch.empty(max(1, G * plane), device=self.device, dtype=torch.float32)
-    pdl = pdl and G > 0 and has_pdl(self.device)
+    G = min(per_sm * sms, cdiv(n, sub))
+    pdl = pdl and G > 0
+    partial = None
     if G:
-        run_partial.call((G,), WARPS, idx=index, vals=values, part=part, n=n, rows=rows,
-                         chunk=cdiv(n, G), D=D, R=R, DP=DP, SUB=sub, WIDE=n * D >= 1 << 31,
-                         PARTS=PARTS[values.dtype] if dot else 0, PDL=pdl)
+        partial = run_partial.prepare((G,), WARPS, D=D, R=R, DP=DP, SUB=sub,
+                                      WIDE=n * D >= 1 << 31,
+                                      PARTS=PARTS[dtype] if dot else 0, PDL=pdl)
     pb = min(next_pow2(plane), TOTAL_BLOCK)
     gb = max(1, min(next_pow2(G), TOTAL_TILE // pb))
-    run_total.call((cdiv(plane, pb),), 4, pdl, self_ptr=self, part=part, out=out, G=G,
-                   plane=plane, PB=pb, GB=gb, PDL=pdl)
-    return out
+    total = run_total.prepare((cdiv(plane, pb),), 4, pdl, PB=pb, GB=gb, PDL=pdl)
+    return G, partial, total

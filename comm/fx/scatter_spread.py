@@ -19,6 +19,8 @@ summed first, and an index out of range caught. Two launches, no plan, no host s
    programmatic dependent of ``_spread``.
 """
 
+import functools
+
 import torch
 import triton
 import triton.language as tl
@@ -125,17 +127,31 @@ def spread_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
         return out
     # the copies, then the flag and the count: zero on entry, and _spread_sum leaves them so
     extra = zeroed(self.device, partitions * plane + 2)
-    pdl = pdl and has_pdl(self.device)
+    spread, total = _launches(rows, n, D, partitions, hot, hot_min, block, warps, sum_tile,
+                              pdl and has_pdl(self.device))
+    if spread is not None:
+        spread(extra, index, values, n, rows, plane)
+    total(self, extra, out, plane)
+    return out
+
+
+@functools.lru_cache(maxsize=1024)
+def _launches(rows: int, n: int, D: int, partitions: int, hot: int, hot_min: int, block: int,
+              warps: int, sum_tile: int, pdl: bool) -> tuple:
+    """``spread_index_add``'s two launches for one shape and set of options (``pdl``:
+    asked for and on a GPU that has it), each ``Launcher.prepare``'d (``_spread`` None
+    where there are no values). Cached: a call of a shape seen before computes none of
+    it."""
+    plane = rows * D
+    spread = None
     if n:
         dp = next_pow2(D)
         r = max(1, block // dp)
         wide = max(n * D, partitions * plane + 2) >= 1 << 31
-        run_spread.call((cdiv(n, r),), warps, extra=extra, idx=index, vals=values, n=n,
-                        rows=rows, plane=plane, D=D, DP=dp, R=r, P=partitions, HOT=hot,
-                        HOT_MIN=hot_min, WIDE=wide, PDL=pdl)
+        spread = run_spread.prepare((cdiv(n, r),), warps, D=D, DP=dp, R=r, P=partitions,
+                                    HOT=hot, HOT_MIN=hot_min, WIDE=wide, PDL=pdl)
     cp = min(partitions, SUM_COPIES)
     blk = max(64, sum_tile // cp)
-    run_spread_sum.call((min(cdiv(plane, blk), SUM_PROGRAMS),), 4, pdl, self_ptr=self,
-                        extra=extra, out=out, plane=plane, P=partitions, CP=cp, BLOCK=blk,
-                        PDL=pdl)
-    return out
+    total = run_spread_sum.prepare((min(cdiv(plane, blk), SUM_PROGRAMS),), 4, pdl,
+                                   P=partitions, CP=cp, BLOCK=blk, PDL=pdl)
+    return spread, total
