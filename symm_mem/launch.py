@@ -158,7 +158,7 @@ class Launcher:
         self.fn = fn
         self.compiled: dict = {}  # key -> _Bound, or the reason it takes Triton's path
         self.fast_calls = 0  # launches that skipped Triton's path (tests read it)
-        self._sig: _Signature | None = None  # its parameters, for call()
+        self._sig: _Signature | None = None  # its parameters (_signature), for call, prepare
 
     def __call__(self, key, grid: int, args: tuple, consts: tuple, warps: int,
                  pdl: bool = False) -> None:
@@ -178,9 +178,7 @@ class Launcher:
         device, every constexpr, each tensor's dtype and 16-byte alignment, each int's
         ``int_spec``, and any other argument itself (None, bools). ``stages``: Triton's
         ``num_stages`` (None: its default)."""
-        sig = self._sig
-        if sig is None:
-            sig = self._sig = _Signature(self.fn)
+        sig = self._signature()
         if not (sig.required <= params.keys() <= sig.names_set):
             missing = sorted(sig.required - params.keys())
             raise TypeError(f"{self.fn.__name__}: missing arguments {missing}" if missing else
@@ -190,8 +188,7 @@ class Launcher:
         runtime = sig.runtime(ordered)
         grid = (*grid, 1, 1)[:3]
         if not _on_cuda(runtime):  # the interpreter's CPU tensors
-            self._jit(grid, (), (), warps, {} if stages is None else {"num_stages": stages},
-                      ordered)
+            self._jit(grid, (), (), warps, _options(pdl, stages), ordered)
             return
         self._keyed(grid, (warps, pdl, stages, sig.consts(ordered)), runtime, ordered)
 
@@ -199,9 +196,7 @@ class Launcher:
                 **consts) -> Prepared:
         """``call`` with the grid and every constexpr fixed (by name; defaults as
         declared): the returned launch takes the other parameters, in signature order."""
-        sig = self._sig
-        if sig is None:
-            sig = self._sig = _Signature(self.fn)
+        sig = self._signature()
         fixed = {n for n, c in zip(sig.names, sig.constexpr, strict=True) if c}
         if not consts.keys() <= fixed or not (fixed & sig.required) <= consts.keys():
             raise TypeError(f"{self.fn.__name__}: prepare takes the constexprs "
@@ -212,11 +207,12 @@ class Launcher:
         """Launch ``ordered`` on CUDA tensors: ``head`` (warps, pdl, stages, constexprs)
         and ``runtime`` (the other arguments) make the key."""
         dev = torch._C._cuda_getDevice()  # Triton compiles for the current device
-        # _spec inline: a function call an argument costs as much as the rest of the key
+        # tensors and ints inline (int_spec): a function call an argument costs as much as
+        # the rest of the key
         key = (dev, head, tuple([
             (v.dtype, v.data_ptr() % 16 == 0) if isinstance(v, torch.Tensor) else
             (v == 1, v % 16 == 0, -(1 << 31) <= v < (1 << 31)) if v.__class__ is int else
-            _spec(v) for v in runtime]))
+            v if v is None or v.__class__ is bool else v.__class__ for v in runtime]))
         bound = self.compiled.get(key)
         if bound.__class__ is _Bound and FAST and _recording is None:
             stream = torch._C._cuda_getCurrentRawStream(dev)
@@ -250,15 +246,18 @@ class Launcher:
             return
         if _recording is not None:
             _recording.append(None)
-        opts = {"launch_pdl": True} if pdl else {}  # callers set pdl only on CUDA
-        if stages is not None:
-            opts["num_stages"] = stages
+        opts = _options(pdl, stages)
         if not FAST or bound is not None or not _on_cuda(args or ordered):
             self._jit(grid, args, consts, warps, opts, ordered)
             return
         bound = self.compiled[key] = self._probe(grid, args, consts, warps, opts, ordered)
         if isinstance(bound, str):
             _slow(f"{self.fn.__name__}: {bound}")
+
+    def _signature(self) -> _Signature:
+        if self._sig is None:
+            self._sig = _Signature(self.fn)
+        return self._sig
 
     def _by_name(self, ordered: tuple) -> dict:
         return dict(zip(self._sig.names, ordered, strict=True))
@@ -358,9 +357,8 @@ class Prepared:
     def __call__(self, *runtime) -> None:
         ordered = self.order(*runtime)
         if not _on_cuda(runtime):  # the interpreter's CPU tensors
-            warps, _, stages, _ = self.head
-            self.lau._jit(self.grid, (), (), warps,
-                          {} if stages is None else {"num_stages": stages}, ordered)
+            warps, pdl, stages, _ = self.head
+            self.lau._jit(self.grid, (), (), warps, _options(pdl, stages), ordered)
             return
         self.lau._keyed(self.grid, self.head, runtime, ordered)
 
@@ -375,13 +373,13 @@ def _getter(positions: list):
     return lambda t: ()
 
 
-def _spec(v: Any) -> Any:
-    """What Triton specialises a non-constexpr argument on."""
-    if isinstance(v, torch.Tensor):
-        return v.dtype, v.data_ptr() % 16 == 0
-    if v.__class__ is int:
-        return int_spec(v)
-    return v if v is None or v.__class__ is bool else v.__class__
+def _options(pdl: bool, stages: int | None) -> dict:
+    """Triton's launch options: a programmatic dependent launch (callers ask only on CUDA),
+    ``num_stages`` where given."""
+    opts: dict = {"launch_pdl": True} if pdl else {}
+    if stages is not None:
+        opts["num_stages"] = stages
+    return opts
 
 
 def _on_cuda(args: tuple) -> bool:

@@ -38,7 +38,6 @@ by own time over 200 calls of the op and of commrt's column (cProfile), in the l
 
 from __future__ import annotations
 
-import contextlib
 import cProfile
 import io
 import os
@@ -160,15 +159,15 @@ def host_cell(dtype, width: int, rows: int, dist: str) -> dict:
         finally:
             launch.FAST = True
 
-    # name: (the column whose settings its calls run in, or None; the call)
+    # name: (the column whose settings its calls run in: eager's are none; the call)
     calls = {"commrt": ("commrt", lambda: fns["commrt"](out, idx, vals)),
-             "op": (None, lambda: op(out, idx, vals, P)),
-             "op, Triton's launch path": (None, triton_path),
+             "op": ("eager", lambda: op(out, idx, vals, P)),
+             "op, Triton's launch path": ("eager", triton_path),
              "compiled": ("compiled", lambda: fns["compiled"](out, idx, vals))}
     times: dict = {name: [] for name in calls}
     for r in range(6):  # the first round compiles and warms, untimed
         for name, (column, fn) in calls.items():
-            with bs._context(column) if column else contextlib.nullcontext():
+            with bs._context(column):
                 torch.cuda.synchronize()
                 t0 = time.perf_counter()
                 for _ in range(200 if r else 2):
@@ -178,7 +177,7 @@ def host_cell(dtype, width: int, rows: int, dist: str) -> dict:
                 times[name].append((time.perf_counter() - t0) / 200 * 1e6)
     for name in ("op", "commrt"):
         column, fn = calls[name]
-        with bs._context(column) if column else contextlib.nullcontext():
+        with bs._context(column):
             prof = cProfile.Profile()
             prof.enable()
             for _ in range(200):
