@@ -107,12 +107,6 @@ def shared_calls() -> None:
                 _, args, meta = partial_launch(idx, rows, 1)
                 part = torch.zeros(1, dtype=torch.float32)
                 calls.append((_shared_partial, (idx, vals, part, *args), dict(meta)))
-            for rows, D, warps in ((1000, 1, 8), (1024, 4, 8), (1024, 4, 4)):  # own copies
-                idx = torch.zeros(1 << 20, dtype=itype)
-                vals = torch.zeros((1 << 20, D) if D > 1 else 1 << 20, dtype=dtype)
-                _, args, meta = partial_launch(idx, rows, D, own=True, warps=warps)
-                part = torch.zeros(1, dtype=torch.float32)
-                calls.append((_shared_partial, (idx, vals, part, *args), dict(meta)))
             if dtype == torch.float32:  # added to the output, past WIDE_PLANE rows
                 for rows in (WIDE_PLANE + 1, SHARED_PLANE, SHARED_PLANE + 1,
                              SHARED_WINDOWS * SHARED_PLANE):

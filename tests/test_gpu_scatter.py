@@ -1,8 +1,6 @@
 """The partitioned-scatter pass on a GPU, one case per regime of ``scatter_rule.decide``,
 against float64 (``pytest -m gpu tests/test_gpu_scatter.py``)."""
 
-import functools
-
 import pytest
 import torch
 from kernel_cases import SCATTER_TOL as TOL
@@ -313,40 +311,6 @@ def test_spread_kernels_against_float64(dtype, shape, rows, copies):
                  base.double().index_add(0, idx % rows, vals.double())).norm() / scale)
     assert err < tol, err
     assert not zeroed(base.device, copies * plane + 2).any()
-
-
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("shape,rows", [((), 17), ((), 1000), ((4,), 1024), ((4,), 1531),
-                                        ((16,), 256)])
-@pytest.mark.parametrize("warps", [4, 8])
-def test_shared_sums_own_copies_against_float64(dtype, shape, rows, warps):
-    """The shared-memory sums with a copy a warp (plain adds where a warp's lanes fall on
-    distinct elements, atomics where they share one), eager and in a CUDA graph, three
-    calls each: every index distribution, index dtype and negative indices against
-    float64; an index out of range poisons the output."""
-    from commrt.fx.scatter_shared import NoRoom, shared_sums_index_add
-
-    g = torch.Generator(device="cuda").manual_seed(rows + 7 * len(shape) + warps)
-    tol = TOL[dtype]
-    for n, dist in ((1_000_003, "uniform"), (300_007, "skewed"), (2_111_111, "hot"),
-                    (4097, "uniform")):
-        base, idx, vals, ref, scale = _case(dist, rows, n // max((1, *shape)), shape, dtype,
-                                            g)
-        for itype in (torch.int64, torch.int32):
-            i = idx.to(itype)
-            try:
-                outs = _eager_and_graph(functools.partial(shared_sums_index_add, own=True,
-                                                          warps=warps), (base, i, vals), 3)
-            except NoRoom:
-                pytest.skip(f"{rows} rows of {shape}: {warps} copies do not fit")
-            for out in outs:
-                err = float((out.double() - ref).norm() / scale)
-                assert out.dtype == dtype and out.shape == base.shape and err < tol, (
-                    n, dist, itype, err)
-    idx[len(idx) // 2] = rows
-    assert shared_sums_index_add(base, idx, vals, own=True, warps=warps).isnan().all()
 
 
 @pytest.mark.gpu

@@ -85,23 +85,6 @@ def _shared_add(addr, v, pred, copy_mask, copy_bytes):
 
 
 @triton.jit
-def _shared_add_own(addr, v, pred, copy_mask, copy_bytes):
-    # into this warp's own copy (warp index & copy_mask, one a warp): a lane alone in its
-    # warp on its address adds with a plain load and store, lanes that share one with an
-    # atomic (a compare-and-swap loop on Hopper); the warp barrier orders the lanes' last
-    # adds before these loads
-    return tl.inline_asm_elementwise(
-        "{ .reg .pred p, q; .reg .u32 w, a, k, m; .reg .f32 x; setp.ne.b32 p, $3, 0; "
-        "mov.u32 w, %tid.x; shr.u32 w, w, 5; and.b32 w, w, $4; mad.lo.u32 a, w, $5, $1; "
-        "selp.b32 k, a, 0xffffffff, p; match.any.sync.b32 m, k, 0xffffffff; popc.b32 m, m; "
-        "setp.eq.and.u32 q, m, 1, p; setp.gt.and.u32 p, m, 1, p; bar.warp.sync 0xffffffff; "
-        "@q ld.shared.f32 x, [a]; @q add.f32 x, x, $2; @q st.shared.f32 [a], x; "
-        "@p red.shared.add.f32 [a], $2; } mov.u32 $0, 0; " + MARK,
-        "=r,r,r,r,r,r", [addr, v, pred.to(tl.int32), copy_mask, copy_bytes], dtype=tl.int32,
-        is_pure=False, pack=1)
-
-
-@triton.jit
 def _load_index(ptr, mask):
     # in the layout of its operands (a tl.load would take one of its own)
     if ptr.dtype.element_ty == tl.int32:
@@ -145,7 +128,7 @@ def _shared_partial(idx, vals, part, n, rows, chunk, never, D: tl.constexpr,
                     DP: tl.constexpr, PLANE: tl.constexpr, COPIES: tl.constexpr,
                     RB: tl.constexpr, HOT: tl.constexpr, WIDE: tl.constexpr,
                     ZC: tl.constexpr, W: tl.constexpr = 1, FLUSH: tl.constexpr = False,
-                    FZ: tl.constexpr = 512, OWN: tl.constexpr = False):
+                    FZ: tl.constexpr = 512):
     # ZC: sums zeroed and read a step (a [PLANE] tensor would hold PLANE / threads
     # registers a thread). FLUSH (single values, one copy): part is the fp32 output, to
     # which each non-zero sum is added with an atomic (FZ a step: a lane an element, so
@@ -204,10 +187,7 @@ def _shared_partial(idx, vals, part, n, rows, chunk, never, D: tl.constexpr,
                 ok = ok & (i >= 0) & (i < PLANE)
             if DP > 1:
                 i = i * D + c
-            if OWN:
-                _shared_add_own(base + i.to(tl.int32) * 4, v, ok, COPIES - 1, PLANE * 4)
-            else:
-                _shared_add(base + i.to(tl.int32) * 4, v, ok, COPIES - 1, PLANE * 4)
+            _shared_add(base + i.to(tl.int32) * 4, v, ok, COPIES - 1, PLANE * 4)
         tl.debug_barrier()
         if FLUSH:
             for z in range(0, PLANE, FZ):
@@ -321,13 +301,11 @@ def launch_shape(plane: int, values: int, steps: int, sms: int, shared: int,
 
 def partial_launch(index: torch.Tensor, rows: int, D: int, hot: bool = True,
                    warps: int | None = None, tile: int = TILE, copies: int | None = None,
-                   per_sm: int | None = None, flush: bool = False,
-                   own: bool = False) -> tuple[int, tuple, dict]:
+                   per_sm: int | None = None, flush: bool = False) -> tuple[int, tuple, dict]:
     """``(programs, the integer arguments, the constexprs and options)`` of
     ``_shared_partial`` for ``len(index)`` rows of ``D`` values into ``rows`` rows
     (``flush``: single values added to the fp32 output, in windows of ``SHARED_PLANE``
-    rows past it; ``own``: a copy of the sums a warp, each added to without atomics where
-    the warp's lanes fall on distinct elements)."""
+    rows past it)."""
     n, plane, DP = index.numel(), rows * D, next_pow2(D)
     windows = 1
     if flush:
@@ -337,10 +315,6 @@ def partial_launch(index: torch.Tensor, rows: int, D: int, hot: bool = True,
         plane = cdiv(plane, windows)
     if warps is None:
         warps = WARPS if plane <= WIDE_PLANE else WIDE_WARPS
-    if own:
-        if flush:
-            raise ValueError("shared sums: own copies store partials, they do not flush")
-        copies = warps
     rb = max(1, tile // DP)
     dev = index.device
     shared = shared_memory_per_sm(dev) or INTERPRETER_SHARED
@@ -356,8 +330,6 @@ def partial_launch(index: torch.Tensor, rows: int, D: int, hot: bool = True,
             "num_stages": 1}
     if flush:
         meta.update(W=windows, FLUSH=True, FZ=32 * warps)
-    if own:
-        meta["OWN"] = True
     return G, (n, rows, cdiv(n, G), 0), meta
 
 
