@@ -27,7 +27,8 @@ and of Inductor's ("compiled"); µs a call, two rounds taken in turn.
 commrt's column and of Inductor's, for ``KERNEL_CELLS`` (cells of the grid at df45b10 over
 1.05x the faster compiled column).
 
-``--host``: the grid's data, the host's time of an eager call (no graph) of commrt's
+``--host``: the grid's data (``HOST_CELLS``: ``CELLS`` and a cell of each other route),
+the host's time of an eager call (no graph) of commrt's
 column, of the op it calls (``commrt::partitioned_index_put``), of the op with every
 launch through Triton's own path (``symm_mem.launch.FAST`` off) and of Inductor's column
 (a column's 200 calls run in its settings, ``bench_scatter._context``, entered once as a
@@ -61,6 +62,9 @@ F32, B16 = torch.float32, torch.bfloat16
 CELLS = [(F32, 16, 1024, "uniform"), (F32, 100, 1024, "uniform"),
          (B16, 100, 1024, "uniform"), (B16, 4, 65536, "uniform"),
          (F32, 16, 1024, "skewed")]
+# --host also takes the other routes: the few-rows, spread and shared-sums kernels
+HOST_CELLS = CELLS + [(F32, 16, 8, "uniform"), (F32, 4, 1024, "uniform"),
+                      (F32, 0, 1024, "uniform"), (F32, 0, 65536, "uniform")]
 COLUMNS = ("commrt", "compiled")
 KERNEL_CELLS = [(B16, 100, 1024, "uniform"), (F32, 16, 1024, "uniform"),
                 (B16, 4, 65536, "uniform"), (F32, 1, 65536, "uniform"),
@@ -211,7 +215,7 @@ PARTS = {
     "--kernels": ("probe_grid_gap_kernels.json", KERNEL_CELLS, kernels_cell,
                   "µs: each kernel's median over 20 eager calls (profiler); graph 20: a call "
                   "in one CUDA graph of 20 calls"),
-    "--host": ("probe_grid_gap_host.json", CELLS, host_cell,
+    "--host": ("probe_grid_gap_host.json", HOST_CELLS, host_cell,
                "µs of host time a call, eager (200 calls between two synchronizations, "
                "median of five rounds)"),
     "--length": ("probe_grid_gap_length.json", CELLS, length_cell,
