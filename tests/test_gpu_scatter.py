@@ -587,12 +587,38 @@ def test_infinities_and_nans_stay_in_their_rows(width):
         assert err < bound, (err, bound)
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_unfenced_shared_sums_fall_back(monkeypatch):
+    """Where this Triton's code for the shared sums uses shared memory beside them
+    (``usable`` false), they raise ``Unfenced`` and the op takes its next route, against
+    float64."""
+    from commrt.fx import scatter_shared as ss
+    from commrt.fx.scatter import copies
+
+    rows, n = 1000, 100_003
+    g = torch.Generator(device="cuda").manual_seed(rows + n)
+    base, idx, vals, ref, scale = _case("uniform", rows, n, (), torch.float32, g)
+    P = copies(rows, 1, n, torch.float32, torch.cuda.get_device_properties(0).total_memory)
+    monkeypatch.setattr(ss, "usable", lambda kernel, meta: False)
+    ss._launches.cache_clear()  # what was checked before
+    try:
+        with pytest.raises(ss.Unfenced, match="uses shared memory beside its sums"):
+            ss.shared_sums_index_add(base, idx, vals)
+        out = torch.ops.commrt.partitioned_index_put(base, idx, vals, P)
+    finally:
+        ss._launches.cache_clear()  # the refusal, for later tests
+    err = float((out.double() - ref).norm() / scale)
+    assert err < TOL[torch.float32], err
+
+
 FAST_CASES = [  # (dtype, row width (0: 1-D), rows, indices): one a route of the op
     (torch.float32, 100, 1031, 40_009),  # the wide kernels
     (torch.bfloat16, 100, 1031, 41_947),  # ... adding bf16 where uncontended
     (torch.float32, 16, 4096, 262_147),  # the narrow kernels, two samples
     (torch.float32, 4, 8, (1 << 20) + 3),  # few rows
-    (torch.float32, 1, 20_011, 1 << 20),  # shared sums
+    (torch.float32, 1, 20_011, 1 << 20),  # shared sums added to the output
+    (torch.bfloat16, 0, 1000, 1 << 20),  # shared sums, a partial a program
     (torch.float32, 4, 1024, 1 << 20),  # spread
     (torch.float32, 1024, 1024, 4099),  # block-local sums
 ]

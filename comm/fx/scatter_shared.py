@@ -27,6 +27,7 @@ That holds only where Triton's own code uses no shared memory between the barrie
 (both ``Unusable``: the caller falls back).
 """
 
+import functools
 import re
 
 import torch
@@ -258,24 +259,32 @@ def usable(kernel, meta: dict) -> bool:
     return kernel.metadata.shared >= need and fenced(kernel.asm["ptx"])
 
 
-_checked: dict = {}
 run_partial = Launcher(_shared_partial)
-PARTIAL_ARGS = ("idx", "vals", "part", "n", "rows", "chunk", "never")  # _launch's args
 
 
-def _launch(grid, args, meta) -> None:
-    # Triton specializes integer arguments on divisibility by 16 and on 1
-    key = (tuple(sorted(meta.items())), tuple(a.dtype for a in args[:3]),
-           tuple((a % 16 == 0, a == 1) for a in args[3:]))
-    if key not in _checked:
-        _checked[key] = usable(_shared_partial.warmup(*args, grid=grid, **meta), meta)
-    if not _checked[key]:
-        raise Unfenced(f"shared_sums_index_add: this Triton's code for {meta} uses shared "
-                       "memory beside its sums")
-    meta = dict(meta)
-    warps, stages = meta.pop("num_warps", 4), meta.pop("num_stages", None)
-    run_partial.call(grid, warps, stages=stages, **dict(zip(PARTIAL_ARGS, args, strict=True)),
-                     **meta)
+@functools.lru_cache(maxsize=1024)
+def _launches(device: torch.device, n: int, rows: int, D: int, itype: torch.dtype,
+              dtype: torch.dtype, hot: bool, flush: bool, launch: tuple) -> tuple | None:
+    """``shared_sums_index_add``'s launches for ``n`` values (``n`` > 0) of ``D`` elements
+    into ``rows`` rows (``launch``: ``partial_launch``'s options as sorted items):
+    ``(G, _shared_partial's integer arguments, its launch, _total's launch (None with
+    flush))``, each ``Launcher.prepare``'d; None where this Triton's code for it uses
+    shared memory beside the sums (``usable``, checked on the compiled variant). Cached: a
+    call of a shape seen before computes none of it."""
+    G, ints, meta = _plan(n, device, rows, D, hot, flush=flush, **dict(launch))
+    probe = [torch.empty(1, dtype=t, device=device) for t in (itype, dtype, torch.float32)]
+    if not usable(_shared_partial.warmup(*probe, *ints, grid=(G,), **meta), meta):
+        return None
+    consts = dict(meta)
+    warps, stages = consts.pop("num_warps"), consts.pop("num_stages")
+    partial = run_partial.prepare((G,), warps, stages=stages, **consts)
+    if flush:
+        return G, ints, partial, None
+    plane = rows * D
+    pb = max(TOTAL_MIN, next_pow2(plane) // TOTAL_PROGRAMS)
+    total = run_total.prepare((cdiv(plane, pb),), 4, PB=pb,
+                              GB=max(1, min(next_pow2(G), TOTAL_TILE // pb)))
+    return G, ints, partial, total
 
 
 DTYPES = tuple(PARTS)
@@ -300,13 +309,18 @@ def launch_shape(plane: int, values: int, steps: int, sms: int, shared: int,
 
 
 def partial_launch(index: torch.Tensor, rows: int, D: int, hot: bool = True,
-                   warps: int | None = None, tile: int = TILE, copies: int | None = None,
-                   per_sm: int | None = None, flush: bool = False) -> tuple[int, tuple, dict]:
+                   **launch) -> tuple[int, tuple, dict]:
     """``(programs, the integer arguments, the constexprs and options)`` of
     ``_shared_partial`` for ``len(index)`` rows of ``D`` values into ``rows`` rows
-    (``flush``: single values added to the fp32 output, in windows of ``SHARED_PLANE``
-    rows past it)."""
-    n, plane, DP = index.numel(), rows * D, next_pow2(D)
+    (``launch``: ``warps``, ``tile``, ``copies``, ``per_sm``, and ``flush``: single values
+    added to the fp32 output, in windows of ``SHARED_PLANE`` rows past it)."""
+    return _plan(index.numel(), index.device, rows, D, hot, **launch)
+
+
+def _plan(n: int, dev: torch.device, rows: int, D: int, hot: bool = True,
+          warps: int | None = None, tile: int = TILE, copies: int | None = None,
+          per_sm: int | None = None, flush: bool = False) -> tuple[int, tuple, dict]:
+    plane, DP = rows * D, next_pow2(D)
     windows = 1
     if flush:
         if D != 1:
@@ -316,7 +330,6 @@ def partial_launch(index: torch.Tensor, rows: int, D: int, hot: bool = True,
     if warps is None:
         warps = WARPS if plane <= WIDE_PLANE else WIDE_WARPS
     rb = max(1, tile // DP)
-    dev = index.device
     shared = shared_memory_per_sm(dev) or INTERPRETER_SHARED
     G, copies = launch_shape(plane, n * D, cdiv(n, rb), sm_count(dev) or INTERPRETER_SMS,
                              shared, warps, copies, per_sm)
@@ -362,22 +375,20 @@ def shared_sums_index_add(self: torch.Tensor, index: torch.Tensor, values: torch
                          f"rows), got {rows} rows of {D} in {self.dtype}")
     if self.device.type != "cuda":
         raise ValueError(f"shared_sums_index_add runs on CUDA tensors, got {self.device}")
+    if plane == 0 or n == 0:
+        return self.clone()
+    plan = _launches(self.device, n, rows, D, index.dtype, values.dtype, hot, flush,
+                     tuple(sorted(launch.items())))
+    if plan is None:
+        raise Unfenced(f"shared_sums_index_add: this Triton's code for {rows} rows of {D} "
+                       "uses shared memory beside its sums")
+    G, ints, partial, total = plan
     if flush:
         out = self.clone()
-        if plane and n:
-            G, args, meta = partial_launch(index, rows, D, hot, flush=True, **launch)
-            _launch((G,), (index, values, out, *args), meta)
+        partial(index, values, out, *ints)
         return out
     out = torch.empty_like(self)
-    if plane == 0:
-        return out
-    G, args, meta = partial_launch(index, rows, D, hot, **launch)
     part = torch.empty(G * plane, device=self.device, dtype=torch.float32)
-    if n:
-        _launch((G,), (index, values, part, *args), meta)
-    else:
-        part.zero_()
-    pb = max(TOTAL_MIN, next_pow2(plane) // TOTAL_PROGRAMS)
-    run_total.call((cdiv(plane, pb),), 4, self_ptr=self, part=part, out=out, G=G, plane=plane,
-                   PB=pb, GB=max(1, min(next_pow2(G), TOTAL_TILE // pb)))
+    partial(index, values, part, *ints)
+    total(self, part, out, G, plane)
     return out
