@@ -22,9 +22,10 @@ Triton gives a kernel no shared memory of its own choosing: ``_shared_partial`` 
 as the scratch of a ``tl.gather`` (``PLANE * COPIES * 4`` bytes of the ``global_smem``
 every Triton kernel declares) and then uses it through inline PTX, fenced by barriers.
 That holds only where Triton's own code uses no shared memory between the barriers;
-``usable`` checks it on every compiled variant, and a variant that fails it raises
-``Unfenced``; a GPU whose shared memory cannot hold a program's sums raises ``NoRoom``
-(both ``Unusable``: the caller falls back).
+``usable`` checks it on the variant compiled for each shape and dtypes (once: the
+launches are cached), and a shape whose variant fails it raises ``Unfenced``; a GPU
+whose shared memory cannot hold a program's sums raises ``NoRoom`` (both ``Unusable``:
+the caller falls back).
 """
 
 import functools
