@@ -48,36 +48,45 @@ TOTAL_BLOCK, TOTAL_TILE = 8, 8192  # _total's output elements a program, partial
 # Rows wider than FEW_WIDTH (products, scatter_rule.few_products): value elements a
 # step and programs an SM, as in benchmarks/results/probe_few_sums_NVIDIA_H200.json ("dot")
 DOT_TILE, DOT_PROGRAMS_PER_SM = 2048, 2
+DOT_STAGES = None  # Triton's num_stages for the products (None: its default)
+HALF_DOT = False  # fp16/bf16 products in the values' dtype, not in tf32
 
 
 @triton.jit
 def _block(idx, vals, start, hi, rows, c, cm, D: tl.constexpr, SUB: tl.constexpr,
-           WIDE: tl.constexpr):
-    """(values in fp32, their output rows, in range, out of range) of the SUB value rows
-    from ``start`` (before ``hi``)."""
+           WIDE: tl.constexpr, KEEP: tl.constexpr = False):
+    """(values in fp32, or their own dtype where KEEP, their output rows, in range, out of
+    range) of the SUB value rows from ``start`` (before ``hi``)."""
     r = start + tl.arange(0, SUB)
     v = tl.load(vals + r[:, None] * D + c[None, :], mask=(r < hi)[:, None] & cm[None, :],
-                other=0).to(tl.float32)
+                other=0)
+    if not KEEP:
+        v = v.to(tl.float32)
     i, ok, bad = _rows_of(idx, r, hi, rows, WIDE)
     return v, i, ok, bad
 
 
 @triton.jit
 def _products(idx, vals, lo, hi, rows, D: tl.constexpr, R: tl.constexpr, DP: tl.constexpr,
-              SUB: tl.constexpr, WIDE: tl.constexpr, PARTS: tl.constexpr):
+              SUB: tl.constexpr, WIDE: tl.constexpr, PARTS: tl.constexpr,
+              HALF: tl.constexpr = False):
     """([R, DP] sums of the values lo..hi into each output row, any index out of range), a
     block at a time as one-hot products (tl.dot: R, SUB and DP at least 16), each exact in
-    PARTS tf32 parts (scatter_kernels' _add_exact)."""
+    PARTS tf32 parts (scatter_kernels' _add_exact); HALF (fp16/bf16 values): in their own
+    dtype, one product (exact: a one-hot row times a value)."""
     c = tl.arange(0, DP)
     cm = c < D
     rr = tl.arange(0, R)
     acc = tl.zeros([R, DP], tl.float32)
     bad_any = tl.zeros([SUB], tl.int32)
     for start in range(lo, hi, SUB):
-        v, i, ok, bad = _block(idx, vals, start, hi, rows, c, cm, D, SUB, WIDE)
+        v, i, ok, bad = _block(idx, vals, start, hi, rows, c, cm, D, SUB, WIDE, HALF)
         bad_any |= bad.to(tl.int32)
         onehot = tl.where((rr[:, None] == i[None, :]) & ok[None, :], 1.0, 0.0)
-        acc = _add_exact(acc, onehot, v, PARTS)
+        if HALF:
+            acc = tl.dot(onehot.to(v.dtype), v, acc)
+        else:
+            acc = _add_exact(acc, onehot, v, PARTS)
     return acc, tl.max(bad_any) > 0
 
 
@@ -122,8 +131,9 @@ def _store_partial(part, acc, bad, g, rows, D: tl.constexpr, R: tl.constexpr,
 @triton.jit
 def _partial(idx, vals, part, n, rows, chunk, D: tl.constexpr, R: tl.constexpr,
              DP: tl.constexpr, SUB: tl.constexpr, WIDE: tl.constexpr,
-             PARTS: tl.constexpr = 0, PDL: tl.constexpr = False):
-    # PARTS = 0: _selects (SUB value rows a step); PARTS > 0: _products. An infinity or a
+             PARTS: tl.constexpr = 0, PDL: tl.constexpr = False, HALF: tl.constexpr = False):
+    # PARTS = 0: _selects (SUB value rows a step); PARTS > 0: _products (HALF: in the
+    # values' fp16/bf16). An infinity or a
     # NaN among the values makes its column NaN in every row of a product (0 * inf); where
     # acc is not finite, and no index was out of range, the chunk is summed again a row at
     # a time. The values are not checked in the loop: element-wise flags there cost more
@@ -136,7 +146,7 @@ def _partial(idx, vals, part, n, rows, chunk, D: tl.constexpr, R: tl.constexpr,
         lo = lo.to(tl.int64)
     hi = tl.minimum(lo + chunk, n)
     if PARTS > 0:
-        acc, bad = _products(idx, vals, lo, hi, rows, D, R, DP, SUB, WIDE, PARTS)
+        acc, bad = _products(idx, vals, lo, hi, rows, D, R, DP, SUB, WIDE, PARTS, HALF)
         if (tl.max((tl.abs(acc) == float("inf")) | (acc != acc)) > 0) & (bad == 0):
             acc = _row_sums(idx, vals, lo, hi, rows, D, R, DP, SUB, WIDE)
     else:
@@ -234,9 +244,10 @@ def _launches(rows: int, n: int, D: int, dtype: torch.dtype, sms: int, pdl: bool
     pdl = pdl and G > 0
     partial = None
     if G:
-        partial = run_partial.prepare((G,), WARPS, D=D, R=R, DP=DP, SUB=sub,
-                                      WIDE=n * D >= 1 << 31,
-                                      PARTS=PARTS[dtype] if dot else 0, PDL=pdl)
+        partial = run_partial.prepare((G,), WARPS, False, DOT_STAGES if dot else None,
+                                      D=D, R=R, DP=DP, SUB=sub, WIDE=n * D >= 1 << 31,
+                                      PARTS=PARTS[dtype] if dot else 0, PDL=pdl,
+                                      HALF=dot and HALF_DOT and dtype != torch.float32)
     pb = min(next_pow2(plane), TOTAL_BLOCK)
     gb = max(1, min(next_pow2(G), TOTAL_TILE // pb))
     total = run_total.prepare((cdiv(plane, pb),), 4, pdl, PB=pb, GB=gb, PDL=pdl)

@@ -1,0 +1,93 @@
+"""Do fp32 and bf16 rows of 16 and of 100 into 8 rows run faster as one-hot products on
+larger blocks, on fewer or more programs an SM, with other pipeline depths, or (bf16) as
+products in bf16 rather than in tf32?
+
+One GPU. The grid's cells there need commrt 1.3x faster than Inductor's partitions (its
+columns lie over 1.5x apart), and the few-rows kernels miss it by 2-12%: at df45b10 fp32
+rows of 16 9.6 µs against 12.2, bf16 10.1 against 11.9 (selects, about 24 instructions a
+value element); rows of 100 9.9 against 10.4 and 7.7 against 8.3 (products, ``DOT_TILE``
+2,048 elements a step on 2 programs an SM). For 4M value elements, uniform indices (the
+kernels do not depend on them), µs a call in a CUDA graph of 20 calls (median of five
+rounds taken in turn): ``few_rows_index_add`` as shipped; as products (``FEW_WIDTH`` 8, so
+that rows of 16 take them too) of 2,048, 4,096 and 8,192 value elements a step on 1, 2 and
+4 programs an SM; on 4,096 and 2 programs with ``num_stages`` 2 and 4; the same in bf16
+(``HALF_DOT``) for bf16 values; Inductor's partitions.
+
+    python benchmarks/probes/probe_few_products.py [--out probe_few_products.json]
+"""
+
+from __future__ import annotations
+
+import torch
+from probe_narrow_costs import (
+    cell_data,
+    checked_errors,
+    inductor_columns,
+    rounds,
+    run_cells,
+)
+
+import commrt.fx.scatter_few as few
+
+ROUNDS = 5
+F32, BF16 = torch.float32, torch.bfloat16
+CELLS = ((BF16, 16, 8, "uniform"), (F32, 16, 8, "uniform"), (BF16, 100, 8, "uniform"),
+         (F32, 100, 8, "uniform"))
+TILES, PER_SM, STAGES = (2048, 4096, 8192), (1, 2, 4), (2, 4)
+
+
+def _few(**values):
+    """``few_rows_index_add`` with ``scatter_few``'s constants set to ``values`` (its
+    launches' cache cleared before and after)."""
+    def run(out, idx, vals):
+        kept = {k: getattr(few, k) for k in values}
+        few._launches.cache_clear()
+        for k, v in values.items():
+            setattr(few, k, v)
+        try:
+            return few.few_rows_index_add(out, idx, vals)
+        finally:
+            for k, v in kept.items():
+                setattr(few, k, v)
+            few._launches.cache_clear()
+    return run
+
+
+def variants(dtype) -> dict:
+    out = {"shipped": _few()}
+    for half in (False, True) if dtype != F32 else (False,):
+        tag = "half dot" if half else "dot"
+        for tile in TILES:
+            for per in PER_SM:
+                out[f"{tag} {tile} {per}/SM"] = _few(FEW_WIDTH=8, DOT_TILE=tile,
+                                                     DOT_PROGRAMS_PER_SM=per, HALF_DOT=half)
+        for stages in STAGES:
+            out[f"{tag} 4096 2/SM stages {stages}"] = _few(
+                FEW_WIDTH=8, DOT_TILE=4096, DOT_PROGRAMS_PER_SM=2, DOT_STAGES=stages,
+                HALF_DOT=half)
+    return out
+
+
+def cell(dtype, width: int, rows: int, dist: str) -> dict:
+    out, idx, vals = cell_data(dtype, width, rows, dist)
+    ref = out.double().index_put((idx,), vals.double(), accumulate=True)
+    _, parted = inductor_columns(out, idx, vals)
+    ours = variants(dtype)
+    calls = {name: (lambda fn=fn: fn(out, idx, vals)) for name, fn in ours.items()}
+    calls["inductor partitioned"] = lambda: parted(out, idx, vals)
+    row = {"dtype": str(dtype).removeprefix("torch."), "width": width, "rows": rows,
+           "dist": dist, "err": checked_errors(calls, ref, 1e-5 if dtype == F32 else 8e-3,
+                                               lambda name: name in ours, True)}
+    row.update(rounds(calls, ROUNDS))
+    return row
+
+
+def main() -> None:
+    run_cells(__doc__, "probe_few_products.json", CELLS, cell,
+              f"µs a call (median of {ROUNDS} rounds, each a CUDA graph of 20 calls); "
+              "spread: the least and most of the rounds; err: relative error against "
+              "float64")
+
+
+if __name__ == "__main__":
+    main()
