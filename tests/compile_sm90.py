@@ -49,6 +49,7 @@ def specialisation(fn, args: tuple, kwargs: dict) -> tuple[dict, dict, dict]:
 
 
 def scatter_calls() -> None:
+    from commrt.fx.scatter_few import _launches as few_launches
     from commrt.fx.scatter_few import few_rows_index_add
     from commrt.fx.scatter_kernels import partitioned_index_add
     from commrt.fx.scatter_narrow import narrow_index_add
@@ -76,6 +77,12 @@ def scatter_calls() -> None:
                                 (16, (8,)), (13, (100,)), (2, (128,))):
                 few_rows_index_add(torch.zeros(rows, *shape, dtype=dtype), idx,
                                    torch.zeros(1000, *shape, dtype=dtype))
+                if dtype != torch.float32 and shape in ((16,), (100,), (128,)):
+                    # the products in fp16/bf16, which few_rows_index_add asks for on a GPU
+                    # only
+                    G, partial, _ = few_launches(rows, 1000, shape[0], dtype, 8, True, True)
+                    partial(idx, torch.zeros(1000, *shape, dtype=dtype),
+                            torch.zeros(G * rows * shape[0]), 1000, rows, -(-1000 // G))
             for d in (100, 1024):  # wider rows with one copy (one_copy, half_copy)
                 self, vals = torch.zeros(64, d, dtype=dtype), torch.zeros(1000, d, dtype=dtype)
                 narrow_index_add(self, idx, vals, 1, hot=ONE_COPY_HOT, hot_min=ONE_COPY_HOT_MIN,

@@ -27,13 +27,16 @@ def main() -> None:
                 idx[::7] -= rows  # negative indices count from the end
                 vals = torch.randn(n, *shape, generator=g).to(dtype)
                 ref = base.double().index_add(0, idx % rows, vals.double())
-                # small tiles: several blocks a program
+                # small tiles: several blocks a program (the launches are cached by
+                # shape: cleared around the change)
                 for itype, tile in ((torch.int64, None), (torch.int32, 256)):
-                    kept = few.TILE, few.FP32_TILE, few.DOT_TILE
+                    kept = few.TILE, few.FP32_TILE, few.DOT_SM_BYTES
                     if tile:
-                        few.TILE = few.FP32_TILE = few.DOT_TILE = tile
+                        few._launches.cache_clear()
+                        few.TILE = few.FP32_TILE = few.DOT_SM_BYTES = tile
                     got = few_rows_index_add(base, idx.to(itype), vals)
-                    few.TILE, few.FP32_TILE, few.DOT_TILE = kept
+                    few.TILE, few.FP32_TILE, few.DOT_SM_BYTES = kept
+                    few._launches.cache_clear()
                     err = float((got.double() - ref).norm() / ref.norm())
                     assert got.dtype == dtype and got.shape == base.shape and \
                         err < TOL[dtype], (rows, shape, dist, dtype, itype, tile, err)

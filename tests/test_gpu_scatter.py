@@ -254,10 +254,11 @@ def test_few_rows_kernels_against_float64(dtype, shape, rows):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("width", [16, 100])
 def test_few_rows_products_keep_infinities_in_their_rows(dtype, width):
-    """Rows summed by one-hot products (0 * inf is NaN in every row a product reaches): an
+    """Rows summed by one-hot products (0 * inf is NaN in every row a product reaches; fp32
+    rows of 16 take selects): an
     infinity and a NaN among the values reach only their own rows, as torch's sum does;
     the other rows keep their float64 sums."""
     from commrt.fx.scatter_few import few_rows_index_add

@@ -3,17 +3,20 @@ larger blocks, on fewer or more programs an SM, with other pipeline depths, or (
 products in bf16 rather than in tf32?
 
 One GPU. The grid's cells there need commrt 1.3x faster than Inductor's partitions (its
-columns lie over 1.5x apart), and the few-rows kernels miss it by 2-12%: at df45b10 fp32
-rows of 16 9.6 µs against 12.2, bf16 10.1 against 11.9 (selects, about 24 instructions a
-value element); rows of 100 9.9 against 10.4 and 7.7 against 8.3 (products, ``DOT_TILE``
-2,048 elements a step on 2 programs an SM). For 4M value elements, uniform indices (the
-kernels do not depend on them), µs a call in a CUDA graph of 20 calls (median of five
-rounds taken in turn): ``few_rows_index_add`` as shipped; as products (``FEW_WIDTH`` 8, so
-that rows of 16 take them too) of 2,048, 4,096 and 8,192 value elements a step on 1, 2 and
-4 programs an SM; on 4,096 and 2 programs with ``num_stages`` 2 and 4; the same in bf16
-(``HALF_DOT``) for bf16 values; Inductor's partitions.
+columns lie over 1.5x apart), and the few-rows kernels missed it by 2-12% at df45b10:
+fp32 rows of 16 9.6 µs against 12.2, bf16 10.1 against 11.9 (selects, about 24
+instructions a value element); rows of 100 9.9 against 10.4 and 7.7 against 8.3
+(products in tf32 on 8 KB of values a step an SM, 2 programs an SM). For 4M value
+elements, uniform indices (the kernels do not depend on them), µs a call in a CUDA graph
+of 20 calls (median of five rounds taken in turn): ``few_rows_index_add`` as shipped; the
+selects (fp16/bf16 rows of 16) or tf32 products (bf16 rows of 100) as before; the
+products on 8, 16 and 32 KB of values a step an SM (``DOT_SM_BYTES``) on 1, 2, 4 and 8
+programs an SM; as shipped with ``num_stages`` 2 and 4; Inductor's partitions.
 
     python benchmarks/probes/probe_few_products.py [--out probe_few_products.json]
+
+(At b3f6ae6, the first form of this probe swept value elements a program's step and
+programs an SM, the fp16/bf16 products an option.)
 """
 
 from __future__ import annotations
@@ -30,10 +33,10 @@ from probe_narrow_costs import (
 import commrt.fx.scatter_few as few
 
 ROUNDS = 5
-F32, BF16 = torch.float32, torch.bfloat16
-CELLS = ((BF16, 16, 8, "uniform"), (F32, 16, 8, "uniform"), (BF16, 100, 8, "uniform"),
+F16, F32, BF16 = torch.float16, torch.float32, torch.bfloat16
+CELLS = ((BF16, 16, 8, "uniform"), (F16, 16, 8, "uniform"), (BF16, 100, 8, "uniform"),
          (F32, 100, 8, "uniform"))
-TILES, PER_SM, STAGES = (2048, 4096, 8192), (1, 2, 4), (2, 4)
+SM_BYTES, PROGRAMS, STAGES = (8192, 16384, 32768), (1, 2, 4, 8), (2, 4)
 
 
 def _few(**values):
@@ -53,18 +56,16 @@ def _few(**values):
     return run
 
 
-def variants(dtype) -> dict:
+def variants(dtype, width: int) -> dict:
     out = {"shipped": _few()}
-    for half in (False, True) if dtype != F32 else (False,):
-        tag = "half dot" if half else "dot"
-        for tile in TILES:
-            for per in PER_SM:
-                out[f"{tag} {tile} {per}/SM"] = _few(FEW_WIDTH=8, DOT_TILE=tile,
-                                                     DOT_PROGRAMS_PER_SM=per, HALF_DOT=half)
-        for stages in STAGES:
-            out[f"{tag} 4096 2/SM stages {stages}"] = _few(
-                FEW_WIDTH=8, DOT_TILE=4096, DOT_PROGRAMS_PER_SM=2, DOT_STAGES=stages,
-                HALF_DOT=half)
+    if dtype != F32:
+        out["selects" if width <= few.FEW_WIDTH else "tf32"] = _few(HALF_PRODUCTS=False)
+    for sm_bytes in SM_BYTES:
+        for per in PROGRAMS:
+            out[f"{sm_bytes // 1024} KB {per}/SM"] = _few(
+                DOT_SM_BYTES=sm_bytes, DOT_NARROW_PROGRAMS=per, DOT_PROGRAMS=per)
+    for stages in STAGES:
+        out[f"stages {stages}"] = _few(DOT_STAGES=stages)
     return out
 
 
@@ -72,7 +73,7 @@ def cell(dtype, width: int, rows: int, dist: str) -> dict:
     out, idx, vals = cell_data(dtype, width, rows, dist)
     ref = out.double().index_put((idx,), vals.double(), accumulate=True)
     _, parted = inductor_columns(out, idx, vals)
-    ours = variants(dtype)
+    ours = variants(dtype, width)
     calls = {name: (lambda fn=fn: fn(out, idx, vals)) for name, fn in ours.items()}
     calls["inductor partitioned"] = lambda: parted(out, idx, vals)
     row = {"dtype": str(dtype).removeprefix("torch."), "width": width, "rows": rows,

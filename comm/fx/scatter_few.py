@@ -9,9 +9,10 @@ deterministic:
    output row (selects into ``[rows, block, columns]`` accumulators, the next block loaded
    while one is summed) and stores the ``[rows, columns]`` sums as its partial. An index
    out of range makes its partial NaN (the plain op raises a device-side assert). Rows
-   wider than ``FEW_WIDTH`` (``scatter_rule.few_products``): the same partial as one-hot
-   products on tensor cores (each product exact; their fp32 sums are not correctly
-   rounded: errors a few times the selects').
+   wider than ``FEW_WIDTH`` (``scatter_rule.few_products``), and fp16/bf16 rows of
+   ``scatter_rule.few_half_products``: the same partial as one-hot products on tensor
+   cores, in tf32 parts or (fp16/bf16 on a GPU) in the values' dtype (each product exact;
+   their fp32 sums are not correctly rounded: errors a few times the selects').
 2. ``_total``: output := ``self`` + the ``G`` partials, in the output's dtype, over a grid
    of ``TOTAL_BLOCK`` output elements a program; on sm90+ a programmatic dependent of
    ``_partial``.
@@ -27,7 +28,7 @@ from commrt.dispatch.profile import has_pdl, sm_count
 from commrt.symm_mem.launch import Launcher, cdiv, next_pow2
 
 from .scatter_kernels import PARTS, _add_exact, _rows_of, _wrapped, scatter_shape
-from .scatter_rule import FEW_PRODUCTS_MAX_ROW, FEW_ROWS, FEW_WIDTH
+from .scatter_rule import FEW_PRODUCTS_MAX_ROW, FEW_ROWS, FEW_WIDTH, few_half_products
 
 # Launch shape of the selects, from benchmarks/results/probe_few_total_NVIDIA_H200.json
 # (9c6b31d; "prefetch 4096" on 4 warps, 4 programs an SM): within 4% of the fastest
@@ -45,11 +46,18 @@ TILE = 4096  # accumulator elements of a _partial program ([rows, indices, colum
 FP32_TILE = 8192  # ... for fp32 rows of FP32_TILE_ROW elements or more
 FP32_TILE_ROW = 4
 TOTAL_BLOCK, TOTAL_TILE = 8, 8192  # _total's output elements a program, partials' a step
-# Rows wider than FEW_WIDTH (products, scatter_rule.few_products): value elements a
-# step and programs an SM, as in benchmarks/results/probe_few_sums_NVIDIA_H200.json ("dot")
-DOT_TILE, DOT_PROGRAMS_PER_SM = 2048, 2
+# The products (rows wider than FEW_WIDTH, scatter_rule.few_products; fp16/bf16 rows of
+# scatter_rule.few_half_products): value bytes a step an SM, and programs an SM for rows
+# of up to DOT_NARROW columns (DOT_NARROW_PROGRAMS) and wider (DOT_PROGRAMS); fp16/bf16
+# products in the values' dtype on a GPU (HALF_PRODUCTS), else in tf32. On one H200, 4M values
+# into 8 rows, uniform (benchmarks/results/probe_few_products_NVIDIA_H200.json, b3f6ae6):
+# rows of 100 fp32 8.7 µs on 16 KB a step and 1 program against 10.0 on 8 KB and 2 (the
+# shape before), bf16 in bf16 6.2 against 7.7 (in tf32, 6.8); bf16 rows of 16 in bf16 7.0
+# on 4 programs of 4 KB a step (on 1 program of 16 KB, 9.0).
+DOT_SM_BYTES = 16384
+DOT_NARROW, DOT_NARROW_PROGRAMS, DOT_PROGRAMS = 16, 4, 1
 DOT_STAGES = None  # Triton's num_stages for the products (None: its default)
-HALF_DOT = False  # fp16/bf16 products in the values' dtype, not in tf32
+HALF_PRODUCTS = True
 
 
 @triton.jit
@@ -217,7 +225,7 @@ def few_rows_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Te
         return out
     G, partial, total = _launches(rows, n, D, values.dtype,
                                   sm_count(self.device) or INTERPRETER_SMS,
-                                  pdl and has_pdl(self.device))
+                                  pdl and has_pdl(self.device), self.device.type == "cuda")
     part = torch.empty(max(1, G * plane), device=self.device, dtype=torch.float32)
     if partial is not None:
         partial(index, values, part, n, rows, cdiv(n, G))
@@ -226,16 +234,22 @@ def few_rows_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Te
 
 
 @functools.lru_cache(maxsize=1024)
-def _launches(rows: int, n: int, D: int, dtype: torch.dtype, sms: int, pdl: bool) -> tuple:
+def _launches(rows: int, n: int, D: int, dtype: torch.dtype, sms: int, pdl: bool,
+              gpu: bool) -> tuple:
     """``few_rows_index_add``'s programs ``G`` and launches for one shape (``sms``: the
-    GPU's; ``pdl``: asked for and on a GPU that has it), each ``Launcher.prepare``'d
-    (``_partial`` None where there are no values). Cached: a call of a shape seen before
-    computes none of it."""
+    GPU's; ``pdl``: asked for and on a GPU that has it; ``gpu``: not Triton's interpreter,
+    whose bf16 products are wrong, Triton 3.8), each ``Launcher.prepare``'d (``_partial``
+    None where there are no values). Cached: a call of a shape seen before computes none
+    of it."""
     plane = rows * D
-    dot = D > FEW_WIDTH
+    # fp16/bf16 products in their dtype on a GPU: rows of few_half_products, and wider
+    half = gpu and HALF_PRODUCTS and dtype != torch.float32 and \
+        (D > FEW_WIDTH or few_half_products(D, dtype))
+    dot = D > FEW_WIDTH or half
     if dot:  # tl.dot's operands: at least 16 a side
         R, DP = max(16, next_pow2(rows)), max(16, next_pow2(D))
-        sub, per_sm = max(16, DOT_TILE // DP), DOT_PROGRAMS_PER_SM
+        per_sm = DOT_NARROW_PROGRAMS if DP <= DOT_NARROW else DOT_PROGRAMS
+        sub = max(16, DOT_SM_BYTES // (per_sm * DP * dtype.itemsize))
     else:
         R, DP = next_pow2(rows), next_pow2(D)
         tile = FP32_TILE if dtype == torch.float32 and D >= FP32_TILE_ROW else TILE
@@ -246,8 +260,7 @@ def _launches(rows: int, n: int, D: int, dtype: torch.dtype, sms: int, pdl: bool
     if G:
         partial = run_partial.prepare((G,), WARPS, False, DOT_STAGES if dot else None,
                                       D=D, R=R, DP=DP, SUB=sub, WIDE=n * D >= 1 << 31,
-                                      PARTS=PARTS[dtype] if dot else 0, PDL=pdl,
-                                      HALF=dot and HALF_DOT and dtype != torch.float32)
+                                      PARTS=PARTS[dtype] if dot else 0, PDL=pdl, HALF=half)
     pb = min(next_pow2(plane), TOTAL_BLOCK)
     gb = max(1, min(next_pow2(G), TOTAL_TILE // pb))
     total = run_total.prepare((cdiv(plane, pb),), 4, pdl, PB=pb, GB=gb, PDL=pdl)
