@@ -49,11 +49,15 @@ TOTAL_BLOCK, TOTAL_TILE = 8, 8192  # _total's output elements a program, partial
 # The products (rows wider than FEW_WIDTH, scatter_rule.few_products; fp16/bf16 rows of
 # scatter_rule.few_half_products): value bytes a step an SM, and programs an SM for rows
 # of up to DOT_NARROW columns (DOT_NARROW_PROGRAMS) and wider (DOT_PROGRAMS); fp16/bf16
-# products in the values' dtype on a GPU (HALF_PRODUCTS), else in tf32. On one H200, 4M values
-# into 8 rows, uniform (benchmarks/results/probe_few_products_NVIDIA_H200.json, b3f6ae6):
-# rows of 100 fp32 8.7 µs on 16 KB a step and 1 program against 10.0 on 8 KB and 2 (the
-# shape before), bf16 in bf16 6.2 against 7.7 (in tf32, 6.8); bf16 rows of 16 in bf16 7.0
-# on 4 programs of 4 KB a step (on 1 program of 16 KB, 9.0).
+# products in the values' dtype on a GPU (HALF_PRODUCTS), else in tf32. On one H200, 4M
+# values into 8 rows, uniform, µs (benchmarks/results/probe_few_products_NVIDIA_H200.json,
+# c3e3124): 16 KB a step on 1 program an SM for rows of 100, fp32 8.7 against 9.9 on 8 KB
+# and 2 (the shape before) and 9.2 on 32 KB, bf16 in bf16 6.1 against 6.8 in tf32; on 4
+# programs for bf16 and fp16 rows of 16, 7.0 against 7.9 on 8 KB and 9.0 on 1 program
+# (their selects 10.1 and 9.9); Inductor's partitions 10.7, 8.3 and 11.8. num_stages 2 or
+# 4 no faster. The fp32 sums of the products on tensor cores are not correctly rounded:
+# fp32 rows of 100 7.2e-7 against 4.1e-7 on 2 programs an SM (Inductor's plain scatter
+# 1.3e-6 in the grid).
 DOT_SM_BYTES = 16384
 DOT_NARROW, DOT_NARROW_PROGRAMS, DOT_PROGRAMS = 16, 4, 1
 DOT_STAGES = None  # Triton's num_stages for the products (None: its default)

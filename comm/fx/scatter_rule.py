@@ -247,11 +247,11 @@ FEW_PRODUCTS_ROW, FEW_PRODUCTS_MAX_ROW = 65, 128
 FEW_PRODUCTS_DTYPES = (torch.float32, torch.bfloat16)
 # fp16/bf16 rows of FEW_HALF_PRODUCTS_ROW to FEW_WIDTH elements into a few rows (few_rows)
 # as one-hot products in their own dtype on a GPU (few_half_products; exact: a one-hot row
-# times a value), not selects. On one H200, 4M bf16 values of rows of 16 into 8 rows,
-# uniform: 7.0 µs against 10.1 for the selects and 11.8 for Inductor's partitions
-# (benchmarks/results/probe_few_products_NVIDIA_H200.json, b3f6ae6); fp32 rows of 16 lost
-# as tf32 products (16.8 against 9.6). Rows of 9 to 15 share the 16-column tile (not
-# measured); narrower rows would pad it.
+# times a value), not selects. On one H200, 4M values of rows of 16 into 8 rows, uniform:
+# bf16 7.0 µs against 10.1 for the selects, fp16 7.0 against 9.9, Inductor's partitions
+# 11.8 (benchmarks/results/probe_few_products_NVIDIA_H200.json, c3e3124); fp32 rows of 16
+# lost as tf32 products (16.8 against 9.6 at b3f6ae6, that file in git). Rows of 9 to 15
+# share the 16-column tile (not measured); narrower rows would pad it.
 FEW_HALF_PRODUCTS_ROW = 9
 # fp16/bf16 narrow rows with one copy (half_adds): rows of HALF_ADDS_ROW elements or more,
 # with at most HALF_ADDS_PER_ROW values a row, add in the output's dtype (as Inductor's
