@@ -13,13 +13,21 @@ selects (fp16/bf16 rows of 16) or tf32 products (bf16 rows of 100) as before; th
 products on 8, 16 and 32 KB of values a step an SM (``DOT_SM_BYTES``) on 1, 2, 4 and 8
 programs an SM; as shipped with ``num_stages`` 2 and 4; Inductor's partitions.
 
-    python benchmarks/probes/probe_few_products.py [--out probe_few_products.json]
+    python benchmarks/probes/probe_few_products.py [--out probe_few_products.json] [--split]
+
+``--split``: fp32 rows of 16 and 100 into 8 rows, the products with each value in three
+bf16 parts (``SPLIT_PRODUCTS``; rows of 16 forced to the products, ``FEW_WIDTH`` 8) on 8,
+16 and 32 KB a step an SM on 1, 2 and 4 programs an SM, against the op as shipped (the
+selects, and tf32 products) and Inductor's partitions.
 
 (At b3f6ae6, the first form of this probe swept value elements a program's step and
 programs an SM, the fp16/bf16 products an option.)
 """
 
 from __future__ import annotations
+
+import functools
+import sys
 
 import torch
 from probe_narrow_costs import (
@@ -69,11 +77,25 @@ def variants(dtype, width: int) -> dict:
     return out
 
 
-def cell(dtype, width: int, rows: int, dist: str) -> dict:
+SPLIT_CELLS = ((F32, 16, 8, "uniform"), (F32, 100, 8, "uniform"))
+
+
+def split_variants(dtype, width: int) -> dict:
+    out = {"shipped": _few()}
+    force = dict(FEW_WIDTH=8) if width <= few.FEW_WIDTH else {}
+    for sm_bytes in SM_BYTES:
+        for per in PROGRAMS[:3]:
+            out[f"bf16 parts {sm_bytes // 1024} KB {per}/SM"] = _few(
+                SPLIT_PRODUCTS=True, DOT_SM_BYTES=sm_bytes, DOT_NARROW_PROGRAMS=per,
+                DOT_PROGRAMS=per, **force)
+    return out
+
+
+def cell(dtype, width: int, rows: int, dist: str, split: bool = False) -> dict:
     out, idx, vals = cell_data(dtype, width, rows, dist)
     ref = out.double().index_put((idx,), vals.double(), accumulate=True)
     _, parted = inductor_columns(out, idx, vals)
-    ours = variants(dtype, width)
+    ours = split_variants(dtype, width) if split else variants(dtype, width)
     calls = {name: (lambda fn=fn: fn(out, idx, vals)) for name, fn in ours.items()}
     calls["inductor partitioned"] = lambda: parted(out, idx, vals)
     row = {"dtype": str(dtype).removeprefix("torch."), "width": width, "rows": rows,
@@ -84,10 +106,15 @@ def cell(dtype, width: int, rows: int, dist: str) -> dict:
 
 
 def main() -> None:
-    run_cells(__doc__, "probe_few_products.json", CELLS, cell,
+    split = "--split" in sys.argv
+    if split:
+        sys.argv.remove("--split")
+    run_cells(__doc__, "probe_few_products_split.json" if split else "probe_few_products.json",
+              SPLIT_CELLS if split else CELLS,
+              functools.partial(cell, split=split),
               f"µs a call (median of {ROUNDS} rounds, each a CUDA graph of 20 calls); "
               "spread: the least and most of the rounds; err: relative error against "
-              "float64")
+              "float64", " --split" if split else "", "probe_few_products")
 
 
 if __name__ == "__main__":
