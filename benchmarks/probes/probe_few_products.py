@@ -15,10 +15,10 @@ programs an SM; as shipped with ``num_stages`` 2 and 4; Inductor's partitions.
 
     python benchmarks/probes/probe_few_products.py [--out probe_few_products.json] [--split]
 
-``--split``: fp32 rows of 16 and 100 into 8 rows, the products with each value in three
-bf16 parts (``SPLIT_PRODUCTS``; rows of 16 forced to the products, ``FEW_WIDTH`` 8) on 8,
-16 and 32 KB a step an SM on 1, 2 and 4 programs an SM, against the op as shipped (the
-selects, and tf32 products) and Inductor's partitions.
+``--split`` (at b945828, where ``scatter_few`` had ``SPLIT_PRODUCTS``): fp32 rows of 16 and
+100 into 8 rows, the products with each value in three bf16 parts (rows of 16 forced to
+the products, ``FEW_WIDTH`` 8) on 8, 16 and 32 KB a step an SM on 1, 2 and 4 programs an
+SM, against the op as shipped (the selects, and tf32 products) and Inductor's partitions.
 
 (At b3f6ae6, the first form of this probe swept value elements a program's step and
 programs an SM, the fp16/bf16 products an option.)

@@ -62,7 +62,6 @@ DOT_SM_BYTES = 16384
 DOT_NARROW, DOT_NARROW_PROGRAMS, DOT_PROGRAMS = 16, 4, 1
 DOT_STAGES = None  # Triton's num_stages for the products (None: its default)
 HALF_PRODUCTS = True
-SPLIT_PRODUCTS = False  # fp32 products in three bf16 parts (on a GPU), not three tf32
 
 
 @triton.jit
@@ -82,12 +81,11 @@ def _block(idx, vals, start, hi, rows, c, cm, D: tl.constexpr, SUB: tl.constexpr
 @triton.jit
 def _products(idx, vals, lo, hi, rows, D: tl.constexpr, R: tl.constexpr, DP: tl.constexpr,
               SUB: tl.constexpr, WIDE: tl.constexpr, PARTS: tl.constexpr,
-              HALF: tl.constexpr = False, SPLIT: tl.constexpr = False):
+              HALF: tl.constexpr = False):
     """([R, DP] sums of the values lo..hi into each output row, any index out of range), a
     block at a time as one-hot products (tl.dot: R, SUB and DP at least 16), each exact in
     PARTS tf32 parts (scatter_kernels' _add_exact); HALF (fp16/bf16 values): in their own
-    dtype, one product (exact: a one-hot row times a value); SPLIT (fp32 values): in three
-    bf16 parts (``_add_bf16_parts``)."""
+    dtype, one product (exact: a one-hot row times a value)."""
     c = tl.arange(0, DP)
     cm = c < D
     rr = tl.arange(0, R)
@@ -99,30 +97,9 @@ def _products(idx, vals, lo, hi, rows, D: tl.constexpr, R: tl.constexpr, DP: tl.
         onehot = tl.where((rr[:, None] == i[None, :]) & ok[None, :], 1.0, 0.0)
         if HALF:
             acc = tl.dot(onehot.to(v.dtype), v, acc)
-        elif SPLIT:
-            acc = _add_bf16_parts(acc, onehot.to(tl.bfloat16), v)
         else:
             acc = _add_exact(acc, onehot, v, PARTS)
     return acc, tl.max(bad_any) > 0
-
-
-@triton.jit
-def _bf16_head(x):
-    # x with its mantissa cut to bf16's 7 bits: exact in bf16
-    return (x.to(tl.uint32, bitcast=True) & 0xFFFF0000).to(tl.float32, bitcast=True)
-
-
-@triton.jit
-def _add_bf16_parts(acc, onehot, v):
-    """acc + onehot @ v with fp32 ``v`` as three bf16 parts, each product exact: the top 8
-    bits of the significand, the next 8 (of the remainder, exact), and the rest (at most 8
-    bits: exact in bf16 but where the remainders fall below fp32's normal range)."""
-    v1 = _bf16_head(v)
-    r = v - v1
-    v2 = _bf16_head(r)
-    acc = tl.dot(onehot, v1.to(tl.bfloat16), acc)
-    acc = tl.dot(onehot, v2.to(tl.bfloat16), acc)
-    return tl.dot(onehot, (r - v2).to(tl.bfloat16), acc)
 
 
 @triton.jit
@@ -166,8 +143,7 @@ def _store_partial(part, acc, bad, g, rows, D: tl.constexpr, R: tl.constexpr,
 @triton.jit
 def _partial(idx, vals, part, n, rows, chunk, D: tl.constexpr, R: tl.constexpr,
              DP: tl.constexpr, SUB: tl.constexpr, WIDE: tl.constexpr,
-             PARTS: tl.constexpr = 0, PDL: tl.constexpr = False, HALF: tl.constexpr = False,
-             SPLIT: tl.constexpr = False):
+             PARTS: tl.constexpr = 0, PDL: tl.constexpr = False, HALF: tl.constexpr = False):
     # PARTS = 0: _selects (SUB value rows a step); PARTS > 0: _products (HALF: in the
     # values' fp16/bf16). An infinity or a
     # NaN among the values makes its column NaN in every row of a product (0 * inf); where
@@ -182,8 +158,7 @@ def _partial(idx, vals, part, n, rows, chunk, D: tl.constexpr, R: tl.constexpr,
         lo = lo.to(tl.int64)
     hi = tl.minimum(lo + chunk, n)
     if PARTS > 0:
-        acc, bad = _products(idx, vals, lo, hi, rows, D, R, DP, SUB, WIDE, PARTS, HALF,
-                             SPLIT)
+        acc, bad = _products(idx, vals, lo, hi, rows, D, R, DP, SUB, WIDE, PARTS, HALF)
         if (tl.max((tl.abs(acc) == float("inf")) | (acc != acc)) > 0) & (bad == 0):
             acc = _row_sums(idx, vals, lo, hi, rows, D, R, DP, SUB, WIDE)
     else:
@@ -289,9 +264,7 @@ def _launches(rows: int, n: int, D: int, dtype: torch.dtype, sms: int, pdl: bool
     if G:
         partial = run_partial.prepare((G,), WARPS, False, DOT_STAGES if dot else None,
                                       D=D, R=R, DP=DP, SUB=sub, WIDE=n * D >= 1 << 31,
-                                      PARTS=PARTS[dtype] if dot else 0, PDL=pdl, HALF=half,
-                                      SPLIT=dot and gpu and SPLIT_PRODUCTS and
-                                      dtype == torch.float32)
+                                      PARTS=PARTS[dtype] if dot else 0, PDL=pdl, HALF=half)
     pb = min(next_pow2(plane), TOTAL_BLOCK)
     gb = max(1, min(next_pow2(G), TOTAL_TILE // pb))
     total = run_total.prepare((cdiv(plane, pb),), 4, pdl, PB=pb, GB=gb, PDL=pdl)
