@@ -13,12 +13,17 @@ selects (fp16/bf16 rows of 16) or tf32 products (bf16 rows of 100) as before; th
 products on 8, 16 and 32 KB of values a step an SM (``DOT_SM_BYTES``) on 1, 2, 4 and 8
 programs an SM; as shipped with ``num_stages`` 2 and 4; Inductor's partitions.
 
-    python benchmarks/probes/probe_few_products.py [--out probe_few_products.json] [--split]
+    python benchmarks/probes/probe_few_products.py [--out probe_few_products.json] [--split|--fma]
 
 ``--split`` (at b945828, where ``scatter_few`` had ``SPLIT_PRODUCTS``): fp32 rows of 16 and
 100 into 8 rows, the products with each value in three bf16 parts (rows of 16 forced to
 the products, ``FEW_WIDTH`` 8) on 8, 16 and 32 KB a step an SM on 1, 2 and 4 programs an
 SM, against the op as shipped (the selects, and tf32 products) and Inductor's partitions.
+
+``--fma``: rows of up to 16 into 8 and 16 rows that take the selects, the selects as one
+multiply-add an element (``FMA_SELECTS``: the value times 0 or 1; redone as selects where
+a partial is not finite) on the shipped tiles, on 4,096 and 8,192 accumulator elements and
+on 8 programs an SM, against the op as shipped and Inductor's partitions.
 
 (At b3f6ae6, the first form of this probe swept value elements a program's step and
 programs an SM, the fp16/bf16 products an option.)
@@ -91,11 +96,23 @@ def split_variants(dtype, width: int) -> dict:
     return out
 
 
-def cell(dtype, width: int, rows: int, dist: str, split: bool = False) -> dict:
+FMA_CELLS = ((F32, 16, 8, "uniform"), (F32, 4, 8, "uniform"), (F32, 0, 8, "uniform"),
+             (BF16, 4, 8, "uniform"), (BF16, 0, 8, "uniform"), (F32, 4, 16, "uniform"),
+             (F32, 8, 8, "uniform"))
+
+
+def fma_variants(dtype, width: int) -> dict:
+    return {"shipped": _few(), "fma": _few(FMA_SELECTS=True),
+            "fma 4096": _few(FMA_SELECTS=True, TILE=4096, FP32_TILE=4096),
+            "fma 8192": _few(FMA_SELECTS=True, TILE=8192, FP32_TILE=8192),
+            "fma 8/SM": _few(FMA_SELECTS=True, PROGRAMS_PER_SM=8)}
+
+
+def cell(dtype, width: int, rows: int, dist: str, mode: str = "") -> dict:
     out, idx, vals = cell_data(dtype, width, rows, dist)
     ref = out.double().index_put((idx,), vals.double(), accumulate=True)
     _, parted = inductor_columns(out, idx, vals)
-    ours = split_variants(dtype, width) if split else variants(dtype, width)
+    ours = {"split": split_variants, "fma": fma_variants}.get(mode, variants)(dtype, width)
     calls = {name: (lambda fn=fn: fn(out, idx, vals)) for name, fn in ours.items()}
     calls["inductor partitioned"] = lambda: parted(out, idx, vals)
     row = {"dtype": str(dtype).removeprefix("torch."), "width": width, "rows": rows,
@@ -106,15 +123,15 @@ def cell(dtype, width: int, rows: int, dist: str, split: bool = False) -> dict:
 
 
 def main() -> None:
-    split = "--split" in sys.argv
-    if split:
-        sys.argv.remove("--split")
-    run_cells(__doc__, "probe_few_products_split.json" if split else "probe_few_products.json",
-              SPLIT_CELLS if split else CELLS,
-              functools.partial(cell, split=split),
+    mode = next((m for m in ("split", "fma") if f"--{m}" in sys.argv), "")
+    if mode:
+        sys.argv.remove(f"--{mode}")
+    run_cells(__doc__, f"probe_few_products{'_' + mode if mode else ''}.json",
+              {"split": SPLIT_CELLS, "fma": FMA_CELLS}.get(mode, CELLS),
+              functools.partial(cell, mode=mode),
               f"µs a call (median of {ROUNDS} rounds, each a CUDA graph of 20 calls); "
               "spread: the least and most of the rounds; err: relative error against "
-              "float64", " --split" if split else "", "probe_few_products")
+              "float64", f" --{mode}" if mode else "", "probe_few_products")
 
 
 if __name__ == "__main__":
