@@ -62,7 +62,6 @@ DOT_SM_BYTES = 16384
 DOT_NARROW, DOT_NARROW_PROGRAMS, DOT_PROGRAMS = 16, 4, 1
 DOT_STAGES = None  # Triton's num_stages for the products (None: its default)
 HALF_PRODUCTS = True
-FMA_SELECTS = False  # the selects as multiply-adds (redone as selects where not finite)
 
 
 @triton.jit
@@ -105,7 +104,7 @@ def _products(idx, vals, lo, hi, rows, D: tl.constexpr, R: tl.constexpr, DP: tl.
 
 @triton.jit
 def _selects(idx, vals, lo, hi, rows, D: tl.constexpr, R: tl.constexpr, DP: tl.constexpr,
-             SUB: tl.constexpr, FMA: tl.constexpr = False):
+             SUB: tl.constexpr):
     """([R, DP] sums of the values lo..hi into each output row, any index out of range):
     ``acc[k] += where(index == k, values, 0)`` over [R, SUB, DP], the next SUB value rows
     loaded before a block is summed; one reduction at the end."""
@@ -125,10 +124,7 @@ def _selects(idx, vals, lo, hi, rows, D: tl.constexpr, R: tl.constexpr, DP: tl.c
         i_next = tl.load(idx + r, mask=r < hi, other=0)
         i, bad = _wrapped(i, rm, rows)
         bad_any |= bad.to(tl.int32)
-        if FMA:  # one multiply-add an element: 0 * inf is NaN in every row (see _partial)
-            acc = tl.fma(v.to(tl.float32), (i == k).to(tl.float32), acc)
-        else:
-            acc += tl.where(i == k, v.to(tl.float32), 0.0)
+        acc += tl.where(i == k, v.to(tl.float32), 0.0)
         v, i = v_next, i_next
     return tl.sum(acc, axis=1), tl.max(bad_any) > 0
 
@@ -147,10 +143,8 @@ def _store_partial(part, acc, bad, g, rows, D: tl.constexpr, R: tl.constexpr,
 @triton.jit
 def _partial(idx, vals, part, n, rows, chunk, D: tl.constexpr, R: tl.constexpr,
              DP: tl.constexpr, SUB: tl.constexpr, WIDE: tl.constexpr,
-             PARTS: tl.constexpr = 0, PDL: tl.constexpr = False, HALF: tl.constexpr = False,
-             FMA: tl.constexpr = False):
-    # PARTS = 0: _selects (SUB value rows a step; FMA: as multiply-adds, redone as selects
-    # where acc is not finite); PARTS > 0: _products (HALF: in the
+             PARTS: tl.constexpr = 0, PDL: tl.constexpr = False, HALF: tl.constexpr = False):
+    # PARTS = 0: _selects (SUB value rows a step); PARTS > 0: _products (HALF: in the
     # values' fp16/bf16). An infinity or a
     # NaN among the values makes its column NaN in every row of a product (0 * inf); where
     # acc is not finite, and no index was out of range, the chunk is summed again a row at
@@ -168,10 +162,7 @@ def _partial(idx, vals, part, n, rows, chunk, D: tl.constexpr, R: tl.constexpr,
         if (tl.max((tl.abs(acc) == float("inf")) | (acc != acc)) > 0) & (bad == 0):
             acc = _row_sums(idx, vals, lo, hi, rows, D, R, DP, SUB, WIDE)
     else:
-        acc, bad = _selects(idx, vals, lo, hi, rows, D, R, DP, SUB, FMA)
-        if FMA:
-            if (tl.max((tl.abs(acc) == float("inf")) | (acc != acc)) > 0) & (bad == 0):
-                acc, bad = _selects(idx, vals, lo, hi, rows, D, R, DP, SUB)
+        acc, bad = _selects(idx, vals, lo, hi, rows, D, R, DP, SUB)
     _store_partial(part, acc, bad, g, rows, D, R, DP)
 
 
@@ -273,8 +264,7 @@ def _launches(rows: int, n: int, D: int, dtype: torch.dtype, sms: int, pdl: bool
     if G:
         partial = run_partial.prepare((G,), WARPS, False, DOT_STAGES if dot else None,
                                       D=D, R=R, DP=DP, SUB=sub, WIDE=n * D >= 1 << 31,
-                                      PARTS=PARTS[dtype] if dot else 0, PDL=pdl, HALF=half,
-                                      FMA=not dot and FMA_SELECTS)
+                                      PARTS=PARTS[dtype] if dot else 0, PDL=pdl, HALF=half)
     pb = min(next_pow2(plane), TOTAL_BLOCK)
     gb = max(1, min(next_pow2(G), TOTAL_TILE // pb))
     total = run_total.prepare((cdiv(plane, pb),), 4, pdl, PB=pb, GB=gb, PDL=pdl)
