@@ -16,14 +16,7 @@ more, else 4,096); Inductor's partitions (``index_put``), and for fp32 rows of 1
 from __future__ import annotations
 
 import torch
-from probe_narrow_costs import (
-    cell_data,
-    checked_errors,
-    inductor_columns,
-    rounds,
-    run_cells,
-    with_constants,
-)
+from probe_narrow_costs import cell_data, cell_row, inductor_columns, run_cells, with_constants
 
 import commrt.fx.scatter_few as few
 from commrt.fx import scatter as pass_scatter
@@ -61,11 +54,8 @@ def cell(dtype, width: int, rows: int, dist: str) -> dict:
         calls["scatter_spread"] = lambda: spread_index_add(out, idx, vals, 128, hot=SPREAD_HOT,
                                                    hot_min=SPREAD_HOT_MIN)
     calls["inductor partitioned"] = lambda: parted(out, idx, vals)
-    row = {"dtype": str(dtype).removeprefix("torch."), "width": width, "rows": rows,
-           "dist": dist, "err": checked_errors(calls, ref, 1e-5 if dtype == F32 else 8e-3,
-                                               lambda name: name in VARIANTS, True)}
-    row.update(rounds(calls, ROUNDS))
-    return row
+    return cell_row(dtype, width, rows, dist, calls, ref, lambda name: name in VARIANTS,
+                    ROUNDS)
 
 
 def main() -> None:

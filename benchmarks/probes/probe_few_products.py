@@ -37,13 +37,7 @@ import functools
 import sys
 
 import torch
-from probe_narrow_costs import (
-    cell_data,
-    checked_errors,
-    inductor_columns,
-    rounds,
-    run_cells,
-)
+from probe_narrow_costs import cell_data, cell_row, inductor_columns, run_cells, with_constants
 
 import commrt.fx.scatter_few as few
 
@@ -55,20 +49,9 @@ SM_BYTES, PROGRAMS, STAGES = (8192, 16384, 32768), (1, 2, 4, 8), (2, 4)
 
 
 def _few(**values):
-    """``few_rows_index_add`` with ``scatter_few``'s constants set to ``values`` (its
-    launches' cache cleared before and after)."""
-    def run(out, idx, vals):
-        kept = {k: getattr(few, k) for k in values}
-        few._launches.cache_clear()
-        for k, v in values.items():
-            setattr(few, k, v)
-        try:
-            return few.few_rows_index_add(out, idx, vals)
-        finally:
-            for k, v in kept.items():
-                setattr(few, k, v)
-            few._launches.cache_clear()
-    return run
+    """``few_rows_index_add`` with ``scatter_few``'s constants set to ``values``."""
+    return with_constants(few, lambda out, idx, vals, P: few.few_rows_index_add(out, idx, vals),
+                          **values)
 
 
 def variants(dtype, width: int) -> dict:
@@ -115,13 +98,9 @@ def cell(dtype, width: int, rows: int, dist: str, mode: str = "") -> dict:
     ref = out.double().index_put((idx,), vals.double(), accumulate=True)
     _, parted = inductor_columns(out, idx, vals)
     ours = {"split": split_variants, "fma": fma_variants}.get(mode, variants)(dtype, width)
-    calls = {name: (lambda fn=fn: fn(out, idx, vals)) for name, fn in ours.items()}
+    calls = {name: (lambda fn=fn: fn(out, idx, vals, 1)) for name, fn in ours.items()}
     calls["inductor partitioned"] = lambda: parted(out, idx, vals)
-    row = {"dtype": str(dtype).removeprefix("torch."), "width": width, "rows": rows,
-           "dist": dist, "err": checked_errors(calls, ref, 1e-5 if dtype == F32 else 8e-3,
-                                               lambda name: name in ours, True)}
-    row.update(rounds(calls, ROUNDS))
-    return row
+    return cell_row(dtype, width, rows, dist, calls, ref, lambda name: name in ours, ROUNDS)
 
 
 def main() -> None:

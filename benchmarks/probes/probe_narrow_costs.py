@@ -187,9 +187,14 @@ def patched_op(module, name: str, **kw):
 
 def with_constants(module, op=None, **values):
     """``op`` (None: the op as the pass calls it) with ``module``'s constants set to
-    ``values`` for the call and restored after it."""
+    ``values`` for the call and restored after it (the module's launches, cached by shape
+    in ``_launches``, cleared before and after)."""
+    launches = getattr(module, "_launches", None)
+    clear = getattr(launches, "cache_clear", lambda: None)
+
     def run(out, idx, vals, P):
         kept = {k: getattr(module, k) for k in values}
+        clear()
         for k, v in values.items():
             setattr(module, k, v)
         try:
@@ -199,7 +204,19 @@ def with_constants(module, op=None, **values):
         finally:
             for k, v in kept.items():
                 setattr(module, k, v)
+            clear()
     return run
+
+
+def cell_row(dtype, width: int, rows: int, dist: str, calls: dict, ref: torch.Tensor,
+             checked, n_rounds: int) -> dict:
+    """A probe's row for one cell: every call's error against ``ref`` (those ``checked``
+    under the bound, deterministic), then ``n_rounds`` rounds of their times."""
+    row = {"dtype": str(dtype).removeprefix("torch."), "width": width, "rows": rows,
+           "dist": dist, "err": checked_errors(
+               calls, ref, 1e-5 if dtype == torch.float32 else 8e-3, checked, True)}
+    row.update(rounds(calls, n_rounds))
+    return row
 
 
 def op_kernels(variants: dict, dtype, width: int, rows: int, dist: str, P: int) -> dict:
