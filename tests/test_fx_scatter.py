@@ -181,16 +181,23 @@ def test_few_rows_take_narrow_rows_into_few_rows():
     assert "each summed a program" in decide(8, 16, 262_144, torch.float32)[1]
 
 
-def test_few_half_products_take_half_rows_of_nine_to_sixteen():
-    """fp16/bf16 rows of FEW_HALF_PRODUCTS_ROW to FEW_WIDTH elements are summed as
-    products in their dtype; fp32 rows and narrower rows keep the selects."""
-    from commrt.fx.scatter_rule import FEW_HALF_PRODUCTS_ROW, FEW_WIDTH, few_half_products
+def test_few_half_products_take_half_rows_of_nine_and_more():
+    """fp16/bf16 rows of FEW_HALF_PRODUCTS_ROW elements or more are summed as products in
+    their dtype (wider rows too: not in tf32); fp32 rows and narrower rows do not."""
+    from commrt.fx.scatter_rule import (
+        FEW_HALF_PRODUCTS_ROW,
+        FEW_PRODUCTS_MAX_ROW,
+        FEW_WIDTH,
+        few_half_products,
+    )
 
     for dtype in (torch.bfloat16, torch.float16):
         assert few_half_products(FEW_HALF_PRODUCTS_ROW, dtype) and few_half_products(16, dtype)
+        assert few_half_products(FEW_WIDTH + 1, dtype)
+        assert few_half_products(FEW_PRODUCTS_MAX_ROW, dtype)
         assert not few_half_products(FEW_HALF_PRODUCTS_ROW - 1, dtype)
-        assert not few_half_products(FEW_WIDTH + 1, dtype)
     assert not few_half_products(16, torch.float32)
+    assert not few_half_products(100, torch.float32)
 
 
 def test_spread_takes_fp32_narrow_rows_with_many_values_a_row():

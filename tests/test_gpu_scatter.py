@@ -258,9 +258,8 @@ def test_few_rows_kernels_against_float64(dtype, shape, rows):
 @pytest.mark.parametrize("width", [16, 100])
 def test_few_rows_products_keep_infinities_in_their_rows(dtype, width):
     """Rows summed by one-hot products (0 * inf is NaN in every row a product reaches; fp32
-    rows of 16 take selects): an
-    infinity and a NaN among the values reach only their own rows, as torch's sum does;
-    the other rows keep their float64 sums."""
+    rows of 16 take selects): an infinity and a NaN among the values reach only their own
+    rows, as torch's sum does; the other rows keep their float64 sums."""
     from commrt.fx.scatter_few import few_rows_index_add
 
     g = torch.Generator(device="cuda").manual_seed(width)

@@ -46,8 +46,8 @@ TILE = 4096  # accumulator elements of a _partial program ([rows, indices, colum
 FP32_TILE = 8192  # ... for fp32 rows of FP32_TILE_ROW elements or more
 FP32_TILE_ROW = 4
 TOTAL_BLOCK, TOTAL_TILE = 8, 8192  # _total's output elements a program, partials' a step
-# The products (rows wider than FEW_WIDTH, scatter_rule.few_products; fp16/bf16 rows of
-# scatter_rule.few_half_products): value bytes a step an SM, and programs an SM for rows
+# The products (rows wider than FEW_WIDTH, scatter_rule.few_products, and fp16/bf16 rows
+# of scatter_rule.few_half_products): value bytes a step an SM, and programs an SM for rows
 # of up to DOT_NARROW columns (DOT_NARROW_PROGRAMS) and wider (DOT_PROGRAMS); fp16/bf16
 # products in the values' dtype on a GPU (HALF_PRODUCTS), else in tf32. On one H200, 4M
 # values into 8 rows, uniform, µs (benchmarks/results/probe_few_products_NVIDIA_H200.json,
@@ -246,9 +246,7 @@ def _launches(rows: int, n: int, D: int, dtype: torch.dtype, sms: int, pdl: bool
     None where there are no values). Cached: a call of a shape seen before computes none
     of it."""
     plane = rows * D
-    # fp16/bf16 products in their dtype on a GPU: rows of few_half_products, and wider
-    half = gpu and HALF_PRODUCTS and dtype != torch.float32 and \
-        (D > FEW_WIDTH or few_half_products(D, dtype))
+    half = gpu and HALF_PRODUCTS and few_half_products(D, dtype)
     dot = D > FEW_WIDTH or half
     if dot:  # tl.dot's operands: at least 16 a side
         R, DP = max(16, next_pow2(rows)), max(16, next_pow2(D))

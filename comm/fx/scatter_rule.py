@@ -245,13 +245,14 @@ FEW_WIDE_ROWS, FEW_WIDTH = 8, 16
 # WIDE_MIN_VALUES value elements (not measured) rows stay with the wide kernels.
 FEW_PRODUCTS_ROW, FEW_PRODUCTS_MAX_ROW = 65, 128
 FEW_PRODUCTS_DTYPES = (torch.float32, torch.bfloat16)
-# fp16/bf16 rows of FEW_HALF_PRODUCTS_ROW to FEW_WIDTH elements into a few rows (few_rows)
-# as one-hot products in their own dtype on a GPU (few_half_products; exact: a one-hot row
-# times a value), not selects. On one H200, 4M values of rows of 16 into 8 rows, uniform:
-# bf16 7.0 µs against 10.1 for the selects, fp16 7.0 against 9.9, Inductor's partitions
-# 11.8 (benchmarks/results/probe_few_products_NVIDIA_H200.json, c3e3124); fp32 rows of 16
-# lost as tf32 products (16.8 against 9.6 at b3f6ae6, that file in git). Rows of 9 to 15
-# share the 16-column tile (not measured); narrower rows would pad it.
+# fp16/bf16 rows of FEW_HALF_PRODUCTS_ROW elements or more into a few rows (few_rows, and
+# few_products' wider rows) as one-hot products in their own dtype on a GPU
+# (few_half_products; exact: a one-hot row times a value), not selects or tf32 products.
+# On one H200, 4M values into 8 rows, uniform: rows of 16, bf16 7.0 µs against 10.1 for
+# the selects, fp16 7.0 against 9.9, Inductor's partitions 11.8; bf16 rows of 100 6.1
+# against 6.8 in tf32 (benchmarks/results/probe_few_products_NVIDIA_H200.json, c3e3124);
+# fp32 rows of 16 lost as tf32 products (16.8 against 9.6 at b3f6ae6, that file in git).
+# Rows of 9 to 15 share the 16-column tile (not measured); narrower rows would pad it.
 FEW_HALF_PRODUCTS_ROW = 9
 # fp16/bf16 narrow rows with one copy (half_adds): rows of HALF_ADDS_ROW elements or more,
 # with at most HALF_ADDS_PER_ROW values a row, add in the output's dtype (as Inductor's
@@ -406,10 +407,9 @@ def few_products(rows: int, width: int, n: int, dtype: torch.dtype) -> bool:
 
 
 def few_half_products(width: int, dtype: torch.dtype) -> bool:
-    """fp16/bf16 rows that ``few_rows`` takes, summed as one-hot products in their dtype
-    (on a GPU) rather than by selects."""
-    return dtype in (torch.float16, torch.bfloat16) and \
-        FEW_HALF_PRODUCTS_ROW <= width <= FEW_WIDTH
+    """fp16/bf16 rows into a few rows summed as one-hot products in their dtype (on a GPU)
+    rather than by selects (narrower rows) or tf32 products."""
+    return dtype in (torch.float16, torch.bfloat16) and width >= FEW_HALF_PRODUCTS_ROW
 
 
 def spread(rows: int, width: int, n: int, dtype: torch.dtype) -> bool:
