@@ -13,7 +13,7 @@ selects (fp16/bf16 rows of 16) or tf32 products (bf16 rows of 100) as before; th
 products on 8, 16 and 32 KB of values a step an SM (``DOT_SM_BYTES``) on 1, 2, 4 and 8
 programs an SM; as shipped with ``num_stages`` 2 and 4; Inductor's partitions.
 
-    python benchmarks/probes/probe_few_products.py [--out probe_few_products.json] [--split|--fma]
+    python benchmarks/probes/probe_few_products.py [--out probe_few_products.json] [--split|--fma|--parts]
 
 ``--split`` (at b945828, where ``scatter_few`` had ``SPLIT_PRODUCTS``): fp32 rows of 16 and
 100 into 8 rows, the products with each value in three bf16 parts (rows of 16 forced to
@@ -26,6 +26,13 @@ times 0 or 1; redone as selects where a partial is not finite) on the shipped ti
 4,096 and 8,192 accumulator elements and on 8 programs an SM, against the op as shipped
 and Inductor's partitions. The run there stopped at bf16 1-D values, whose Inductor
 partitions add in bf16 atomics on 8 addresses (minutes a call); they are left out here.
+
+``--parts``: fp32 values as two tf32 parts (the second rounded to nearest: each value
+within 2^-22 of itself) rather than three (exact), in ``scatter_few``'s products (rows of
+100 into 8 rows; rows of 16 forced to the products, ``FEW_WIDTH`` 8) on 8, 16 and 32 KB
+a step an SM on 1, 2 and 4 programs an SM (rows of 16: 2, 4 and 8), and in the wide
+kernels' combined rows (rows of 100 into 1,024 rows, the copies the pass gives), against
+the op as shipped and both of Inductor's scatters.
 
 (At b3f6ae6, the first form of this probe swept value elements a program's step and
 programs an SM, the fp16/bf16 products an option.)
@@ -40,6 +47,8 @@ import torch
 from probe_narrow_costs import cell_data, cell_row, inductor_columns, run_cells, with_constants
 
 import commrt.fx.scatter_few as few
+import commrt.fx.scatter_kernels as wide
+from commrt.fx import scatter as pass_scatter
 
 ROUNDS = 5
 F16, F32, BF16 = torch.float16, torch.float32, torch.bfloat16
@@ -93,22 +102,51 @@ def fma_variants(dtype, width: int) -> dict:
             "fma 8/SM": _few(FMA_SELECTS=True, PROGRAMS_PER_SM=8)}
 
 
+PARTS_CELLS = ((F32, 100, 8, "uniform"), (F32, 100, 8, "hot"), (F32, 16, 8, "uniform"),
+               (F32, 100, 1024, "skewed"), (F32, 100, 1024, "hot"),
+               (F32, 100, 1024, "uniform"))
+
+
+def parts_variants(dtype, width: int, rows: int) -> dict:
+    two = {**few.PARTS, F32: 2}
+    if rows > few.FEW_ROWS:  # the wide kernels, as the pass calls them
+        return {"shipped": with_constants(wide), "2 parts": with_constants(wide, PARTS=two)}
+    force = dict(FEW_WIDTH=8) if width <= few.FEW_WIDTH else {}
+    out = {"shipped": _few()}
+    if force:
+        out["3 parts"] = _few(**force)
+    per_sm = PROGRAMS[1:] if force else PROGRAMS[:3]
+    for sm_bytes in SM_BYTES:
+        for per in per_sm:
+            out[f"2 parts {sm_bytes // 1024} KB {per}/SM"] = _few(
+                PARTS=two, DOT_SM_BYTES=sm_bytes, DOT_NARROW_PROGRAMS=per,
+                DOT_PROGRAMS=per, **force)
+    return out
+
+
 def cell(dtype, width: int, rows: int, dist: str, mode: str = "") -> dict:
     out, idx, vals = cell_data(dtype, width, rows, dist)
     ref = out.double().index_put((idx,), vals.double(), accumulate=True)
-    _, parted = inductor_columns(out, idx, vals)
-    ours = {"split": split_variants, "fma": fma_variants}.get(mode, variants)(dtype, width)
-    calls = {name: (lambda fn=fn: fn(out, idx, vals, 1)) for name, fn in ours.items()}
+    plain, parted = inductor_columns(out, idx, vals)
+    if mode == "parts":
+        ours = parts_variants(dtype, width, rows)
+    else:
+        ours = {"split": split_variants, "fma": fma_variants}.get(mode, variants)(dtype, width)
+    P = pass_scatter.copies(rows, max(1, width), idx.numel(), dtype,
+                            torch.cuda.get_device_properties(0).total_memory)
+    calls = {name: (lambda fn=fn: fn(out, idx, vals, P)) for name, fn in ours.items()}
     calls["inductor partitioned"] = lambda: parted(out, idx, vals)
+    if mode == "parts":
+        calls["inductor"] = lambda: plain(out, idx, vals)
     return cell_row(dtype, width, rows, dist, calls, ref, lambda name: name in ours, ROUNDS)
 
 
 def main() -> None:
-    mode = next((m for m in ("split", "fma") if f"--{m}" in sys.argv), "")
+    mode = next((m for m in ("split", "fma", "parts") if f"--{m}" in sys.argv), "")
     if mode:
         sys.argv.remove(f"--{mode}")
     run_cells(__doc__, f"probe_few_products{'_' + mode if mode else ''}.json",
-              {"split": SPLIT_CELLS, "fma": FMA_CELLS}.get(mode, CELLS),
+              {"split": SPLIT_CELLS, "fma": FMA_CELLS, "parts": PARTS_CELLS}.get(mode, CELLS),
               functools.partial(cell, mode=mode),
               f"µs a call (median of {ROUNDS} rounds, each a CUDA graph of 20 calls); "
               "spread: the least and most of the rounds; err: relative error against "

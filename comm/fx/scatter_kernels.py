@@ -135,17 +135,27 @@ def _tf32(x):
 
 
 @triton.jit
+def _tf32_near(x):
+    # x rounded to tf32's 10 mantissa bits (half away from zero)
+    return ((x.to(tl.uint32, bitcast=True) + 0x1000) & 0xFFFFE000).to(tl.float32,
+                                                                      bitcast=True)
+
+
+@triton.jit
 def _add_exact(acc, onehot, v, PARTS: tl.constexpr):
     # acc + onehot @ v with every product exact: v = v1 + v2 + v3, each a tf32 value
-    # (10 + 1 mantissa bits each; fp16 and bf16 values need fewer parts)
+    # (10 + 1 mantissa bits each; fp16 and bf16 values need fewer parts); PARTS = 2: v1 +
+    # v2, v2 the rest rounded to tf32 (each value within 2^-22 of itself, unbiased)
     v1 = _tf32(v)
     acc = tl.dot(onehot, v1, acc, input_precision="tf32")
     if PARTS > 1:
         r = v - v1
-        v2 = _tf32(r)
-        acc = tl.dot(onehot, v2, acc, input_precision="tf32")
         if PARTS > 2:
+            v2 = _tf32(r)
+            acc = tl.dot(onehot, v2, acc, input_precision="tf32")
             acc = tl.dot(onehot, r - v2, acc, input_precision="tf32")
+        else:
+            acc = tl.dot(onehot, _tf32_near(r), acc, input_precision="tf32")
     return acc
 
 
