@@ -209,12 +209,14 @@ def with_constants(module, op=None, **values):
 
 
 def cell_row(dtype, width: int, rows: int, dist: str, calls: dict, ref: torch.Tensor,
-             checked, n_rounds: int) -> dict:
+             checked, n_rounds: int, deterministic: bool = True) -> dict:
     """A probe's row for one cell: every call's error against ``ref`` (those ``checked``
-    under the bound, deterministic), then ``n_rounds`` rounds of their times."""
+    under the bound and, ``deterministic``, the same bits again), then ``n_rounds`` rounds
+    of their times."""
     row = {"dtype": str(dtype).removeprefix("torch."), "width": width, "rows": rows,
            "dist": dist, "err": checked_errors(
-               calls, ref, 1e-5 if dtype == torch.float32 else 8e-3, checked, True)}
+               calls, ref, 1e-5 if dtype == torch.float32 else 8e-3, checked,
+               deterministic)}
     row.update(rounds(calls, n_rounds))
     return row
 
