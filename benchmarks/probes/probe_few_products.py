@@ -30,7 +30,8 @@ partitions add in bf16 atomics on 8 addresses (minutes a call); they are left ou
 ``--parts``: fp32 values as two tf32 parts (the second rounded to nearest: each value
 within 2^-22 of itself) rather than three (exact), in ``scatter_few``'s products (rows of
 100 into 8 rows; rows of 16 forced to the products, ``FEW_WIDTH`` 8) on 8, 16 and 32 KB
-a step an SM on 1, 2 and 4 programs an SM (rows of 16: 2, 4 and 8), and in the wide
+a step an SM on 1, 2 and 4 programs an SM (rows of 16: 2, 4 and 8; rows of 100 also on
+8 warps and with ``num_stages`` 2 and 4), and in the wide
 kernels' combined rows (rows of 100 into 1,024 rows, the copies the pass gives), against
 the op as shipped and both of Inductor's scatters.
 
@@ -121,6 +122,10 @@ def parts_variants(dtype, width: int, rows: int) -> dict:
             out[f"2 parts {sm_bytes // 1024} KB {per}/SM"] = _few(
                 PARTS=two, DOT_SM_BYTES=sm_bytes, DOT_NARROW_PROGRAMS=per,
                 DOT_PROGRAMS=per, **force)
+    if not force:  # the shipped step on 8 warps, and with other pipeline depths
+        out["2 parts 8 warps"] = _few(PARTS=two, WARPS=8)
+        for stages in STAGES:
+            out[f"2 parts stages {stages}"] = _few(PARTS=two, DOT_STAGES=stages)
     return out
 
 
