@@ -11,8 +11,9 @@ deterministic:
    out of range makes its partial NaN (the plain op raises a device-side assert). Rows
    wider than ``FEW_WIDTH`` (``scatter_rule.few_products``), and fp16/bf16 rows of
    ``scatter_rule.few_half_products``: the same partial as one-hot products on tensor
-   cores, in tf32 parts or (fp16/bf16 on a GPU) in the values' dtype (each product exact;
-   their fp32 sums are not correctly rounded: errors a few times the selects').
+   cores, in tf32 parts (``scatter_kernels.PARTS``) or (fp16/bf16 on a GPU) in the values'
+   dtype (each product exact); their fp32 sums are not correctly rounded: errors a few
+   times the selects'.
 2. ``_total``: output := ``self`` + the ``G`` partials, in the output's dtype, over a grid
    of ``TOTAL_BLOCK`` output elements a program; on sm90+ a programmatic dependent of
    ``_partial``.
@@ -57,7 +58,10 @@ TOTAL_BLOCK, TOTAL_TILE = 8, 8192  # _total's output elements a program, partial
 # (their selects 10.1 and 9.9); Inductor's partitions 10.7, 8.3 and 11.8. num_stages 2 or
 # 4 no faster. The fp32 sums of the products on tensor cores are not correctly rounded:
 # fp32 rows of 100 7.2e-7 against 4.1e-7 on 2 programs an SM (Inductor's plain scatter
-# 1.3e-6 in the grid).
+# 1.3e-6 in the grid). With fp32 in two tf32 parts (probe_few_products_parts_NVIDIA_H200.json,
+# 8400188) the shape stayed the fastest: rows of 100 8.13 µs against 8.34-10.71 on the
+# other steps and programs, 8.71 on 8 warps, 9.04 and 10.19 with num_stages 4 and 2; fp32
+# rows of 16 as two-part products took 12.9-20.6 against 9.6 for the selects.
 DOT_SM_BYTES = 16384
 DOT_NARROW, DOT_NARROW_PROGRAMS, DOT_PROGRAMS = 16, 4, 1
 DOT_STAGES = None  # Triton's num_stages for the products (None: its default)
@@ -83,7 +87,7 @@ def _products(idx, vals, lo, hi, rows, D: tl.constexpr, R: tl.constexpr, DP: tl.
               SUB: tl.constexpr, WIDE: tl.constexpr, PARTS: tl.constexpr,
               HALF: tl.constexpr = False):
     """([R, DP] sums of the values lo..hi into each output row, any index out of range), a
-    block at a time as one-hot products (tl.dot: R, SUB and DP at least 16), each exact in
+    block at a time as one-hot products (tl.dot: R, SUB and DP at least 16), the values in
     PARTS tf32 parts (scatter_kernels' _add_exact); HALF (fp16/bf16 values): in their own
     dtype, one product (exact: a one-hot row times a value)."""
     c = tl.arange(0, DP)
