@@ -1,0 +1,88 @@
+"""Where did the seed benchmark's time go: the wide kernels of this checkout against an
+earlier commit's, on the seed's shape.
+
+One GPU. ``bench_scatter.py`` (three index_add of fp32 rows of 100, 1M indices drawn from
+0..k, into 501 rows) read 0.64-0.69 ms for commrt at adfac6a and 0.60-0.93 ms at
+d1c740e, the contended k slowest. For one of the three scatters, µs a call in a CUDA graph
+of 20 calls (median of ``ROUNDS`` rounds taken in turn) and each kernel's µs (profiler,
+median of 20 eager calls): the op as the pass calls it, the same with fp32 in three tf32
+parts, the earlier commit's ``partitioned_index_add`` (with its own rule constants), and
+Inductor's partitioned scatter.
+
+The earlier kernels are read from ``--old DIR``, which holds that commit's
+``scatter_kernels.py`` and ``scatter_rule.py`` with their imports of each other made
+absolute::
+
+    mkdir old && for m in scatter_kernels scatter_rule; do
+      git show adfac6a:comm/fx/$m.py | sed 's/^from \\.scatter_/from old_scatter_/' \\
+        > old/old_$m.py; done
+    python benchmarks/probes/probe_seed_ab.py --old old --old-commit adfac6a --out r.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+
+import torch
+from probe_narrow_costs import checked_errors, inductor_columns, kernel_us, meta, rounds, \
+    with_constants
+
+import commrt.fx.scatter_kernels as wide
+from commrt.fx import scatter as pass_scatter
+
+DEV = torch.device("cuda")
+N, D, ROWS = 1_000_000, 100, 501
+KS = (0, 15, 255, 500)
+ROUNDS = 5
+KERNELS = ("_prepare", "_scatter", "_sum")
+
+
+def cell(old, k: int) -> dict:
+    g = torch.Generator(device=DEV).manual_seed(k)
+    out = torch.randn(ROWS, D, device=DEV, generator=g)
+    vals = torch.randn(N, D, device=DEV, generator=g)
+    idx = torch.randint(0, k + 1, (N,), device=DEV, generator=g)
+    ref = out.double().index_add(0, idx, vals.double())
+    P = pass_scatter.copies(ROWS, D, N, torch.float32,
+                            torch.cuda.get_device_properties(DEV).total_memory)
+    _, parted = inductor_columns(out, idx, vals)
+    three = with_constants(wide, PARTS={**wide.PARTS, torch.float32: 3})
+    ours = {"shipped": lambda: torch.ops.commrt.partitioned_index_put(out, idx, vals, P),
+            "3 parts": lambda: three(out, idx, vals, P)}
+    if old is not None:
+        ours["before"] = lambda: old.partitioned_index_add(out, idx, vals, P)
+    calls = {**ours, "inductor partitioned": lambda: parted(out, idx, vals)}
+    row = {"k": k, "partitions": P,
+           "err": checked_errors(calls, ref, 1e-5, lambda name: name in ours)}
+    row.update(rounds(calls, ROUNDS))
+    row["kernels"] = {name: kernel_us(fn, names=None) for name, fn in calls.items()}
+    print(json.dumps(row), flush=True)
+    return row
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--old", default=None, help="the earlier commit's modules")
+    ap.add_argument("--old-commit", default=None, help="that commit, for the record")
+    ap.add_argument("--out", default="probe_seed_ab.json")
+    args = ap.parse_args()
+    old = None
+    if args.old:
+        sys.path.insert(0, args.old)
+        old = importlib.import_module("old_scatter_kernels")
+    command = "python benchmarks/probes/probe_seed_ab.py" + (
+        f" --old old --old-commit {args.old_commit}" if args.old else "")
+    result = {"meta": dict(meta(command, "µs a call (median of rounds, each a CUDA graph of "
+                                "20 calls); kernels: µs, profiler, median of 20 eager calls"),
+                           before=args.old_commit), "cells": []}
+    for k in KS:
+        result["cells"].append(cell(old, k))
+        with open(args.out, "w") as f:
+            json.dump(result, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
