@@ -5,9 +5,10 @@ One GPU. ``bench_scatter.py`` (three index_add of fp32 rows of 100, 1M indices d
 0..k, into 501 rows) read 0.64-0.69 ms for commrt at adfac6a and 0.60-0.93 ms at
 d1c740e, the contended k slowest. For one of the three scatters, µs a call in a CUDA graph
 of 20 calls (median of ``ROUNDS`` rounds taken in turn) and each kernel's µs (profiler,
-median of 20 eager calls): the op as the pass calls it, the same with fp32 in three tf32
-parts, the earlier commit's ``partitioned_index_add`` (with its own rule constants), and
-Inductor's partitioned scatter.
+median of 20 eager calls): the op as the pass calls it; the same with one thing changed
+(``variants``: fp32 in three tf32 parts, ``_sum`` or ``_prepare`` a plain launch, scalar
+atomics, other ``_sum`` steps); the earlier commit's ``partitioned_index_add`` (with its
+own rule constants); and Inductor's partitioned scatter.
 
 The earlier kernels are read from ``--old DIR``, which holds that commit's
 ``scatter_kernels.py`` and ``scatter_rule.py`` with their imports of each other made
@@ -35,9 +36,25 @@ from commrt.fx import scatter as pass_scatter
 
 DEV = torch.device("cuda")
 N, D, ROWS = 1_000_000, 100, 501
-KS = (0, 15, 255, 500)
+KS = (0, 15, 500)
 ROUNDS = 5
 KERNELS = ("_prepare", "_scatter", "_sum")
+
+
+def _op(**kw):
+    return lambda o, i, v, P: wide.partitioned_index_add(o, i, v, P, **kw)
+
+
+def variants() -> dict:
+    """The wide op with one thing changed each (name: ``fn(out, idx, vals, P)``)."""
+    return {"3 parts": with_constants(wide, PARTS={**wide.PARTS, torch.float32: 3}),
+            "_sum plain launch": _op(sum_pdl=False),
+            "_prepare plain launch": _op(wait_first=False),
+            "scalar atomics": with_constants(wide, _op(), row_alignment=lambda *a: 1),
+            "_sum 64 a step": with_constants(wide, SUM_BLOCK=64),
+            "_sum 128 a step": with_constants(wide, SUM_BLOCK=128),
+            "_sum 32 copies a step": with_constants(wide, SUM_CP=32),
+            "_sum 64, 32 copies": with_constants(wide, SUM_BLOCK=64, SUM_CP=32)}
 
 
 def cell(old, k: int) -> dict:
@@ -49,9 +66,9 @@ def cell(old, k: int) -> dict:
     P = pass_scatter.copies(ROWS, D, N, torch.float32,
                             torch.cuda.get_device_properties(DEV).total_memory)
     _, parted = inductor_columns(out, idx, vals)
-    three = with_constants(wide, PARTS={**wide.PARTS, torch.float32: 3})
-    ours = {"shipped": lambda: torch.ops.commrt.partitioned_index_put(out, idx, vals, P),
-            "3 parts": lambda: three(out, idx, vals, P)}
+    ours = {"shipped": lambda: torch.ops.commrt.partitioned_index_put(out, idx, vals, P)}
+    for name, fn in variants().items():
+        ours[name] = lambda fn=fn: fn(out, idx, vals, P)
     if old is not None:
         ours["before"] = lambda: old.partitioned_index_add(out, idx, vals, P)
     calls = {**ours, "inductor partitioned": lambda: parted(out, idx, vals)}

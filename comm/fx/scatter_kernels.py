@@ -319,6 +319,7 @@ def _sum_wait_and_add(acc, extra, out, state, plane, SAME: tl.constexpr, BLOCK: 
 run_prepare, run_scatter, run_sum = Launcher(_prepare), Launcher(_scatter), Launcher(_sum)
 SCATTER_WARPS = 4  # warps a _scatter program
 SUM_PROGRAMS = 2048  # the most _sum programs (each loops over the plane)
+SUM_BLOCK, SUM_CP = 256, 16  # output elements of a _sum program's step, copies read a step
 PREPARE_BLOCK = 4096  # elements of self a _prepare program copies
 # tf32 pieces of a value in _add_exact. fp32 in two, not three (exact): on one H200, 4M
 # values, µs (benchmarks/results/probe_few_products_parts_NVIDIA_H200.json, 8400188), rows
@@ -438,7 +439,7 @@ def _launches(rows: int, n: int, D: int, dtype: torch.dtype, same: bool, partiti
         scatter = run_scatter.prepare((cdiv(n, cfg["R"]),), SCATTER_WARPS, pdl, WIDE=wide,
                                       PDL=pdl, TRIGGER=sum_pdl, EARLY=early, OWN=own_adds > 0,
                                       ALIGN=align, **cfg)
-    total = run_sum.prepare((min(cdiv(plane, 256), SUM_PROGRAMS),), 4, sum_pdl, SAME=same,
-                            BLOCK=256, CP=16, PDL=sum_pdl, OWN=3 if own_adds else 0,
-                            EARLY=early)
+    total = run_sum.prepare((min(cdiv(plane, SUM_BLOCK), SUM_PROGRAMS),), 4, sum_pdl,
+                            SAME=same, BLOCK=SUM_BLOCK, CP=SUM_CP, PDL=sum_pdl,
+                            OWN=3 if own_adds else 0, EARLY=early)
     return prepare, scatter, total
