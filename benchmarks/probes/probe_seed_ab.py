@@ -6,8 +6,10 @@ One GPU. ``bench_scatter.py`` (three index_add of fp32 rows of 100, 1M indices d
 d1c740e, the contended k slowest. For one of the three scatters, µs a call in a CUDA graph
 of 20 calls (median of ``ROUNDS`` rounds taken in turn) and each kernel's µs (profiler,
 median of 20 eager calls): the op as the pass calls it; the same with one thing changed
-(``variants``: fp32 in three tf32 parts, ``_sum`` or ``_prepare`` a plain launch, scalar
-atomics, other ``_sum`` steps); the earlier commit's ``partitioned_index_add`` (with its
+(``variants``; ``ROUND`` 1 at cec7f3b: fp32 in three tf32 parts, ``_sum`` or ``_prepare``
+a plain launch, scalar atomics, other ``_sum`` steps; 2: more copies a ``_sum`` step,
+combined rows adding infinities only where a tile has one or not at all, the values
+loaded to be evicted first); the earlier commit's ``partitioned_index_add`` (with its
 own rule constants); and Inductor's partitioned scatter.
 
 The earlier kernels are read from ``--old DIR``, which holds that commit's
@@ -37,6 +39,7 @@ from commrt.fx import scatter as pass_scatter
 DEV = torch.device("cuda")
 N, D, ROWS = 1_000_000, 100, 501
 KS = (0, 15, 500)
+ROUND = 2  # the variants' set: 1 at cec7f3b, 2 after
 ROUNDS = 5
 KERNELS = ("_prepare", "_scatter", "_sum")
 
@@ -47,14 +50,23 @@ def _op(**kw):
 
 def variants() -> dict:
     """The wide op with one thing changed each (name: ``fn(out, idx, vals, P)``)."""
-    return {"3 parts": with_constants(wide, PARTS={**wide.PARTS, torch.float32: 3}),
-            "_sum plain launch": _op(sum_pdl=False),
-            "_prepare plain launch": _op(wait_first=False),
-            "scalar atomics": with_constants(wide, _op(), row_alignment=lambda *a: 1),
-            "_sum 64 a step": with_constants(wide, SUM_BLOCK=64),
-            "_sum 128 a step": with_constants(wide, SUM_BLOCK=128),
-            "_sum 32 copies a step": with_constants(wide, SUM_CP=32),
-            "_sum 64, 32 copies": with_constants(wide, SUM_BLOCK=64, SUM_CP=32)}
+    if ROUND == 1:
+        return {"3 parts": with_constants(wide, PARTS={**wide.PARTS, torch.float32: 3}),
+                "_sum plain launch": _op(sum_pdl=False),
+                "_prepare plain launch": _op(wait_first=False),
+                "scalar atomics": with_constants(wide, _op(), row_alignment=lambda *a: 1),
+                "_sum 64 a step": with_constants(wide, SUM_BLOCK=64),
+                "_sum 128 a step": with_constants(wide, SUM_BLOCK=128),
+                "_sum 32 copies a step": with_constants(wide, SUM_CP=32),
+                "_sum 64, 32 copies": with_constants(wide, SUM_BLOCK=64, SUM_CP=32)}
+    return {"_sum 32 copies": with_constants(wide, SUM_CP=32),
+            "_sum 64 copies": with_constants(wide, SUM_CP=64),
+            "_sum 32 copies, 128 a step": with_constants(wide, SUM_CP=32, SUM_BLOCK=128),
+            "non-finite branch": with_constants(wide, NONFINITE=2),
+            "no non-finite adds": with_constants(wide, NONFINITE=0),
+            "values evict first": with_constants(wide, VALUES_EVICT="evict_first"),
+            "branch, evict first, 32 copies": with_constants(
+                wide, NONFINITE=2, VALUES_EVICT="evict_first", SUM_CP=32)}
 
 
 def cell(old, k: int) -> dict:

@@ -183,7 +183,8 @@ def _scatter(acc, extra, idx, vals, state, n, rows, D: tl.constexpr, R: tl.const
              BD: tl.constexpr, LEADERS: tl.constexpr, PARTS: tl.constexpr,
              WIDE: tl.constexpr, PDL: tl.constexpr, TRIGGER: tl.constexpr = False,
              EARLY: tl.constexpr = False, OWN: tl.constexpr = False, out=None,
-             ALIGN: tl.constexpr = 1):
+             ALIGN: tl.constexpr = 1, NONFINITE: tl.constexpr = 1,
+             EVICT: tl.constexpr = ""):
     # D is a compile-time constant; offsets are int32 unless an operand holds 2**31
     # elements or more (WIDE). LEADERS < 0: never combine. PDL: launched while _prepare
     # runs; the indices load (written before it) before waiting for it, the values after
@@ -192,7 +193,10 @@ def _scatter(acc, extra, idx, vals, state, n, rows, D: tl.constexpr, R: tl.const
     # every program has seen the plan, and an index out of range poisons acc here, and out
     # with OWN). OWN: where the plan says so (state[3]), add into out in its fp16/bf16
     # dtype instead (the plan then chose one copy, no combining). ALIGN: the bytes every
-    # row of acc and extra starts on (row_alignment).
+    # row of acc and extra starts on (row_alignment). NONFINITE: how combined rows add
+    # their infinities and NaNs: 1, a masked atomic a tile; 2, the same only where the tile
+    # has one (a reduction); 0, not at all (wrong with them; for timing). EVICT: the
+    # values' eviction policy.
     if TRIGGER and not EARLY:
         tl.extra.cuda.gdc_launch_dependents()
     pid = tl.program_id(0)
@@ -227,7 +231,7 @@ def _scatter(acc, extra, idx, vals, state, n, rows, D: tl.constexpr, R: tl.const
         c = c0 + tl.arange(0, BD)
         cm = c < D
         vn = tl.load(vals + r[:, None] * D + c[None, :], mask=(r < n)[:, None] & cm[None, :],
-                     other=0)  # not waiting for the indices
+                     other=0, eviction_policy=EVICT)  # not waiting for the indices
         v = vn.to(tl.float32)
         if own:
             tl.atomic_add(out + (i * D)[:, None] + c[None, :], vn,
@@ -241,8 +245,14 @@ def _scatter(acc, extra, idx, vals, state, n, rows, D: tl.constexpr, R: tl.const
                                tl.where(fin, v, 0.0), PARTS)
                 tl.atomic_add(dst[:, None] + c[None, :], s,
                               mask=first[:, None] & cm[None, :], sem="relaxed")
-                tl.atomic_add(dst[:, None] + c[None, :], v,
-                              mask=ok[:, None] & cm[None, :] & (fin == 0), sem="relaxed")
+                if NONFINITE == 1:
+                    tl.atomic_add(dst[:, None] + c[None, :], v,
+                                  mask=ok[:, None] & cm[None, :] & (fin == 0), sem="relaxed")
+                elif NONFINITE == 2:
+                    if tl.max((fin == 0).to(tl.int32)) > 0:
+                        tl.atomic_add(dst[:, None] + c[None, :], v,
+                                      mask=ok[:, None] & cm[None, :] & (fin == 0),
+                                      sem="relaxed")
         else:
             tl.atomic_add(dst[:, None] + c[None, :], v,
                           mask=ok[:, None] & cm[None, :], sem="relaxed")
@@ -320,6 +330,7 @@ run_prepare, run_scatter, run_sum = Launcher(_prepare), Launcher(_scatter), Laun
 SCATTER_WARPS = 4  # warps a _scatter program
 SUM_PROGRAMS = 2048  # the most _sum programs (each loops over the plane)
 SUM_BLOCK, SUM_CP = 256, 16  # output elements of a _sum program's step, copies read a step
+NONFINITE, VALUES_EVICT = 1, ""  # _scatter's (see there)
 PREPARE_BLOCK = 4096  # elements of self a _prepare program copies
 # tf32 pieces of a value in _add_exact. fp32 in two, not three (exact): on one H200, 4M
 # values, µs (benchmarks/results/probe_few_products_parts_NVIDIA_H200.json, 8400188), rows
@@ -438,7 +449,8 @@ def _launches(rows: int, n: int, D: int, dtype: torch.dtype, same: bool, partiti
         wide = max(n * D, partitions * plane) >= 1 << 31
         scatter = run_scatter.prepare((cdiv(n, cfg["R"]),), SCATTER_WARPS, pdl, WIDE=wide,
                                       PDL=pdl, TRIGGER=sum_pdl, EARLY=early, OWN=own_adds > 0,
-                                      ALIGN=align, **cfg)
+                                      ALIGN=align, NONFINITE=NONFINITE, EVICT=VALUES_EVICT,
+                                      **cfg)
     total = run_sum.prepare((min(cdiv(plane, SUM_BLOCK), SUM_PROGRAMS),), 4, sum_pdl,
                             SAME=same, BLOCK=SUM_BLOCK, CP=SUM_CP, PDL=sum_pdl,
                             OWN=3 if own_adds else 0, EARLY=early)
