@@ -74,6 +74,8 @@ def main() -> None:
     for dtype in TOL:
         vals = torch.randn(300, 5, generator=g).to(dtype)
         vals[5, 2], vals[9, 4] = float("inf"), float("nan")
+        vals[7, 2], vals[11, 0] = float("-inf"), float("-inf")  # inf - inf: NaN
+        idx[7] = idx[5]
         ref = base.double().index_add(0, idx, vals.double())
         for rule in ((1, 512, 1, -1), (4, 1, 1, 32)):
             got = partitioned_index_add(base.to(dtype), idx, vals, *rule)

@@ -9,7 +9,7 @@ median of 20 eager calls): the op as the pass calls it; the same with one thing 
 (``variants``; ``ROUND`` 1 at cec7f3b: fp32 in three tf32 parts, ``_sum`` or ``_prepare``
 a plain launch, scalar atomics, other ``_sum`` steps; 2: more copies a ``_sum`` step,
 combined rows adding infinities only where a tile has one or not at all, the values
-loaded to be evicted first); the earlier commit's ``partitioned_index_add`` (with its
+loaded to be evicted first; 3: the kernels' options before, one at a time); the earlier commit's ``partitioned_index_add`` (with its
 own rule constants); and Inductor's partitioned scatter.
 
 The earlier kernels are read from ``--old DIR``, which holds that commit's
@@ -39,7 +39,7 @@ from commrt.fx import scatter as pass_scatter
 DEV = torch.device("cuda")
 N, D, ROWS = 1_000_000, 100, 501
 KS = (0, 15, 500)
-ROUND = 2  # the variants' set: 1 at cec7f3b, 2 after
+ROUND = 3  # the variants' set: 1 at cec7f3b, 2 at d76bcc1, 3 after
 ROUNDS = 5
 KERNELS = ("_prepare", "_scatter", "_sum")
 
@@ -59,6 +59,11 @@ def variants() -> dict:
                 "_sum 128 a step": with_constants(wide, SUM_BLOCK=128),
                 "_sum 32 copies a step": with_constants(wide, SUM_CP=32),
                 "_sum 64, 32 copies": with_constants(wide, SUM_BLOCK=64, SUM_CP=32)}
+    if ROUND == 3:
+        return {"masked non-finite adds": with_constants(wide, NONFINITE=1),
+                "_sum 16 copies": with_constants(wide, SUM_CP=16),
+                "values evict first": with_constants(wide, VALUES_EVICT="evict_first"),
+                "as at d76bcc1": with_constants(wide, NONFINITE=1, SUM_CP=16)}
     return {"_sum 32 copies": with_constants(wide, SUM_CP=32),
             "_sum 64 copies": with_constants(wide, SUM_CP=64),
             "_sum 32 copies, 128 a step": with_constants(wide, SUM_CP=32, SUM_BLOCK=128),

@@ -161,6 +161,18 @@ def _add_exact(acc, onehot, v, PARTS: tl.constexpr):
 
 
 @triton.jit
+def _nonfinite(onehot, v, fin):
+    # what the infinities and NaNs of v add to onehot @ v (0 for finite sums): each
+    # counted in one exact product, +inf as 1, -inf as 32, NaN as 1024 (a one-hot row sums
+    # at most 16 rows: the counts do not overlap); any NaN, or +inf with -inf, is NaN
+    code = tl.where(fin, 0.0, tl.where(v != v, 1024.0, tl.where(v > 0, 1.0, 32.0)))
+    k = tl.dot(onehot, code, input_precision="tf32").to(tl.int32)
+    pos, neg = (k & 31) > 0, (k & 992) > 0
+    return tl.where((k >= 1024) | (pos & neg), float("nan"),
+                    tl.where(pos, float("inf"), tl.where(neg, float("-inf"), 0.0)))
+
+
+@triton.jit
 def _wrapped(i, rm, rows):
     """(indices ``i`` with negative ones counted from the end, out of range where ``rm``)."""
     i = tl.where(i < 0, i + rows, i)
@@ -194,9 +206,8 @@ def _scatter(acc, extra, idx, vals, state, n, rows, D: tl.constexpr, R: tl.const
     # with OWN). OWN: where the plan says so (state[3]), add into out in its fp16/bf16
     # dtype instead (the plan then chose one copy, no combining). ALIGN: the bytes every
     # row of acc and extra starts on (row_alignment). NONFINITE: how combined rows add
-    # their infinities and NaNs: 1, a masked atomic a tile; 2, the same only where the tile
-    # has one (a reduction); 0, not at all (wrong with them; for timing). EVICT: the
-    # values' eviction policy.
+    # their infinities and NaNs: 1, a masked atomic a tile; 3, counted in a product
+    # (_nonfinite). EVICT: the values' eviction policy.
     if TRIGGER and not EARLY:
         tl.extra.cuda.gdc_launch_dependents()
     pid = tl.program_id(0)
@@ -241,18 +252,17 @@ def _scatter(acc, extra, idx, vals, state, n, rows, D: tl.constexpr, R: tl.const
                 # the product takes finite values only (0 * inf is NaN in every row of the
                 # column); each row adds its infinities and NaNs itself, as torch would
                 fin = tl.abs(v) < float("inf")
-                s = _add_exact(tl.zeros([R, BD], tl.float32), tl.where(same, 1.0, 0.0),
-                               tl.where(fin, v, 0.0), PARTS)
+                onehot = tl.where(same, 1.0, 0.0)
+                s = _add_exact(tl.zeros([R, BD], tl.float32), onehot, tl.where(fin, v, 0.0),
+                               PARTS)
+                if NONFINITE == 3:
+                    tl.static_assert(R < 32, "_nonfinite counts at most 31 rows a sum")
+                    s += _nonfinite(onehot, v, fin)
                 tl.atomic_add(dst[:, None] + c[None, :], s,
                               mask=first[:, None] & cm[None, :], sem="relaxed")
                 if NONFINITE == 1:
                     tl.atomic_add(dst[:, None] + c[None, :], v,
                                   mask=ok[:, None] & cm[None, :] & (fin == 0), sem="relaxed")
-                elif NONFINITE == 2:
-                    if tl.max((fin == 0).to(tl.int32)) > 0:
-                        tl.atomic_add(dst[:, None] + c[None, :], v,
-                                      mask=ok[:, None] & cm[None, :] & (fin == 0),
-                                      sem="relaxed")
         else:
             tl.atomic_add(dst[:, None] + c[None, :], v,
                           mask=ok[:, None] & cm[None, :], sem="relaxed")
@@ -329,8 +339,8 @@ def _sum_wait_and_add(acc, extra, out, state, plane, SAME: tl.constexpr, BLOCK: 
 run_prepare, run_scatter, run_sum = Launcher(_prepare), Launcher(_scatter), Launcher(_sum)
 SCATTER_WARPS = 4  # warps a _scatter program
 SUM_PROGRAMS = 2048  # the most _sum programs (each loops over the plane)
-SUM_BLOCK, SUM_CP = 256, 16  # output elements of a _sum program's step, copies read a step
-NONFINITE, VALUES_EVICT = 1, ""  # _scatter's (see there)
+SUM_BLOCK, SUM_CP = 256, 32  # output elements of a _sum program's step, copies read a step
+NONFINITE, VALUES_EVICT = 3, ""  # _scatter's (see there)
 PREPARE_BLOCK = 4096  # elements of self a _prepare program copies
 # tf32 pieces of a value in _add_exact. fp32 in two, not three (exact): on one H200, 4M
 # values, µs (benchmarks/results/probe_few_products_parts_NVIDIA_H200.json, 8400188), rows
