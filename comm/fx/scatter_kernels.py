@@ -161,18 +161,6 @@ def _add_exact(acc, onehot, v, PARTS: tl.constexpr):
 
 
 @triton.jit
-def _nonfinite(onehot, v, fin):
-    # what the infinities and NaNs of v add to onehot @ v (0 for finite sums): each
-    # counted in one exact product, +inf as 1, -inf as 32, NaN as 1024 (a one-hot row sums
-    # at most 16 rows: the counts do not overlap); any NaN, or +inf with -inf, is NaN
-    code = tl.where(fin, 0.0, tl.where(v != v, 1024.0, tl.where(v > 0, 1.0, 32.0)))
-    k = tl.dot(onehot, code, input_precision="tf32").to(tl.int32)
-    pos, neg = (k & 31) > 0, (k & 992) > 0
-    return tl.where((k >= 1024) | (pos & neg), float("nan"),
-                    tl.where(pos, float("inf"), tl.where(neg, float("-inf"), 0.0)))
-
-
-@triton.jit
 def _wrapped(i, rm, rows):
     """(indices ``i`` with negative ones counted from the end, out of range where ``rm``)."""
     i = tl.where(i < 0, i + rows, i)
@@ -195,8 +183,7 @@ def _scatter(acc, extra, idx, vals, state, n, rows, D: tl.constexpr, R: tl.const
              BD: tl.constexpr, LEADERS: tl.constexpr, PARTS: tl.constexpr,
              WIDE: tl.constexpr, PDL: tl.constexpr, TRIGGER: tl.constexpr = False,
              EARLY: tl.constexpr = False, OWN: tl.constexpr = False, out=None,
-             ALIGN: tl.constexpr = 1, NONFINITE: tl.constexpr = 1,
-             EVICT: tl.constexpr = ""):
+             ALIGN: tl.constexpr = 1, EVICT: tl.constexpr = ""):
     # D is a compile-time constant; offsets are int32 unless an operand holds 2**31
     # elements or more (WIDE). LEADERS < 0: never combine. PDL: launched while _prepare
     # runs; the indices load (written before it) before waiting for it, the values after
@@ -205,9 +192,7 @@ def _scatter(acc, extra, idx, vals, state, n, rows, D: tl.constexpr, R: tl.const
     # every program has seen the plan, and an index out of range poisons acc here, and out
     # with OWN). OWN: where the plan says so (state[3]), add into out in its fp16/bf16
     # dtype instead (the plan then chose one copy, no combining). ALIGN: the bytes every
-    # row of acc and extra starts on (row_alignment). NONFINITE: how combined rows add
-    # their infinities and NaNs: 1, a masked atomic a tile; 3, counted in a product
-    # (_nonfinite). EVICT: the values' eviction policy.
+    # row of acc and extra starts on (row_alignment). EVICT: the values' eviction policy.
     if TRIGGER and not EARLY:
         tl.extra.cuda.gdc_launch_dependents()
     pid = tl.program_id(0)
@@ -252,17 +237,12 @@ def _scatter(acc, extra, idx, vals, state, n, rows, D: tl.constexpr, R: tl.const
                 # the product takes finite values only (0 * inf is NaN in every row of the
                 # column); each row adds its infinities and NaNs itself, as torch would
                 fin = tl.abs(v) < float("inf")
-                onehot = tl.where(same, 1.0, 0.0)
-                s = _add_exact(tl.zeros([R, BD], tl.float32), onehot, tl.where(fin, v, 0.0),
-                               PARTS)
-                if NONFINITE == 3:
-                    tl.static_assert(R < 32, "_nonfinite counts at most 31 rows a sum")
-                    s += _nonfinite(onehot, v, fin)
+                s = _add_exact(tl.zeros([R, BD], tl.float32), tl.where(same, 1.0, 0.0),
+                               tl.where(fin, v, 0.0), PARTS)
                 tl.atomic_add(dst[:, None] + c[None, :], s,
                               mask=first[:, None] & cm[None, :], sem="relaxed")
-                if NONFINITE == 1:
-                    tl.atomic_add(dst[:, None] + c[None, :], v,
-                                  mask=ok[:, None] & cm[None, :] & (fin == 0), sem="relaxed")
+                tl.atomic_add(dst[:, None] + c[None, :], v,
+                              mask=ok[:, None] & cm[None, :] & (fin == 0), sem="relaxed")
         else:
             tl.atomic_add(dst[:, None] + c[None, :], v,
                           mask=ok[:, None] & cm[None, :], sem="relaxed")
@@ -340,7 +320,7 @@ run_prepare, run_scatter, run_sum = Launcher(_prepare), Launcher(_scatter), Laun
 SCATTER_WARPS = 4  # warps a _scatter program
 SUM_PROGRAMS = 2048  # the most _sum programs (each loops over the plane)
 SUM_BLOCK, SUM_CP = 256, 32  # output elements of a _sum program's step, copies read a step
-NONFINITE, VALUES_EVICT = 3, ""  # _scatter's (see there)
+VALUES_EVICT = ""  # _scatter's values' eviction policy
 PREPARE_BLOCK = 4096  # elements of self a _prepare program copies
 # tf32 pieces of a value in _add_exact. fp32 in two, not three (exact): on one H200, 4M
 # values, µs (benchmarks/results/probe_few_products_parts_NVIDIA_H200.json, 8400188), rows
@@ -459,8 +439,7 @@ def _launches(rows: int, n: int, D: int, dtype: torch.dtype, same: bool, partiti
         wide = max(n * D, partitions * plane) >= 1 << 31
         scatter = run_scatter.prepare((cdiv(n, cfg["R"]),), SCATTER_WARPS, pdl, WIDE=wide,
                                       PDL=pdl, TRIGGER=sum_pdl, EARLY=early, OWN=own_adds > 0,
-                                      ALIGN=align, NONFINITE=NONFINITE, EVICT=VALUES_EVICT,
-                                      **cfg)
+                                      ALIGN=align, EVICT=VALUES_EVICT, **cfg)
     total = run_sum.prepare((min(cdiv(plane, SUM_BLOCK), SUM_PROGRAMS),), 4, sum_pdl,
                             SAME=same, BLOCK=SUM_BLOCK, CP=SUM_CP, PDL=sum_pdl,
                             OWN=3 if own_adds else 0, EARLY=early)
