@@ -132,7 +132,7 @@ HALF_ROW, HALF_NARROW_CONTENDED = 16, 2048  # ... fp16/bf16 rows of 16 to WIDE_R
 MIN_INDICES = 4096  # fewer indices leave the GPU idle (16 rows a program)
 # From the grid at c636681 (every cell 4M value elements): Inductor's partitions beat the
 # kernels on crowded wide rows there (fp32 rows of 100 on 8 rows, bf16 index_put of rows of
-# 100 and 1024), which the kernels beat on the seed benchmark's 100M (scatter_sm90-h200.json);
+# 100 and 1024), which the kernels beat on the seed benchmark's 100M (scatter.md);
 # on fp32 rows of 100 with 41 a row the kernels' hot rows won 1.3-2.3x where one row was
 # hot, and lost 1.35x on uniform indices, where Inductor's plain scatter lost 2-4.6x on hot;
 # with under one a row (65,536 rows, at 8e8c16a) they lost 1.2x on uniform and skewed
