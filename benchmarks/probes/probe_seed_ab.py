@@ -6,11 +6,12 @@ One GPU. ``bench_scatter.py`` (three index_add of fp32 rows of 100, 1M indices d
 d1c740e, the contended k slowest. For one of the three scatters, µs a call in a CUDA graph
 of 20 calls (median of ``ROUNDS`` rounds taken in turn) and each kernel's µs (profiler,
 median of 20 eager calls): the op as the pass calls it; the same with one thing changed
-(``variants``; ``ROUND`` 1 at cec7f3b: fp32 in three tf32 parts, ``_sum`` or ``_prepare``
-a plain launch, scalar atomics, other ``_sum`` steps; 2: more copies a ``_sum`` step,
-combined rows adding infinities only where a tile has one or not at all, the values
-loaded to be evicted first; 3: the kernels' options before, one at a time); the earlier commit's ``partitioned_index_add`` (with its
-own rule constants); and Inductor's partitioned scatter.
+(``variants``: fp32 in three tf32 parts, ``_sum`` or ``_prepare`` a plain launch, scalar
+atomics, other ``_sum`` steps); the earlier commit's ``partitioned_index_add`` (with its
+own rule constants); and Inductor's partitioned scatter. Earlier forms of the variants ran
+at cec7f3b (``_sum`` on 16 copies a step, as shipped then), at d76bcc1 (combined rows
+adding infinities only where a tile has one, or not at all; the values loaded to be
+evicted first) and at c8067ae (the infinities counted in a product).
 
 The earlier kernels are read from ``--old DIR``, which holds that commit's
 ``scatter_kernels.py`` and ``scatter_rule.py`` with their imports of each other made
@@ -39,7 +40,6 @@ from commrt.fx import scatter as pass_scatter
 DEV = torch.device("cuda")
 N, D, ROWS = 1_000_000, 100, 501
 KS = (0, 15, 500)
-ROUND = 3  # the variants' set: 1 at cec7f3b, 2 at d76bcc1, 3 after
 ROUNDS = 5
 KERNELS = ("_prepare", "_scatter", "_sum")
 
@@ -50,28 +50,13 @@ def _op(**kw):
 
 def variants() -> dict:
     """The wide op with one thing changed each (name: ``fn(out, idx, vals, P)``)."""
-    if ROUND == 1:
-        return {"3 parts": with_constants(wide, PARTS={**wide.PARTS, torch.float32: 3}),
-                "_sum plain launch": _op(sum_pdl=False),
-                "_prepare plain launch": _op(wait_first=False),
-                "scalar atomics": with_constants(wide, _op(), row_alignment=lambda *a: 1),
-                "_sum 64 a step": with_constants(wide, SUM_BLOCK=64),
-                "_sum 128 a step": with_constants(wide, SUM_BLOCK=128),
-                "_sum 32 copies a step": with_constants(wide, SUM_CP=32),
-                "_sum 64, 32 copies": with_constants(wide, SUM_BLOCK=64, SUM_CP=32)}
-    if ROUND == 3:
-        return {"masked non-finite adds": with_constants(wide, NONFINITE=1),
-                "_sum 16 copies": with_constants(wide, SUM_CP=16),
-                "values evict first": with_constants(wide, VALUES_EVICT="evict_first"),
-                "as at d76bcc1": with_constants(wide, NONFINITE=1, SUM_CP=16)}
-    return {"_sum 32 copies": with_constants(wide, SUM_CP=32),
-            "_sum 64 copies": with_constants(wide, SUM_CP=64),
-            "_sum 32 copies, 128 a step": with_constants(wide, SUM_CP=32, SUM_BLOCK=128),
-            "non-finite branch": with_constants(wide, NONFINITE=2),
-            "no non-finite adds": with_constants(wide, NONFINITE=0),
-            "values evict first": with_constants(wide, VALUES_EVICT="evict_first"),
-            "branch, evict first, 32 copies": with_constants(
-                wide, NONFINITE=2, VALUES_EVICT="evict_first", SUM_CP=32)}
+    return {"3 parts": with_constants(wide, PARTS={**wide.PARTS, torch.float32: 3}),
+            "_sum plain launch": _op(sum_pdl=False),
+            "_prepare plain launch": _op(wait_first=False),
+            "scalar atomics": with_constants(wide, _op(), row_alignment=lambda *a: 1),
+            "_sum 16 copies a step": with_constants(wide, SUM_CP=16),
+            "_sum 64 copies a step": with_constants(wide, SUM_CP=64),
+            "_sum 64 a step": with_constants(wide, SUM_BLOCK=64)}
 
 
 def cell(old, k: int) -> dict:

@@ -183,7 +183,7 @@ def _scatter(acc, extra, idx, vals, state, n, rows, D: tl.constexpr, R: tl.const
              BD: tl.constexpr, LEADERS: tl.constexpr, PARTS: tl.constexpr,
              WIDE: tl.constexpr, PDL: tl.constexpr, TRIGGER: tl.constexpr = False,
              EARLY: tl.constexpr = False, OWN: tl.constexpr = False, out=None,
-             ALIGN: tl.constexpr = 1, EVICT: tl.constexpr = ""):
+             ALIGN: tl.constexpr = 1):
     # D is a compile-time constant; offsets are int32 unless an operand holds 2**31
     # elements or more (WIDE). LEADERS < 0: never combine. PDL: launched while _prepare
     # runs; the indices load (written before it) before waiting for it, the values after
@@ -192,7 +192,7 @@ def _scatter(acc, extra, idx, vals, state, n, rows, D: tl.constexpr, R: tl.const
     # every program has seen the plan, and an index out of range poisons acc here, and out
     # with OWN). OWN: where the plan says so (state[3]), add into out in its fp16/bf16
     # dtype instead (the plan then chose one copy, no combining). ALIGN: the bytes every
-    # row of acc and extra starts on (row_alignment). EVICT: the values' eviction policy.
+    # row of acc and extra starts on (row_alignment).
     if TRIGGER and not EARLY:
         tl.extra.cuda.gdc_launch_dependents()
     pid = tl.program_id(0)
@@ -227,7 +227,7 @@ def _scatter(acc, extra, idx, vals, state, n, rows, D: tl.constexpr, R: tl.const
         c = c0 + tl.arange(0, BD)
         cm = c < D
         vn = tl.load(vals + r[:, None] * D + c[None, :], mask=(r < n)[:, None] & cm[None, :],
-                     other=0, eviction_policy=EVICT)  # not waiting for the indices
+                     other=0)  # not waiting for the indices
         v = vn.to(tl.float32)
         if own:
             tl.atomic_add(out + (i * D)[:, None] + c[None, :], vn,
@@ -319,8 +319,12 @@ def _sum_wait_and_add(acc, extra, out, state, plane, SAME: tl.constexpr, BLOCK: 
 run_prepare, run_scatter, run_sum = Launcher(_prepare), Launcher(_scatter), Launcher(_sum)
 SCATTER_WARPS = 4  # warps a _scatter program
 SUM_PROGRAMS = 2048  # the most _sum programs (each loops over the plane)
-SUM_BLOCK, SUM_CP = 256, 32  # output elements of a _sum program's step, copies read a step
-VALUES_EVICT = ""  # _scatter's values' eviction policy
+# output elements of a _sum program's step, and copies read a step: on the seed
+# benchmark's shape (1M rows of 100 into 501 rows, 128 copies) on one H200, 32 copies a
+# step took _sum 20 µs against 61 with 16 and 235 with 64, steps of 64 and 128 elements
+# 30 and 91 (benchmarks/results/probe_seed_ab_first_NVIDIA_H200.json, cec7f3b;
+# probe_seed_ab_variants_NVIDIA_H200.json, d76bcc1)
+SUM_BLOCK, SUM_CP = 256, 32
 PREPARE_BLOCK = 4096  # elements of self a _prepare program copies
 # tf32 pieces of a value in _add_exact. fp32 in two, not three (exact): on one H200, 4M
 # values, µs (benchmarks/results/probe_few_products_parts_NVIDIA_H200.json, 8400188), rows
@@ -439,7 +443,7 @@ def _launches(rows: int, n: int, D: int, dtype: torch.dtype, same: bool, partiti
         wide = max(n * D, partitions * plane) >= 1 << 31
         scatter = run_scatter.prepare((cdiv(n, cfg["R"]),), SCATTER_WARPS, pdl, WIDE=wide,
                                       PDL=pdl, TRIGGER=sum_pdl, EARLY=early, OWN=own_adds > 0,
-                                      ALIGN=align, EVICT=VALUES_EVICT, **cfg)
+                                      ALIGN=align, **cfg)
     total = run_sum.prepare((min(cdiv(plane, SUM_BLOCK), SUM_PROGRAMS),), 4, sum_pdl,
                             SAME=same, BLOCK=SUM_BLOCK, CP=SUM_CP, PDL=sum_pdl,
                             OWN=3 if own_adds else 0, EARLY=early)
