@@ -13,7 +13,7 @@ selects (fp16/bf16 rows of 16) or tf32 products (bf16 rows of 100) as before; th
 products on 8, 16 and 32 KB of values a step an SM (``DOT_SM_BYTES``) on 1, 2, 4 and 8
 programs an SM; as shipped with ``num_stages`` 2 and 4; Inductor's partitions.
 
-    python benchmarks/probes/probe_few_products.py [--out probe_few_products.json] [--split|--fma|--parts]
+    python benchmarks/probes/probe_few_products.py [--out probe.json] [--split|--fma|--parts]
 
 ``--split`` (at b945828, where ``scatter_few`` had ``SPLIT_PRODUCTS``): fp32 rows of 16 and
 100 into 8 rows, the products with each value in three bf16 parts (rows of 16 forced to

@@ -31,8 +31,14 @@ import json
 import sys
 
 import torch
-from probe_narrow_costs import checked_errors, inductor_columns, kernel_us, meta, rounds, \
-    with_constants
+from probe_narrow_costs import (
+    checked_errors,
+    inductor_columns,
+    kernel_us,
+    meta,
+    rounds,
+    with_constants,
+)
 
 import commrt.fx.scatter_kernels as wide
 from commrt.fx import scatter as pass_scatter
