@@ -32,7 +32,7 @@ from probe_narrow_costs import cell_data, checked_errors, inductor_columns, roun
 from commrt.dispatch.profile import sm_count
 from commrt.fx import scatter as pass_scatter
 from commrt.fx.scatter_few import TILE, _partial, _total
-from commrt.fx.scatter_kernels import PARTS, _add_exact, _rows_of
+from commrt.fx.scatter_kernels import PARTS, _add_in_parts, _rows_of
 from commrt.symm_mem.launch import next_pow2
 
 DEV = torch.device("cuda")
@@ -97,7 +97,7 @@ def _dot_partial(idx, vals, part, n, rows, chunk, D: tl.constexpr, R: tl.constex
                     mask=(r < hi)[:, None] & (c < D)[None, :], other=0).to(tl.float32)
         i, ok, bad = _rows_of(idx, r, hi, rows, WIDE)
         onehot = tl.where((rr[:, None] == i[None, :]) & ok[None, :], 1.0, 0.0)
-        acc = _add_exact(acc, onehot, v, PARTS)
+        acc = _add_in_parts(acc, onehot, v, PARTS)
     tl.store(part + (g * rows + rr[:, None]) * D + c[None, :], acc,
              mask=(rr < rows)[:, None] & (c < D)[None, :])
 

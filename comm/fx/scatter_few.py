@@ -28,7 +28,7 @@ import triton.language as tl
 from commrt.dispatch.profile import has_pdl, sm_count
 from commrt.symm_mem.launch import Launcher, cdiv, next_pow2
 
-from .scatter_kernels import PARTS, _add_exact, _rows_of, _wrapped, scatter_shape
+from .scatter_kernels import PARTS, _add_in_parts, _rows_of, _wrapped, scatter_shape
 from .scatter_rule import FEW_PRODUCTS_MAX_ROW, FEW_ROWS, FEW_WIDTH, few_half_products
 
 # Launch shape of the selects, from benchmarks/results/probe_few_total_NVIDIA_H200.json
@@ -88,7 +88,7 @@ def _products(idx, vals, lo, hi, rows, D: tl.constexpr, R: tl.constexpr, DP: tl.
               HALF: tl.constexpr = False):
     """([R, DP] sums of the values lo..hi into each output row, any index out of range), a
     block at a time as one-hot products (tl.dot: R, SUB and DP at least 16), the values in
-    PARTS tf32 parts (scatter_kernels' _add_exact); HALF (fp16/bf16 values): in their own
+    PARTS tf32 parts (scatter_kernels' _add_in_parts); HALF (fp16/bf16 values): in their own
     dtype, one product (exact: a one-hot row times a value)."""
     c = tl.arange(0, DP)
     cm = c < D
@@ -102,7 +102,7 @@ def _products(idx, vals, lo, hi, rows, D: tl.constexpr, R: tl.constexpr, DP: tl.
         if HALF:
             acc = tl.dot(onehot.to(v.dtype), v, acc)
         else:
-            acc = _add_exact(acc, onehot, v, PARTS)
+            acc = _add_in_parts(acc, onehot, v, PARTS)
     return acc, tl.max(bad_any) > 0
 
 
