@@ -27,8 +27,9 @@ times 0 or 1; redone as selects where a partial is not finite) on the shipped ti
 and Inductor's partitions. The run there stopped at bf16 1-D values, whose Inductor
 partitions add in bf16 atomics on 8 addresses (minutes a call); they are left out here.
 
-``--parts``: fp32 values as two tf32 parts (the second rounded to nearest: each value
-within 2^-22 of itself) rather than three (exact), in ``scatter_few``'s products (rows of
+``--parts`` (at 8400188, where fp32 took three tf32 parts, each product exact; shipped
+since): fp32 values as two tf32 parts (the second rounded to nearest: each value
+within 2^-22 of itself) rather than three, in ``scatter_few``'s products (rows of
 100 into 8 rows; rows of 16 forced to the products, ``FEW_WIDTH`` 8) on 8, 16 and 32 KB
 a step an SM on 1, 2 and 4 programs an SM (rows of 16: 2, 4 and 8; rows of 100 also on
 8 warps and with ``num_stages`` 2 and 4), and in the wide
@@ -115,7 +116,7 @@ def parts_variants(dtype, width: int, rows: int) -> dict:
     force = dict(FEW_WIDTH=8) if width <= few.FEW_WIDTH else {}
     out = {"shipped": _few()}
     if force:
-        out["3 parts"] = _few(**force)
+        out["products"] = _few(**force)
     per_sm = PROGRAMS[1:] if force else PROGRAMS[:3]
     for sm_bytes in SM_BYTES:
         for per in per_sm:

@@ -6,10 +6,11 @@ One GPU. ``bench_scatter.py`` (three index_add of fp32 rows of 100, 1M indices d
 d1c740e, the contended k slowest. For one of the three scatters, µs a call in a CUDA graph
 of 20 calls (median of ``ROUNDS`` rounds taken in turn) and each kernel's µs (profiler,
 median of 20 eager calls): the op as the pass calls it; the same with one thing changed
-(``variants``: fp32 in three tf32 parts, ``_sum`` or ``_prepare`` a plain launch, scalar
-atomics, other ``_sum`` steps); the earlier commit's ``partitioned_index_add`` (with its
+(``variants``: ``_sum`` or ``_prepare`` a plain launch, scalar atomics, other ``_sum``
+steps); the earlier commit's ``partitioned_index_add`` (with its
 own rule constants); and Inductor's partitioned scatter. Earlier forms of the variants ran
-at cec7f3b (``_sum`` on 16 copies a step, as shipped then), at d76bcc1 (combined rows
+at cec7f3b (``_sum`` on 16 copies a step, as shipped then; fp32 in three tf32 parts
+too), at d76bcc1 (combined rows
 adding infinities only where a tile has one, or not at all; the values loaded to be
 evicted first) and at c8067ae (the infinities counted in a product).
 
@@ -47,7 +48,6 @@ DEV = torch.device("cuda")
 N, D, ROWS = 1_000_000, 100, 501
 KS = (0, 15, 500)
 ROUNDS = 5
-KERNELS = ("_prepare", "_scatter", "_sum")
 
 
 def _op(**kw):
@@ -56,8 +56,7 @@ def _op(**kw):
 
 def variants() -> dict:
     """The wide op with one thing changed each (name: ``fn(out, idx, vals, P)``)."""
-    return {"3 parts": with_constants(wide, PARTS={**wide.PARTS, torch.float32: 3}),
-            "_sum plain launch": _op(sum_pdl=False),
+    return {"_sum plain launch": _op(sum_pdl=False),
             "_prepare plain launch": _op(wait_first=False),
             "scalar atomics": with_constants(wide, _op(), row_alignment=lambda *a: 1),
             "_sum 16 copies a step": with_constants(wide, SUM_CP=16),

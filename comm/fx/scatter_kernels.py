@@ -145,18 +145,13 @@ def _tf32_near(x):
 @triton.jit
 def _add_in_parts(acc, onehot, v, PARTS: tl.constexpr):
     # acc + onehot @ v on tensor cores, v in PARTS tf32 values (10 + 1 mantissa bits each):
-    # PARTS = 3, v1 + v2 + v3, every product exact; 2, v1 + v2, v2 the rest rounded to
-    # tf32 (each value within 2^-22 of itself, unbiased); 1, fp16 and bf16 values (exact)
+    # PARTS = 2 (fp32), v1 + v2, v2 the rest rounded to tf32 (each value within 2^-22 of
+    # itself, unbiased); 1, fp16 and bf16 values (exact)
+    tl.static_assert(PARTS == 1 or PARTS == 2, "one or two tf32 parts a value")
     v1 = _tf32(v)
     acc = tl.dot(onehot, v1, acc, input_precision="tf32")
     if PARTS > 1:
-        r = v - v1
-        if PARTS > 2:
-            v2 = _tf32(r)
-            acc = tl.dot(onehot, v2, acc, input_precision="tf32")
-            acc = tl.dot(onehot, r - v2, acc, input_precision="tf32")
-        else:
-            acc = tl.dot(onehot, _tf32_near(r), acc, input_precision="tf32")
+        acc = tl.dot(onehot, _tf32_near(v - v1), acc, input_precision="tf32")
     return acc
 
 
@@ -238,7 +233,7 @@ def _scatter(acc, extra, idx, vals, state, n, rows, D: tl.constexpr, R: tl.const
                 # column); each row adds its infinities and NaNs itself, as torch would
                 fin = tl.abs(v) < float("inf")
                 s = _add_in_parts(tl.zeros([R, BD], tl.float32), tl.where(same, 1.0, 0.0),
-                               tl.where(fin, v, 0.0), PARTS)
+                                  tl.where(fin, v, 0.0), PARTS)
                 tl.atomic_add(dst[:, None] + c[None, :], s,
                               mask=first[:, None] & cm[None, :], sem="relaxed")
                 tl.atomic_add(dst[:, None] + c[None, :], v,
@@ -326,7 +321,8 @@ SUM_PROGRAMS = 2048  # the most _sum programs (each loops over the plane)
 # probe_seed_ab_variants_NVIDIA_H200.json, d76bcc1)
 SUM_BLOCK, SUM_CP = 256, 32
 PREPARE_BLOCK = 4096  # elements of self a _prepare program copies
-# tf32 pieces of a value in _add_in_parts. fp32 in two, not three (exact): on one H200, 4M
+# tf32 pieces of a value in _add_in_parts. fp32 in two, not three (exact, the form before,
+# in git at aa11b3b): on one H200, 4M
 # values, µs (benchmarks/results/probe_few_products_parts_NVIDIA_H200.json, 8400188), rows
 # of 100 into 8 rows (scatter_few) 8.13 against 8.72 uniform, 8.14 against 8.73 with a hot
 # row; into 1,024 rows (the combined rows here) 17.13 against 17.77 skewed, 17.28 against
