@@ -1,0 +1,182 @@
+"""Forms of the wide ``_scatter``: values loaded before the wait, and the combined rows'
+infinities added in the same atomic, on the seed benchmark's shape and the grid's.
+
+One GPU. Each form is the shipped ``scatter_kernels._scatter`` with its source edited
+(``FORMS``: text replaced, each edit asserted to match once), compiled from a file of its
+own and launched by the op in place of the shipped kernel:
+
+- ``preload``: the first block of values (a whole row of up to ``BD`` elements) loads
+  before the programmatic wait for ``_prepare``, as the narrow ``_scatter`` does;
+- ``one atomic``: where rows combine, a row holding an infinity or NaN adds it in the same
+  atomic as the combined sums (its mask a row's: the vector atomics stay), not in a
+  masked atomic of its own;
+- ``no poison check``: without the block's check for an index out of range (data in range);
+- ``no PDL``: every launch a plain one (no programmatic dependent launch).
+
+Cells: one of the seed's three scatters (fp32 rows of 100 into 501 rows, indices from
+0..k, ``--seed-n`` indices; also a quarter of them) and the grid's cells of the wide
+kernels (``probe_wide_preload``'s). Every form is checked against float64 (and a value
+row of +inf, one of -inf and one of NaN in the seed cells' check, against torch), then µs
+a call in a CUDA graph of 20 calls (median of ``ROUNDS`` rounds taken in turn), and each
+kernel's µs (profiler, median of 20 eager calls). ``--old DIR``: also an earlier commit's
+kernels, as ``probe_seed_ab`` takes them::
+
+    python benchmarks/probes/probe_scatter_forms.py [--old old --old-commit C] [--out r.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import inspect
+import json
+import os
+import sys
+import tempfile
+import textwrap
+
+import torch
+from probe_narrow_costs import (
+    checked_errors,
+    inductor,
+    inductor_columns,
+    kernel_us,
+    meta,
+    rounds,
+    variant_rounds,
+    with_constants,
+)
+
+import commrt.fx.scatter_kernels as wide
+from commrt.fx import scatter as pass_scatter
+from commrt.symm_mem.launch import Launcher
+
+DEV = torch.device("cuda")
+ROUNDS = 5
+D, ROWS = 100, 501
+KS = (0, 15, 500)
+F32, B16 = torch.float32, torch.bfloat16
+GRID = [(F32, 100, 1024, d) for d in ("uniform", "skewed", "hot")] + \
+    [(B16, 100, 1024, d) for d in ("uniform", "skewed", "hot")] + \
+    [(B16, 1024, 8, d) for d in ("uniform", "hot")]
+
+_WAIT = "    if PDL:\n        tl.extra.cuda.gdc_wait()\n"
+_LOAD = ("        vn = tl.load(vals + r[:, None] * D + c[None, :], mask=(r < n)[:, None] & "
+         "cm[None, :],\n                     other=0)  # not waiting for the indices\n")
+_ATOMICS = (
+    "                tl.atomic_add(dst[:, None] + c[None, :], s,\n"
+    "                              mask=first[:, None] & cm[None, :], sem=\"relaxed\")\n"
+    "                tl.atomic_add(dst[:, None] + c[None, :], v,\n"
+    "                              mask=ok[:, None] & cm[None, :] & (fin == 0), "
+    "sem=\"relaxed\")\n")
+PRELOAD = [
+    (_WAIT, "    c_first = tl.arange(0, BD)\n"
+            "    v_first = tl.load(vals + r[:, None] * D + c_first[None, :],\n"
+            "                      mask=(r < n)[:, None] & (c_first < D)[None, :], other=0)\n"
+            + _WAIT),
+    ("    for c0 in range(0, D, BD):\n", "    for c0 in tl.static_range(0, D, BD):\n"),
+    (_LOAD, "        if c0 == 0:\n            vn = v_first\n        else:\n"
+            + textwrap.indent(_LOAD, "    ")),
+]
+ONE_ATOMIC = [(_ATOMICS,
+               "                odd = tl.max((fin == 0).to(tl.int32), axis=1) > 0\n"
+               "                tl.atomic_add(dst[:, None] + c[None, :],\n"
+               "                              tl.where(first[:, None], s, 0.0) +\n"
+               "                              tl.where(fin, 0.0, v),\n"
+               "                              mask=(first | (odd & ok))[:, None] & "
+               "cm[None, :],\n                              sem=\"relaxed\")\n")]
+NO_POISON = [("    if EARLY or OWN:  # else _sum poisons", "    if False:  # else _sum poisons")]
+FORMS = {"preload": PRELOAD, "one atomic": ONE_ATOMIC, "preload, one atomic":
+         PRELOAD + ONE_ATOMIC, "preload, no poison check": PRELOAD + NO_POISON}
+_HEADER = ("import triton\nimport triton.language as tl\n\n"
+           "from commrt.fx.scatter_kernels import _add_in_parts, _rows_of, poison\n\n\n")
+
+
+def form_kernel(name: str, edits: list, where: str):
+    """The shipped ``_scatter`` with ``edits`` made, compiled from a file in ``where``."""
+    src = textwrap.dedent(inspect.getsource(wide._scatter.fn))
+    for old, new in edits:
+        assert src.count(old) == 1, (name, old)
+        src = src.replace(old, new)
+    path = os.path.join(where, "form_" + "".join(ch if ch.isalnum() else "_" for ch in name)
+                        + ".py")
+    with open(path, "w") as f:
+        f.write(_HEADER + src)
+    spec = importlib.util.spec_from_file_location(os.path.basename(path)[:-3], path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module._scatter
+
+
+def forms(where: str) -> dict:
+    """{name: fn(out, idx, vals, P)}: the op as shipped, each of ``FORMS``, and no PDL."""
+    calls = {"shipped": lambda o, i, v, P: torch.ops.commrt.partitioned_index_put(o, i, v, P)}
+    for name, edits in FORMS.items():
+        calls[name] = with_constants(wide, run_scatter=Launcher(form_kernel(name, edits, where)))
+    calls["no PDL"] = with_constants(wide, has_pdl=lambda device: False)
+    return calls
+
+
+def seed_cell(variants: dict, old, k: int, n: int) -> dict:
+    g = torch.Generator(device=DEV).manual_seed(k)
+    out = torch.randn(ROWS, D, device=DEV, generator=g)
+    vals = torch.randn(n, D, device=DEV, generator=g)
+    idx = torch.randint(0, k + 1, (n,), device=DEV, generator=g)
+    P = pass_scatter.copies(ROWS, D, n, F32, torch.cuda.get_device_properties(DEV).total_memory)
+    ours = {name: lambda fn=fn: fn(out, idx, vals, P) for name, fn in variants.items()}
+    if old is not None:
+        ours["before"] = lambda: old.partitioned_index_add(out, idx, vals, P)
+    # infinities and NaN among combined rows: each form against torch's own sum
+    odd = vals.clone()
+    odd[3, 7], odd[5, 9], odd[6, 7], odd[8, 1] = float("inf"), float("-inf"), float("nan"), \
+        float("inf")
+    want = out.index_add(0, idx, odd)
+    for name, fn in variants.items():
+        got = fn(out, idx, odd, P)
+        assert torch.allclose(got, want, rtol=1e-4, atol=1e-3, equal_nan=True), (name, "inf")
+    ref = out.double().index_add(0, idx, vals.double())
+    _, parted = inductor_columns(out, idx, vals)
+    calls = {**ours, "inductor partitioned": lambda: parted(out, idx, vals)}
+    row = {"k": k, "n": n, "partitions": P,
+           "err": checked_errors(calls, ref, 1e-5, lambda name: name in ours)}
+    row.update(rounds(calls, ROUNDS))
+    row["kernels"] = {name: kernel_us(fn, names=None) for name, fn in calls.items()}
+    return row
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--old", default=None, help="the earlier commit's modules")
+    ap.add_argument("--old-commit", default=None, help="that commit, for the record")
+    ap.add_argument("--seed-n", type=int, default=1_000_000)
+    ap.add_argument("--out", default="probe_scatter_forms.json")
+    args = ap.parse_args()
+    old = None
+    if args.old:
+        sys.path.insert(0, args.old)
+        old = importlib.import_module("old_scatter_kernels")
+    command = "python benchmarks/probes/probe_scatter_forms.py" + (
+        f" --old old --old-commit {args.old_commit}" if args.old else "")
+    result = {"meta": dict(meta(command, "µs a call (median of rounds, each a CUDA graph of "
+                                "20 calls); kernels: µs, profiler, median of 20 eager calls"),
+                           before=args.old_commit), "seed": [], "grid": []}
+
+    def save(row, part):
+        result[part].append(row)
+        print(json.dumps(row), flush=True)
+        with open(args.out, "w") as f:
+            json.dump(result, f, indent=1)
+
+    with tempfile.TemporaryDirectory() as where:
+        variants = forms(where)
+        for n in (args.seed_n, args.seed_n // 4):
+            for k in KS:
+                save(seed_cell(variants, old, k, n), "seed")
+        inductor("index_put")  # compiled once before the grid's cells
+        for dtype, width, rows, dist in GRID:
+            save(variant_rounds(dtype, width, rows, dist, dict(variants), ROUNDS), "grid")
+
+
+if __name__ == "__main__":
+    main()
