@@ -11,7 +11,10 @@ own and launched by the op in place of the shipped kernel:
   atomic as the combined sums (its mask a row's: the vector atomics stay), not in a
   masked atomic of its own;
 - ``no poison check``: without the block's check for an index out of range (data in range);
-- ``no PDL``: every launch a plain one (no programmatic dependent launch).
+- ``no PDL``: every launch a plain one (no programmatic dependent launch);
+- with ``--forms hints`` (``HINTS``, the seed's cells only): without the alignment hint
+  on the copies' rows (scalar atomics), and without the combined rows' adds of infinities
+  (wrong where a value is one: timed, not checked with them).
 
 Cells: one of the seed's three scatters (fp32 rows of 100 into 501 rows, indices from
 0..k, ``--seed-n`` indices; also a quarter of them) and the grid's cells of the wide
@@ -87,8 +90,18 @@ ONE_ATOMIC = [(_ATOMICS,
                "                              mask=(first | (odd & ok))[:, None] & "
                "cm[None, :],\n                              sem=\"relaxed\")\n")]
 NO_POISON = [("    if EARLY or OWN:  # else _sum poisons", "    if False:  # else _sum poisons")]
+_DST = "tl.where(part == 0, acc + i * D, extra + ((part - 1) * rows + i) * D)"
+NO_HINT = [(f"    dst = tl.multiple_of({_DST},\n                         ALIGN)\n",
+            f"    dst = {_DST}\n")]
+NO_NONFINITE = [(_ATOMICS, _ATOMICS.split("                tl.atomic_add(dst[:, None] + c[None, "
+                                          ":], v,")[0]),
+                ("tl.where(fin, v, 0.0), PARTS)", "v, PARTS)")]
 FORMS = {"preload": PRELOAD, "one atomic": ONE_ATOMIC, "preload, one atomic":
          PRELOAD + ONE_ATOMIC, "preload, no poison check": PRELOAD + NO_POISON}
+# the second run's forms (--forms hints): without the alignment hint (scalar atomics), and
+# without the combined rows' adds of infinities (wrong where a value is one: timed only)
+HINTS = {"no hint": NO_HINT, "no non-finite adds": NO_NONFINITE,
+         "no hint, no non-finite adds": NO_HINT + NO_NONFINITE}
 _HEADER = ("import triton\nimport triton.language as tl\n\n"
            "from commrt.fx.scatter_kernels import _add_in_parts, _rows_of, poison\n\n\n")
 
@@ -109,12 +122,13 @@ def form_kernel(name: str, edits: list, where: str):
     return module._scatter
 
 
-def forms(where: str) -> dict:
-    """{name: fn(out, idx, vals, P)}: the op as shipped, each of ``FORMS``, and no PDL."""
+def forms(where: str, which: dict, no_pdl: bool) -> dict:
+    """{name: fn(out, idx, vals, P)}: the op as shipped, each of ``which``, and no PDL."""
     calls = {"shipped": lambda o, i, v, P: torch.ops.commrt.partitioned_index_put(o, i, v, P)}
-    for name, edits in FORMS.items():
+    for name, edits in which.items():
         calls[name] = with_constants(wide, run_scatter=Launcher(form_kernel(name, edits, where)))
-    calls["no PDL"] = with_constants(wide, has_pdl=lambda device: False)
+    if no_pdl:
+        calls["no PDL"] = with_constants(wide, has_pdl=lambda device: False)
     return calls
 
 
@@ -134,6 +148,8 @@ def seed_cell(variants: dict, old, k: int, n: int) -> dict:
     want = out.double().index_add(0, idx, odd.double())
     fin = want.isfinite()
     for name, fn in variants.items():
+        if "non-finite" in name:
+            continue
         got = fn(out, idx, odd, P).double()
         assert torch.equal(got.isnan(), want.isnan()) and torch.equal(
             got[~fin & ~want.isnan()], want[~fin & ~want.isnan()]), (name, "non-finite")
@@ -153,6 +169,8 @@ def main() -> None:
     ap.add_argument("--old", default=None, help="the earlier commit's modules")
     ap.add_argument("--old-commit", default=None, help="that commit, for the record")
     ap.add_argument("--seed-n", type=int, default=1_000_000)
+    ap.add_argument("--forms", choices=("edits", "hints"), default="edits",
+                    help="FORMS and no PDL on every cell, or HINTS on the seed's")
     ap.add_argument("--out", default="probe_scatter_forms.json")
     args = ap.parse_args()
     old = None
@@ -160,7 +178,9 @@ def main() -> None:
         sys.path.insert(0, args.old)
         old = importlib.import_module("old_scatter_kernels")
     command = "python benchmarks/probes/probe_scatter_forms.py" + (
-        f" --old old --old-commit {args.old_commit}" if args.old else "")
+        f" --old old --old-commit {args.old_commit}" if args.old else "") + (
+        " --forms hints" if args.forms == "hints" else "")
+    hints = args.forms == "hints"
     result = {"meta": dict(meta(command, "µs a call (median of rounds, each a CUDA graph of "
                                 "20 calls); kernels: µs, profiler, median of 20 eager calls"),
                            before=args.old_commit), "seed": [], "grid": []}
@@ -172,10 +192,12 @@ def main() -> None:
             json.dump(result, f, indent=1)
 
     with tempfile.TemporaryDirectory() as where:
-        variants = forms(where)
+        variants = forms(where, HINTS if hints else FORMS, not hints)
         for n in (args.seed_n, args.seed_n // 4):
             for k in KS:
                 save(seed_cell(variants, old, k, n), "seed")
+        if hints:
+            return
         inductor("index_put")  # compiled once before the grid's cells
         for dtype, width, rows, dist in GRID:
             save(variant_rounds(dtype, width, rows, dist, dict(variants), ROUNDS), "grid")
