@@ -29,11 +29,15 @@ def main() -> None:
                     assert got.dtype == dtype and err < TOL[dtype], (rows, d, n, k, dtype,
                                                                     itype, rule, err)
                     cases += 1
-    # the copies chosen from the sample: every index on one row, spread, sorted into 4 runs
+    # the copies chosen from the sample: every index on one row, spread, sorted into 4 runs;
+    # cycling over 61 rows, 134 a row, where the strided sample holds no equal pair: the
+    # copies an even spread asks for (64 adds an address: 4)
     n, state = 1024, torch.zeros(3, dtype=torch.int32)
     for idx, rows, want in ((torch.zeros(n, dtype=torch.long), 64, 8),
                             (torch.arange(n), n, 1),
-                            (torch.arange(n) * 4 // n, 4, 8)):
+                            (torch.arange(n) * 4 // n, 4, 8),
+                            (torch.arange(8192) % 61, 61, 4)):
+        n = idx.numel()
         vals = torch.randn(n, 2, generator=g)
         got = partitioned_index_add(torch.zeros(rows, 2), idx, vals, 8, per_address=64,
                                     min_copies=2, leaders=-1, state=state)

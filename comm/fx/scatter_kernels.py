@@ -4,7 +4,8 @@ Three launches, no host sync:
 
 1. ``_prepare``: program 0 estimates contention from a strided sample of the indices
    (the share of equal pairs between ``SAMPLE`` indices and ``SHIFTS`` shifts of them;
-   ``OWN_SAMPLE`` and ``OWN_SHIFTS`` with ``OWN_ADDS``) and
+   ``OWN_SAMPLE`` and ``OWN_SHIFTS`` with ``OWN_ADDS``; at least ``1 / rows``, the share
+   of indices spread evenly over the rows) and
    picks ``p``: 1 (plain atomics) where the expected atomic adds per address (after
    combining, below) stay under ``PER_ADDRESS``, else the power of two (``MIN_COPIES`` to
    ``P``) that brings them under, and stores it on the device; every other program copies
@@ -96,6 +97,12 @@ def _prepare(self_ptr, acc, idx, state, n, rows, plane, P: tl.constexpr,
             equal += (both & (a == b)).to(tl.int32)
             pairs += both.to(tl.int32)
         share = tl.sum(equal).to(tl.float32) / tl.maximum(tl.sum(pairs), 1).to(tl.float32)
+        # ... and no less than over `rows` rows evenly, so that a sample with no equal
+        # pair does not read as no contention where every row takes many values: 1M
+        # uniform indices into 501 rows (bench_scatter.py, k = 500) read as one copy
+        # (2,000 adds an address), 222 µs against 191 where adfac6a's plan, with four
+        # times the pairs, chose 16 (benchmarks/results/probe_scatter_forms_NVIDIA_H200.json)
+        share = tl.maximum(share, 1.0 / rows)
         # Atomic adds an address expects, seen from an add: n * share adding every row (n
         # / d for d rows drawn uniformly); combining, one per program of R rows that holds
         # the index, (n / R) * (1 - (1 - 1/d)**R), where a program expects at most LEADERS
