@@ -14,7 +14,9 @@ own and launched by the op in place of the shipped kernel:
 - ``no PDL``: every launch a plain one (no programmatic dependent launch);
 - with ``--forms hints`` (``HINTS``, the seed's cells only): without the alignment hint
   on the copies' rows (scalar atomics), and without the combined rows' adds of infinities
-  (wrong where a value is one: timed, not checked with them).
+  (wrong where a value is one: timed, not checked with them);
+- with ``--forms codes`` (``CODES``): the combined rows' infinities and NaNs carried in
+  the product as codes (``_CODED``), with no atomic of their own.
 
 Cells: one of the seed's three scatters (fp32 rows of 100 into 501 rows, indices from
 0..k, ``--seed-n`` indices; also a quarter of them) and the grid's cells of the wide
@@ -103,7 +105,49 @@ FORMS = {"preload": PRELOAD, "one atomic": ONE_ATOMIC, "preload, one atomic":
 HINTS = {"no hint": NO_HINT, "no non-finite adds": NO_NONFINITE,
          "no hint, no non-finite adds": NO_HINT + NO_NONFINITE}
 _HEADER = ("import triton\nimport triton.language as tl\n\n"
-           "from commrt.fx.scatter_kernels import _add_in_parts, _rows_of, poison\n\n\n")
+           "from commrt.fx.scatter_kernels import _add_in_parts, _rows_of, _tf32, _tf32_near, "
+           "poison\n\n\n")
+# coded sums: a combined row's infinities and NaNs ride in the product as codes far above
+# any finite sum, which is scaled down by 2^-25 (16 values of up to 2^128 sum under 2^107):
+# NaN 2^112, -inf 2^117, +inf 2^122 (up to 31 of each counted exactly in fp32); a sum of
+# 2^110 or more decodes as NaN, +inf or -inf, any other is scaled back. No per-element
+# atomic and no reduction; values under about 2^-90 lose their low part (subnormal).
+_CODED = '''
+@triton.jit
+def _coded_sums(onehot, v, R: tl.constexpr, BD: tl.constexpr, PARTS: tl.constexpr):
+    tl.static_assert(R < 32, "the codes count at most 31 rows")
+    fin = tl.abs(v) < float("inf")
+    x = tl.where(fin, v, 0.0) * 2.9802322387695312e-08
+    code = tl.where(v != v, 5.192296858534828e33,
+                    tl.where(v > 0, 5.316911983139664e36, 1.661534994731145e35))
+    x1 = _tf32(x)
+    acc = tl.zeros([R, BD], tl.float32)
+    if PARTS > 1:
+        acc = tl.dot(onehot, x1, acc, input_precision="tf32")
+        last = tl.where(fin, _tf32_near(x - x1), code)
+    else:
+        last = tl.where(fin, x1, code)
+    acc = tl.dot(onehot, last, acc, input_precision="tf32")
+    k = (acc * 1.925929944387236e-34 + 0.5).to(tl.int32)
+    pos, neg, nan = k >= 1024, (k & 992) != 0, (k & 31) != 0
+    odd = tl.where(nan | (pos & neg), float("nan"), tl.where(pos, float("inf"), float("-inf")))
+    return tl.where(acc >= 1.298074214633707e33, odd, acc * 33554432.0)
+
+
+'''
+CODED = [(_ATOMICS.split("                tl.atomic_add(dst[:, None] + c[None, :], v,")[0],
+          "                s = _coded_sums(tl.where(same, 1.0, 0.0), v, R, BD, PARTS)\n"
+          "                tl.atomic_add(dst[:, None] + c[None, :], s,\n"
+          "                              mask=first[:, None] & cm[None, :], sem=\"relaxed\")\n"),
+         ("                tl.atomic_add(dst[:, None] + c[None, :], v,\n"
+          "                              mask=ok[:, None] & cm[None, :] & (fin == 0), "
+          "sem=\"relaxed\")\n", ""),
+         ("                fin = tl.abs(v) < float(\"inf\")\n"
+          "                s = _add_in_parts(tl.zeros([R, BD], tl.float32), tl.where(same, 1.0, "
+          "0.0),\n                                  tl.where(fin, v, 0.0), PARTS)\n", "")]
+
+
+CODES = {"coded sums": CODED}
 
 
 def form_kernel(name: str, edits: list, where: str):
@@ -115,7 +159,7 @@ def form_kernel(name: str, edits: list, where: str):
     path = os.path.join(where, "form_" + "".join(ch if ch.isalnum() else "_" for ch in name)
                         + ".py")
     with open(path, "w") as f:
-        f.write(_HEADER + src)
+        f.write(_HEADER + (_CODED if "_coded_sums" in src else "") + src)
     spec = importlib.util.spec_from_file_location(os.path.basename(path)[:-3], path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -169,8 +213,9 @@ def main() -> None:
     ap.add_argument("--old", default=None, help="the earlier commit's modules")
     ap.add_argument("--old-commit", default=None, help="that commit, for the record")
     ap.add_argument("--seed-n", type=int, default=1_000_000)
-    ap.add_argument("--forms", choices=("edits", "hints"), default="edits",
-                    help="FORMS and no PDL on every cell, or HINTS on the seed's")
+    ap.add_argument("--forms", choices=("edits", "hints", "codes"), default="edits",
+                    help="FORMS and no PDL on every cell, HINTS on the seed's, or CODES on "
+                         "every cell")
     ap.add_argument("--out", default="probe_scatter_forms.json")
     args = ap.parse_args()
     old = None
@@ -179,8 +224,9 @@ def main() -> None:
         old = importlib.import_module("old_scatter_kernels")
     command = "python benchmarks/probes/probe_scatter_forms.py" + (
         f" --old old --old-commit {args.old_commit}" if args.old else "") + (
-        " --forms hints" if args.forms == "hints" else "")
+        f" --forms {args.forms}" if args.forms != "edits" else "")
     hints = args.forms == "hints"
+    which = {"edits": FORMS, "hints": HINTS, "codes": CODES}[args.forms]
     result = {"meta": dict(meta(command, "µs a call (median of rounds, each a CUDA graph of "
                                 "20 calls); kernels: µs, profiler, median of 20 eager calls"),
                            before=args.old_commit), "seed": [], "grid": []}
@@ -192,7 +238,7 @@ def main() -> None:
             json.dump(result, f, indent=1)
 
     with tempfile.TemporaryDirectory() as where:
-        variants = forms(where, HINTS if hints else FORMS, not hints)
+        variants = forms(where, which, args.forms == "edits")
         for n in (args.seed_n, args.seed_n // 4):
             for k in KS:
                 save(seed_cell(variants, old, k, n), "seed")
