@@ -472,7 +472,7 @@ def test_wide_kernels_against_float64(dtype, width, rows, n, copies, sum_pdl):
 
 def _wide_plan_adds(idx: torch.Tensor, rows: int, n: int) -> float:
     """The adds an address the wide plan expects with ``own_adds``: equal pairs of
-    OWN_SAMPLE strided indices with OWN_SHIFTS shifts of them."""
+    OWN_SAMPLE strided indices with OWN_SHIFTS shifts of them, at least an even spread's."""
     from commrt.fx.scatter_rule import OWN_SAMPLE as SAMPLE
     from commrt.fx.scatter_rule import OWN_SHIFTS as SHIFTS
 
@@ -485,7 +485,7 @@ def _wide_plan_adds(idx: torch.Tensor, rows: int, n: int) -> float:
         both = (pos * step < n) & (q * step < n)
         equal += int((both & (a == a[q])).sum())
         pairs += int(both.sum())
-    return n * equal / max(pairs, 1)
+    return n * max(equal / max(pairs, 1), 1 / rows)
 
 
 @pytest.mark.gpu
