@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import importlib
 import json
 import os
 import statistics
@@ -183,6 +184,22 @@ def patched_op(module, name: str, **kw):
         finally:
             setattr(module, name, entry)
     return run
+
+
+def old_option(ap) -> None:
+    """``--old DIR`` and ``--old-commit C`` on ``ap``: an earlier commit's wide kernels
+    (``old_scatter_kernels`` in ``DIR``, as ``probe_seed_ab``'s docstring makes them)."""
+    ap.add_argument("--old", default=None, help="the earlier commit's modules")
+    ap.add_argument("--old-commit", default=None, help="that commit, for the record")
+
+
+def old_kernels(args):
+    """(the earlier commit's ``old_scatter_kernels`` or None, the options for the command)."""
+    if not args.old:
+        return None, ""
+    sys.path.insert(0, args.old)
+    return (importlib.import_module("old_scatter_kernels"),
+            f" --old old --old-commit {args.old_commit}")
 
 
 def with_constants(module, op=None, **values):

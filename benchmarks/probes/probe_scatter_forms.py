@@ -37,7 +37,6 @@ import importlib.util
 import inspect
 import json
 import os
-import sys
 import tempfile
 import textwrap
 
@@ -48,6 +47,8 @@ from probe_narrow_costs import (
     inductor_columns,
     kernel_us,
     meta,
+    old_kernels,
+    old_option,
     rounds,
     variant_rounds,
     with_constants,
@@ -210,20 +211,15 @@ def seed_cell(variants: dict, old, k: int, n: int) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--old", default=None, help="the earlier commit's modules")
-    ap.add_argument("--old-commit", default=None, help="that commit, for the record")
+    old_option(ap)
     ap.add_argument("--seed-n", type=int, default=1_000_000)
     ap.add_argument("--forms", choices=("edits", "hints", "codes"), default="edits",
                     help="FORMS and no PDL on every cell, HINTS on the seed's, or CODES on "
                          "every cell")
     ap.add_argument("--out", default="probe_scatter_forms.json")
     args = ap.parse_args()
-    old = None
-    if args.old:
-        sys.path.insert(0, args.old)
-        old = importlib.import_module("old_scatter_kernels")
-    command = "python benchmarks/probes/probe_scatter_forms.py" + (
-        f" --old old --old-commit {args.old_commit}" if args.old else "") + (
+    old, old_flags = old_kernels(args)
+    command = "python benchmarks/probes/probe_scatter_forms.py" + old_flags + (
         f" --forms {args.forms}" if args.forms != "edits" else "")
     hints = args.forms == "hints"
     which = {"edits": FORMS, "hints": HINTS, "codes": CODES}[args.forms]

@@ -27,9 +27,7 @@ absolute::
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
-import sys
 
 import torch
 from probe_narrow_costs import (
@@ -37,6 +35,8 @@ from probe_narrow_costs import (
     inductor_columns,
     kernel_us,
     meta,
+    old_kernels,
+    old_option,
     rounds,
     with_constants,
 )
@@ -89,16 +89,11 @@ def cell(old, k: int) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--old", default=None, help="the earlier commit's modules")
-    ap.add_argument("--old-commit", default=None, help="that commit, for the record")
+    old_option(ap)
     ap.add_argument("--out", default="probe_seed_ab.json")
     args = ap.parse_args()
-    old = None
-    if args.old:
-        sys.path.insert(0, args.old)
-        old = importlib.import_module("old_scatter_kernels")
-    command = "python benchmarks/probes/probe_seed_ab.py" + (
-        f" --old old --old-commit {args.old_commit}" if args.old else "")
+    old, old_flags = old_kernels(args)
+    command = "python benchmarks/probes/probe_seed_ab.py" + old_flags
     result = {"meta": dict(meta(command, "µs a call (median of rounds, each a CUDA graph of "
                                 "20 calls); kernels: µs, profiler, median of 20 eager calls"),
                            before=args.old_commit), "cells": []}
