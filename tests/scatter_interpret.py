@@ -37,8 +37,7 @@ def main() -> None:
                             (torch.arange(n), n, 1),
                             (torch.arange(n) * 4 // n, 4, 8),
                             (torch.arange(8192) % 61, 61, 4)):
-        n = idx.numel()
-        vals = torch.randn(n, 2, generator=g)
+        vals = torch.randn(idx.numel(), 2, generator=g)
         got = partitioned_index_add(torch.zeros(rows, 2), idx, vals, 8, per_address=64,
                                     min_copies=2, leaders=-1, state=state)
         assert int(state[0]) == want, (rows, int(state[0]), want)

@@ -21,7 +21,7 @@ own and launched by the op in place of the shipped kernel:
 Cells: one of the seed's three scatters (fp32 rows of 100 into 501 rows, indices from
 0..k, ``--seed-n`` indices; also a quarter of them) and the grid's cells of the wide
 kernels (``probe_wide_preload``'s). Every form is checked against float64 (and a value
-row of +inf, one of -inf and one of NaN in the seed cells' check, against torch), then µs
+row of +inf, one of -inf and one of NaN in the seed cells' check), then µs
 a call in a CUDA graph of 20 calls (median of ``ROUNDS`` rounds taken in turn), and each
 kernel's µs (profiler, median of 20 eager calls). ``--old DIR``: also an earlier commit's
 kernels, as ``probe_seed_ab`` takes them::
@@ -70,12 +70,17 @@ GRID = [(F32, 100, 1024, d) for d in ("uniform", "skewed", "hot")] + \
 _WAIT = "    if PDL:\n        tl.extra.cuda.gdc_wait()\n"
 _LOAD = ("        vn = tl.load(vals + r[:, None] * D + c[None, :], mask=(r < n)[:, None] & "
          "cm[None, :],\n                     other=0)  # not waiting for the indices\n")
-_ATOMICS = (
-    "                tl.atomic_add(dst[:, None] + c[None, :], s,\n"
-    "                              mask=first[:, None] & cm[None, :], sem=\"relaxed\")\n"
-    "                tl.atomic_add(dst[:, None] + c[None, :], v,\n"
-    "                              mask=ok[:, None] & cm[None, :] & (fin == 0), "
-    "sem=\"relaxed\")\n")
+# the combined rows: their sums (finite values only), the sums' atomic, the infinities'
+_SUMS = ("                fin = tl.abs(v) < float(\"inf\")\n"
+         "                s = _add_in_parts(tl.zeros([R, BD], tl.float32), tl.where(same, 1.0, "
+         "0.0),\n                                  tl.where(fin, v, 0.0), PARTS)\n")
+_SUM_ATOMIC = ("                tl.atomic_add(dst[:, None] + c[None, :], s,\n"
+               "                              mask=first[:, None] & cm[None, :], "
+               "sem=\"relaxed\")\n")
+_INF_ATOMIC = ("                tl.atomic_add(dst[:, None] + c[None, :], v,\n"
+               "                              mask=ok[:, None] & cm[None, :] & (fin == 0), "
+               "sem=\"relaxed\")\n")
+_ATOMICS = _SUM_ATOMIC + _INF_ATOMIC
 PRELOAD = [
     (_WAIT, "    c_first = tl.arange(0, BD)\n"
             "    v_first = tl.load(vals + r[:, None] * D + c_first[None, :],\n"
@@ -96,9 +101,7 @@ NO_POISON = [("    if EARLY or OWN:  # else _sum poisons", "    if False:  # els
 _DST = "tl.where(part == 0, acc + i * D, extra + ((part - 1) * rows + i) * D)"
 NO_HINT = [(f"    dst = tl.multiple_of({_DST},\n                         ALIGN)\n",
             f"    dst = {_DST}\n")]
-NO_NONFINITE = [(_ATOMICS, _ATOMICS.split("                tl.atomic_add(dst[:, None] + c[None, "
-                                          ":], v,")[0]),
-                ("tl.where(fin, v, 0.0), PARTS)", "v, PARTS)")]
+NO_NONFINITE = [(_INF_ATOMIC, ""), ("tl.where(fin, v, 0.0), PARTS)", "v, PARTS)")]
 FORMS = {"preload": PRELOAD, "one atomic": ONE_ATOMIC, "preload, one atomic":
          PRELOAD + ONE_ATOMIC, "preload, no poison check": PRELOAD + NO_POISON}
 # the second run's forms (--forms hints): without the alignment hint (scalar atomics), and
@@ -136,16 +139,8 @@ def _coded_sums(onehot, v, R: tl.constexpr, BD: tl.constexpr, PARTS: tl.constexp
 
 
 '''
-CODED = [(_ATOMICS.split("                tl.atomic_add(dst[:, None] + c[None, :], v,")[0],
-          "                s = _coded_sums(tl.where(same, 1.0, 0.0), v, R, BD, PARTS)\n"
-          "                tl.atomic_add(dst[:, None] + c[None, :], s,\n"
-          "                              mask=first[:, None] & cm[None, :], sem=\"relaxed\")\n"),
-         ("                tl.atomic_add(dst[:, None] + c[None, :], v,\n"
-          "                              mask=ok[:, None] & cm[None, :] & (fin == 0), "
-          "sem=\"relaxed\")\n", ""),
-         ("                fin = tl.abs(v) < float(\"inf\")\n"
-          "                s = _add_in_parts(tl.zeros([R, BD], tl.float32), tl.where(same, 1.0, "
-          "0.0),\n                                  tl.where(fin, v, 0.0), PARTS)\n", "")]
+CODED = [(_SUMS + _ATOMICS, "                s = _coded_sums(tl.where(same, 1.0, 0.0), v, R, "
+                           "BD, PARTS)\n" + _SUM_ATOMIC)]
 
 
 CODES = {"coded sums": CODED}
@@ -186,7 +181,8 @@ def seed_cell(variants: dict, old, k: int, n: int) -> dict:
     ours = {name: lambda fn=fn: fn(out, idx, vals, P) for name, fn in variants.items()}
     if old is not None:
         ours["before"] = lambda: old.partitioned_index_add(out, idx, vals, P)
-    # infinities and NaN among combined rows: each form against torch's own sum
+    # infinities and NaN among combined rows: each form's non-finite entries exactly those
+    # of float64's, the rest within its bound
     odd = vals.clone()
     odd[3, 7], odd[5, 9], odd[6, 7], odd[8, 1] = float("inf"), float("-inf"), float("nan"), \
         float("inf")
