@@ -16,7 +16,12 @@ own and launched by the op in place of the shipped kernel:
   on the copies' rows (scalar atomics), and without the combined rows' adds of infinities
   (wrong where a value is one: timed, not checked with them);
 - with ``--forms codes`` (``CODES``): the combined rows' infinities and NaNs carried in
-  the product as codes (``_CODED``), with no atomic of their own.
+  the product as codes (``_CODED``), with no atomic of their own;
+- with ``--forms flags`` (``FLAGS``): the infinities' atomic behind a branch the whole
+  block takes where one of its values is not finite (``block branch``), and also the
+  product on the values as loaded where none is (``block paths``); or the product on the
+  values as loaded, and the shipped sums from values loaded again only where one of its
+  sums is not finite (``checked product``).
 
 Cells: one of the seed's three scatters (fp32 rows of 100 into 501 rows, indices from
 0..k, ``--seed-n`` indices; also a quarter of them) and the grid's cells of the wide
@@ -144,6 +149,27 @@ CODED = [(_SUMS + _ATOMICS, "                s = _coded_sums(tl.where(same, 1.0,
 
 
 CODES = {"coded sums": CODED}
+# the third run's forms (--forms flags): the combined rows' infinities' atomic behind a
+# branch taken by the whole block where one of its values is not finite (no per-element
+# atomic runs on finite blocks); or, as well, the sums' product on the values as loaded
+_BRANCH = "                if tl.max((fin == 0).to(tl.int32)) > 0:\n"
+BLOCK_BRANCH = [(_INF_ATOMIC, _BRANCH + textwrap.indent(_INF_ATOMIC, "    "))]
+BLOCK_PATHS = [(_SUMS + _ATOMICS,
+                "                fin = tl.abs(v) < float(\"inf\")\n" + _BRANCH +
+                textwrap.indent(_SUMS[_SUMS.index("\n") + 1:] + _ATOMICS, "    ") +
+                "                else:\n" + textwrap.indent(
+                    _SUMS[_SUMS.index("\n") + 1:].replace("tl.where(fin, v, 0.0)", "v")
+                    + _SUM_ATOMIC, "    "))]
+# or the product on the values as loaded, and only where a sum is not finite (some value in
+# the block is not, or the sums overflow) the shipped sums again, from values loaded again
+_RELOAD = textwrap.indent(_LOAD.replace("vn = ", "v = ").replace(
+    "other=0)  # not waiting for the indices", "other=0).to(tl.float32)"), " " * 12)
+CHECKED = [(_SUMS + _ATOMICS,
+            _SUMS[_SUMS.index("\n") + 1:].replace("tl.where(fin, v, 0.0)", "v") +
+            "                if tl.max(((tl.abs(s) < float(\"inf\")) == 0).to(tl.int32)) > 0:\n"
+            + _RELOAD + textwrap.indent(_SUMS + _INF_ATOMIC, "    ") + _SUM_ATOMIC)]
+FLAGS = {"block branch": BLOCK_BRANCH, "block paths": BLOCK_PATHS,
+         "checked product": CHECKED}
 
 
 def form_kernel(name: str, edits: list, where: str):
@@ -209,16 +235,16 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     old_option(ap)
     ap.add_argument("--seed-n", type=int, default=1_000_000)
-    ap.add_argument("--forms", choices=("edits", "hints", "codes"), default="edits",
-                    help="FORMS and no PDL on every cell, HINTS on the seed's, or CODES on "
-                         "every cell")
+    ap.add_argument("--forms", choices=("edits", "hints", "codes", "flags"), default="edits",
+                    help="FORMS and no PDL on every cell, HINTS on the seed's, or CODES or "
+                         "FLAGS on every cell")
     ap.add_argument("--out", default="probe_scatter_forms.json")
     args = ap.parse_args()
     old, old_flags = old_kernels(args)
     command = "python benchmarks/probes/probe_scatter_forms.py" + old_flags + (
         f" --forms {args.forms}" if args.forms != "edits" else "")
     hints = args.forms == "hints"
-    which = {"edits": FORMS, "hints": HINTS, "codes": CODES}[args.forms]
+    which = {"edits": FORMS, "hints": HINTS, "codes": CODES, "flags": FLAGS}[args.forms]
     result = {"meta": dict(meta(command, "µs a call (median of rounds, each a CUDA graph of "
                                 "20 calls); kernels: µs, profiler, median of 20 eager calls"),
                            before=args.old_commit), "seed": [], "grid": []}
