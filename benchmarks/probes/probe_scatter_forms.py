@@ -21,7 +21,10 @@ own and launched by the op in place of the shipped kernel:
   block takes where one of its values is not finite (``block branch``), and also the
   product on the values as loaded where none is (``block paths``); or the product on the
   values as loaded, and the shipped sums from values loaded again only where one of its
-  sums is not finite (``checked product``).
+  sums is not finite (``checked product``);
+- with ``--forms own``: where the plan adds in the output's dtype, a loop of its own,
+  before the rows' compare matrix and reductions that only the other paths need (or with
+  the compare matrix before the wait, as shipped, and only the reductions after).
 
 Cells: one of the seed's three scatters (fp32 rows of 100 into 501 rows, indices from
 0..k, ``--seed-n`` indices; also a quarter of them) and the grid's cells of the wide
@@ -170,6 +173,72 @@ CHECKED = [(_SUMS + _ATOMICS,
             + _RELOAD + textwrap.indent(_SUMS + _INF_ATOMIC, "    ") + _SUM_ATOMIC)]
 FLAGS = {"block branch": BLOCK_BRANCH, "block paths": BLOCK_PATHS,
          "checked product": CHECKED}
+# the fourth run's form (--forms own): where the plan adds in the output's dtype, a loop of
+# its own, before the rows' compare matrix, its reduction and the copies' addresses,
+# which only the other paths compute
+_TAIL = "    # same[a, b]: rows a and b add to one output row; first: the first row of each\n"
+_OWN_FIRST = """    if PDL:
+        tl.extra.cuda.gdc_wait()
+    if TRIGGER and EARLY:
+        tl.extra.cuda.gdc_launch_dependents()
+    tl.store(state + 1 + 0 * r, 1, mask=bad)
+    if EARLY or OWN:
+        if tl.max(bad.to(tl.int32)) > 0:
+            poison(acc, rows * D)
+            if OWN:
+                poison(out, rows * D)
+    own = False
+    if OWN:
+        own = tl.load(state + 3) != 0
+    if own:
+        for c0 in range(0, D, BD):
+            c = c0 + tl.arange(0, BD)
+            cm = c < D
+            vn = tl.load(vals + r[:, None] * D + c[None, :],
+                         mask=(r < n)[:, None] & cm[None, :], other=0)
+            tl.atomic_add(out + (i * D)[:, None] + c[None, :], vn,
+                          mask=ok[:, None] & cm[None, :], sem="relaxed")
+    else:
+        same = (i[:, None] == i[None, :]) & ok[:, None] & ok[None, :]
+        first = ok & (tl.max((same & (j[None, :] < j[:, None])).to(tl.int32), axis=1) == 0)
+        part = (pid + j) & (tl.load(state) - 1)
+        dst = tl.multiple_of(tl.where(part == 0, acc + i * D,
+                                      extra + ((part - 1) * rows + i) * D), ALIGN)
+        combine = False
+        if LEADERS >= 0:
+            combine = (tl.load(state + 2) != 0) & (tl.sum(first.to(tl.int32)) <= LEADERS)
+        for c0 in range(0, D, BD):
+            c = c0 + tl.arange(0, BD)
+            cm = c < D
+            v = tl.load(vals + r[:, None] * D + c[None, :],
+                        mask=(r < n)[:, None] & cm[None, :], other=0).to(tl.float32)
+            if combine:
+                if LEADERS >= 0:
+                    fin = tl.abs(v) < float("inf")
+                    s = _add_in_parts(tl.zeros([R, BD], tl.float32), tl.where(same, 1.0, 0.0),
+                                      tl.where(fin, v, 0.0), PARTS)
+                    tl.atomic_add(dst[:, None] + c[None, :], s,
+                                  mask=first[:, None] & cm[None, :], sem="relaxed")
+                    tl.atomic_add(dst[:, None] + c[None, :], v,
+                                  mask=ok[:, None] & cm[None, :] & (fin == 0), sem="relaxed")
+            else:
+                tl.atomic_add(dst[:, None] + c[None, :], v,
+                              mask=ok[:, None] & cm[None, :], sem="relaxed")
+"""
+
+
+_COMPARE = """        same = (i[:, None] == i[None, :]) & ok[:, None] & ok[None, :]
+        first = ok & (tl.max((same & (j[None, :] < j[:, None])).to(tl.int32), axis=1) == 0)
+"""
+
+
+def own_first(compare_first: bool = False) -> list:
+    """The edit of ``_OWN_FIRST``: the shipped source from its compare matrix on, replaced
+    (``compare_first``: the compare matrix before the wait, as shipped)."""
+    src = textwrap.dedent(inspect.getsource(wide._scatter.fn))
+    form = (textwrap.indent(textwrap.dedent(_COMPARE), "    ") + _OWN_FIRST.replace(
+        _COMPARE, "")) if compare_first else _OWN_FIRST
+    return [(src[src.index(_TAIL):], form)]
 
 
 def form_kernel(name: str, edits: list, where: str):
@@ -235,16 +304,18 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     old_option(ap)
     ap.add_argument("--seed-n", type=int, default=1_000_000)
-    ap.add_argument("--forms", choices=("edits", "hints", "codes", "flags"), default="edits",
-                    help="FORMS and no PDL on every cell, HINTS on the seed's, or CODES or "
-                         "FLAGS on every cell")
+    ap.add_argument("--forms", choices=("edits", "hints", "codes", "flags", "own"),
+                    default="edits", help="FORMS and no PDL on every cell, HINTS on the "
+                    "seed's, or CODES, FLAGS or the own adds first on every cell")
     ap.add_argument("--out", default="probe_scatter_forms.json")
     args = ap.parse_args()
     old, old_flags = old_kernels(args)
     command = "python benchmarks/probes/probe_scatter_forms.py" + old_flags + (
         f" --forms {args.forms}" if args.forms != "edits" else "")
     hints = args.forms == "hints"
-    which = {"edits": FORMS, "hints": HINTS, "codes": CODES, "flags": FLAGS}[args.forms]
+    which = {"edits": FORMS, "hints": HINTS, "codes": CODES, "flags": FLAGS,
+             "own": {"own adds first": own_first(),
+                     "own adds first, compare before the wait": own_first(True)}}[args.forms]
     result = {"meta": dict(meta(command, "µs a call (median of rounds, each a CUDA graph of "
                                 "20 calls); kernels: µs, profiler, median of 20 eager calls"),
                            before=args.old_commit), "seed": [], "grid": []}
