@@ -176,69 +176,37 @@ FLAGS = {"block branch": BLOCK_BRANCH, "block paths": BLOCK_PATHS,
 # the fourth run's form (--forms own): where the plan adds in the output's dtype, a loop of
 # its own, before the rows' compare matrix, its reduction and the copies' addresses,
 # which only the other paths compute
-_TAIL = "    # same[a, b]: rows a and b add to one output row; first: the first row of each\n"
-_OWN_FIRST = """    if PDL:
-        tl.extra.cuda.gdc_wait()
-    if TRIGGER and EARLY:
-        tl.extra.cuda.gdc_launch_dependents()
-    tl.store(state + 1 + 0 * r, 1, mask=bad)
-    if EARLY or OWN:
-        if tl.max(bad.to(tl.int32)) > 0:
-            poison(acc, rows * D)
-            if OWN:
-                poison(out, rows * D)
-    own = False
-    if OWN:
-        own = tl.load(state + 3) != 0
-    if own:
-        for c0 in range(0, D, BD):
-            c = c0 + tl.arange(0, BD)
-            cm = c < D
-            vn = tl.load(vals + r[:, None] * D + c[None, :],
-                         mask=(r < n)[:, None] & cm[None, :], other=0)
-            tl.atomic_add(out + (i * D)[:, None] + c[None, :], vn,
-                          mask=ok[:, None] & cm[None, :], sem="relaxed")
-    else:
-        same = (i[:, None] == i[None, :]) & ok[:, None] & ok[None, :]
-        first = ok & (tl.max((same & (j[None, :] < j[:, None])).to(tl.int32), axis=1) == 0)
-        part = (pid + j) & (tl.load(state) - 1)
-        dst = tl.multiple_of(tl.where(part == 0, acc + i * D,
-                                      extra + ((part - 1) * rows + i) * D), ALIGN)
-        combine = False
-        if LEADERS >= 0:
-            combine = (tl.load(state + 2) != 0) & (tl.sum(first.to(tl.int32)) <= LEADERS)
-        for c0 in range(0, D, BD):
-            c = c0 + tl.arange(0, BD)
-            cm = c < D
-            v = tl.load(vals + r[:, None] * D + c[None, :],
-                        mask=(r < n)[:, None] & cm[None, :], other=0).to(tl.float32)
-            if combine:
-                if LEADERS >= 0:
-                    fin = tl.abs(v) < float("inf")
-                    s = _add_in_parts(tl.zeros([R, BD], tl.float32), tl.where(same, 1.0, 0.0),
-                                      tl.where(fin, v, 0.0), PARTS)
-                    tl.atomic_add(dst[:, None] + c[None, :], s,
-                                  mask=first[:, None] & cm[None, :], sem="relaxed")
-                    tl.atomic_add(dst[:, None] + c[None, :], v,
-                                  mask=ok[:, None] & cm[None, :] & (fin == 0), sem="relaxed")
-            else:
-                tl.atomic_add(dst[:, None] + c[None, :], v,
-                              mask=ok[:, None] & cm[None, :], sem="relaxed")
-"""
-
-
-_COMPARE = """        same = (i[:, None] == i[None, :]) & ok[:, None] & ok[None, :]
-        first = ok & (tl.max((same & (j[None, :] < j[:, None])).to(tl.int32), axis=1) == 0)
-"""
+_COMPARE = ("    # same[a, b]: rows a and b add to one output row; first: the first row of each\n"
+            "    same = (i[:, None] == i[None, :]) & ok[:, None] & ok[None, :]\n"
+            "    first = ok & (tl.max((same & (j[None, :] < j[:, None])).to(tl.int32), "
+            "axis=1) == 0)\n")
+_OWN_READ = "    own = False\n    if OWN:\n        own = tl.load(state + 3) != 0\n"
+_OWN_BRANCH = ("        if own:\n"
+               "            tl.atomic_add(out + (i * D)[:, None] + c[None, :], vn,\n"
+               "                          mask=ok[:, None] & cm[None, :], sem=\"relaxed\")\n"
+               "        elif combine:\n")
+_OWN_LOOP = ("    if own:\n"
+             "        for c0 in range(0, D, BD):\n"
+             "            c = c0 + tl.arange(0, BD)\n"
+             "            cm = c < D\n"
+             "            vn = tl.load(vals + r[:, None] * D + c[None, :],\n"
+             "                         mask=(r < n)[:, None] & cm[None, :], other=0)\n"
+             + "".join(_OWN_BRANCH.splitlines(keepends=True)[1:3]) + "    else:\n")
 
 
 def own_first(compare_first: bool = False) -> list:
-    """The edit of ``_OWN_FIRST``: the shipped source from its compare matrix on, replaced
-    (``compare_first``: the compare matrix before the wait, as shipped)."""
+    """The edit that gives the own adds their loop (``_OWN_LOOP``) right after the plan is
+    read, the shipped code after it its ``else`` (without its own branch); the rows'
+    compare matrix moved into that ``else`` (``compare_first``: left before the wait)."""
     src = textwrap.dedent(inspect.getsource(wide._scatter.fn))
-    form = (textwrap.indent(textwrap.dedent(_COMPARE), "    ") + _OWN_FIRST.replace(
-        _COMPARE, "")) if compare_first else _OWN_FIRST
-    return [(src[src.index(_TAIL):], form)]
+    start = src.index(_COMPARE)
+    head, rest = src[start:].split(_OWN_READ)
+    assert rest.count(_OWN_BRANCH) == 1
+    rest = rest.replace(_OWN_BRANCH, "        if combine:\n")
+    if compare_first:
+        return [(src[start:], head + _OWN_READ + _OWN_LOOP + textwrap.indent(rest, "    "))]
+    return [(src[start:], head.replace(_COMPARE, "") + _OWN_READ + _OWN_LOOP +
+             textwrap.indent(_COMPARE + rest, "    "))]
 
 
 def form_kernel(name: str, edits: list, where: str):
