@@ -1,5 +1,5 @@
-"""Forms of the wide ``_scatter``: values loaded before the wait, and the combined rows'
-infinities added in the same atomic, on the seed benchmark's shape and the grid's.
+"""Forms of the wide ``_scatter`` (values loaded before the wait, the combined rows' adds of
+infinities, the own adds' loop) on the seed benchmark's shape and the grid's.
 
 One GPU. Each form is the shipped ``scatter_kernels._scatter`` with its source edited
 (``FORMS``: text replaced, each edit asserted to match once), compiled from a file of its
@@ -34,7 +34,8 @@ a call in a CUDA graph of 20 calls (median of ``ROUNDS`` rounds taken in turn), 
 kernel's µs (profiler, median of 20 eager calls). ``--old DIR``: also an earlier commit's
 kernels, as ``probe_seed_ab`` takes them::
 
-    python benchmarks/probes/probe_scatter_forms.py [--old old --old-commit C] [--out r.json]
+    python benchmarks/probes/probe_scatter_forms.py [--forms hints|codes|flags|own] \\
+        [--old old --old-commit C] [--out r.json]
 """
 
 from __future__ import annotations
