@@ -80,9 +80,10 @@ _WAIT = "    if PDL:\n        tl.extra.cuda.gdc_wait()\n"
 _LOAD = ("        vn = tl.load(vals + r[:, None] * D + c[None, :], mask=(r < n)[:, None] & "
          "cm[None, :],\n                     other=0)  # not waiting for the indices\n")
 # the combined rows: their sums (finite values only), the sums' atomic, the infinities'
-_SUMS = ("                fin = tl.abs(v) < float(\"inf\")\n"
-         "                s = _add_in_parts(tl.zeros([R, BD], tl.float32), tl.where(same, 1.0, "
-         "0.0),\n                                  tl.where(fin, v, 0.0), PARTS)\n")
+_FIN = "                fin = tl.abs(v) < float(\"inf\")\n"
+_PRODUCT = ("                s = _add_in_parts(tl.zeros([R, BD], tl.float32), tl.where(same, "
+            "1.0, 0.0),\n                                  tl.where(fin, v, 0.0), PARTS)\n")
+_SUMS = _FIN + _PRODUCT
 _SUM_ATOMIC = ("                tl.atomic_add(dst[:, None] + c[None, :], s,\n"
                "                              mask=first[:, None] & cm[None, :], "
                "sem=\"relaxed\")\n")
@@ -158,18 +159,16 @@ CODES = {"coded sums": CODED}
 # atomic runs on finite blocks); or, as well, the sums' product on the values as loaded
 _BRANCH = "                if tl.max((fin == 0).to(tl.int32)) > 0:\n"
 BLOCK_BRANCH = [(_INF_ATOMIC, _BRANCH + textwrap.indent(_INF_ATOMIC, "    "))]
+_RAW_PRODUCT = _PRODUCT.replace("tl.where(fin, v, 0.0)", "v")  # on the values as loaded
 BLOCK_PATHS = [(_SUMS + _ATOMICS,
-                "                fin = tl.abs(v) < float(\"inf\")\n" + _BRANCH +
-                textwrap.indent(_SUMS[_SUMS.index("\n") + 1:] + _ATOMICS, "    ") +
-                "                else:\n" + textwrap.indent(
-                    _SUMS[_SUMS.index("\n") + 1:].replace("tl.where(fin, v, 0.0)", "v")
-                    + _SUM_ATOMIC, "    "))]
+                _FIN + _BRANCH + textwrap.indent(_PRODUCT + _ATOMICS, "    ") +
+                "                else:\n" + textwrap.indent(_RAW_PRODUCT + _SUM_ATOMIC, "    "))]
 # or the product on the values as loaded, and only where a sum is not finite (some value in
 # the block is not, or the sums overflow) the shipped sums again, from values loaded again
 _RELOAD = textwrap.indent(_LOAD.replace("vn = ", "v = ").replace(
     "other=0)  # not waiting for the indices", "other=0).to(tl.float32)"), " " * 12)
 CHECKED = [(_SUMS + _ATOMICS,
-            _SUMS[_SUMS.index("\n") + 1:].replace("tl.where(fin, v, 0.0)", "v") +
+            _RAW_PRODUCT +
             "                if tl.max(((tl.abs(s) < float(\"inf\")) == 0).to(tl.int32)) > 0:\n"
             + _RELOAD + textwrap.indent(_SUMS + _INF_ATOMIC, "    ") + _SUM_ATOMIC)]
 FLAGS = {"block branch": BLOCK_BRANCH, "block paths": BLOCK_PATHS,
@@ -182,17 +181,16 @@ _COMPARE = ("    # same[a, b]: rows a and b add to one output row; first: the fi
             "    first = ok & (tl.max((same & (j[None, :] < j[:, None])).to(tl.int32), "
             "axis=1) == 0)\n")
 _OWN_READ = "    own = False\n    if OWN:\n        own = tl.load(state + 3) != 0\n"
-_OWN_BRANCH = ("        if own:\n"
-               "            tl.atomic_add(out + (i * D)[:, None] + c[None, :], vn,\n"
-               "                          mask=ok[:, None] & cm[None, :], sem=\"relaxed\")\n"
-               "        elif combine:\n")
+_OWN_ADD = ("            tl.atomic_add(out + (i * D)[:, None] + c[None, :], vn,\n"
+            "                          mask=ok[:, None] & cm[None, :], sem=\"relaxed\")\n")
+_OWN_BRANCH = "        if own:\n" + _OWN_ADD + "        elif combine:\n"
 _OWN_LOOP = ("    if own:\n"
              "        for c0 in range(0, D, BD):\n"
              "            c = c0 + tl.arange(0, BD)\n"
              "            cm = c < D\n"
              "            vn = tl.load(vals + r[:, None] * D + c[None, :],\n"
              "                         mask=(r < n)[:, None] & cm[None, :], other=0)\n"
-             + "".join(_OWN_BRANCH.splitlines(keepends=True)[1:3]) + "    else:\n")
+             + _OWN_ADD + "    else:\n")
 
 
 def own_first(compare_first: bool = False) -> list:
