@@ -208,9 +208,11 @@ def own_first(compare_first: bool = False) -> list:
              textwrap.indent(_COMPARE + rest, "    "))]
 
 
-def form_kernel(name: str, edits: list, where: str):
-    """The shipped ``_scatter`` with ``edits`` made, compiled from a file in ``where``."""
-    src = textwrap.dedent(inspect.getsource(wide._scatter.fn))
+def form_kernel(name: str, edits: list, where: str, kernel=None):
+    """The shipped ``kernel`` (None: ``_scatter``) with ``edits`` made, compiled from a file
+    in ``where``."""
+    kernel = wide._scatter if kernel is None else kernel
+    src = textwrap.dedent(inspect.getsource(kernel.fn))
     for old, new in edits:
         assert src.count(old) == 1, (name, old)
         src = src.replace(old, new)
@@ -221,7 +223,7 @@ def form_kernel(name: str, edits: list, where: str):
     spec = importlib.util.spec_from_file_location(os.path.basename(path)[:-3], path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module._scatter
+    return getattr(module, kernel.fn.__name__)
 
 
 def forms(where: str, which: dict, no_pdl: bool) -> dict:
