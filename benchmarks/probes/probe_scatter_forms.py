@@ -24,7 +24,10 @@ own and launched by the op in place of the shipped kernel:
   sums is not finite (``checked product``);
 - with ``--forms own``: where the plan adds in the output's dtype, a loop of its own,
   before the rows' compare matrix and reductions that only the other paths need (or with
-  the compare matrix before the wait, as shipped, and only the reductions after).
+  the compare matrix before the wait, as shipped, and only the reductions after);
+- with ``--forms products`` (``HALF_PRODUCTS``, the grid's cells only): fp16/bf16 rows'
+  sums as products in their own dtype, not tf32 products of the values in fp32; each
+  row also lists the registers and spills of every ``_scatter`` compiled.
 
 Cells: one of the seed's three scatters (fp32 rows of 100 into 501 rows, indices from
 0..k, ``--seed-n`` indices; also a quarter of them) and the grid's cells of the wide
@@ -34,13 +37,14 @@ a call in a CUDA graph of 20 calls (median of ``ROUNDS`` rounds taken in turn), 
 kernel's µs (profiler, median of 20 eager calls). ``--old DIR``: also an earlier commit's
 kernels, as ``probe_seed_ab`` takes them::
 
-    python benchmarks/probes/probe_scatter_forms.py [--forms hints|codes|flags|own] \\
+    python benchmarks/probes/probe_scatter_forms.py [--forms hints|codes|flags|own|products] \\
         [--old old --old-commit C] [--out r.json]
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import importlib.util
 import inspect
@@ -193,6 +197,16 @@ _OWN_LOOP = ("    if own:\n"
              + _OWN_ADD + "    else:\n")
 
 
+# the fifth run's form (--forms products): fp16/bf16 rows' sums as products of their own
+# dtype on tensor cores (a one-hot row times a value is exact in either, the sums fp32), not
+# tf32 products of the values converted to fp32: half the operands' registers
+HALF_PRODUCTS = [(_PRODUCT,
+                  "                if PARTS == 1:  # fp16/bf16 values\n"
+                  "                    s = tl.dot(tl.where(same, 1.0, 0.0).to(vn.dtype),\n"
+                  "                               tl.where(fin, vn, 0.0).to(vn.dtype))\n"
+                  "                else:\n" + textwrap.indent(_PRODUCT, "    "))]
+
+
 def own_first(compare_first: bool = False) -> list:
     """The edit that gives the own adds their loop (``_OWN_LOOP``) right after the plan is
     read, the shipped code after it its ``else`` (without its own branch); the rows'
@@ -206,6 +220,18 @@ def own_first(compare_first: bool = False) -> list:
         return [(src[start:], head + _OWN_READ + _OWN_LOOP + textwrap.indent(rest, "    "))]
     return [(src[start:], head.replace(_COMPARE, "") + _OWN_READ + _OWN_LOOP +
              textwrap.indent(_COMPARE + rest, "    "))]
+
+
+def registers() -> list:
+    """[module, registers a thread, spills] of each ``_scatter`` compiled so far (the shipped
+    kernel's module, or a form's file)."""
+    found = []
+    for obj in gc.get_objects():
+        if type(obj).__name__ == "CompiledKernel" and getattr(obj, "name", "") == "_scatter":
+            fn = getattr(getattr(obj, "src", None), "fn", None)
+            module = getattr(getattr(fn, "fn", None), "__module__", "?")
+            found.append([module, obj.n_regs, obj.n_spills])
+    return found
 
 
 def form_kernel(name: str, edits: list, where: str, kernel=None):
@@ -273,9 +299,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     old_option(ap)
     ap.add_argument("--seed-n", type=int, default=1_000_000)
-    ap.add_argument("--forms", choices=("edits", "hints", "codes", "flags", "own"),
+    ap.add_argument("--forms", choices=("edits", "hints", "codes", "flags", "own", "products"),
                     default="edits", help="FORMS and no PDL on every cell, HINTS on the "
-                    "seed's, or CODES, FLAGS or the own adds first on every cell")
+                    "seed's, or CODES, FLAGS, the own adds first or HALF_PRODUCTS on every "
+                    "cell")
     ap.add_argument("--out", default="probe_scatter_forms.json")
     args = ap.parse_args()
     old, old_flags = old_kernels(args)
@@ -284,7 +311,8 @@ def main() -> None:
     hints = args.forms == "hints"
     which = {"edits": FORMS, "hints": HINTS, "codes": CODES, "flags": FLAGS,
              "own": {"own adds first": own_first(),
-                     "own adds first, compare before the wait": own_first(True)}}[args.forms]
+                     "own adds first, compare before the wait": own_first(True)},
+             "products": {"half products": HALF_PRODUCTS}}[args.forms]
     result = {"meta": dict(meta(command, "µs a call (median of rounds, each a CUDA graph of "
                                 "20 calls); kernels: µs, profiler, median of 20 eager calls"),
                            before=args.old_commit), "seed": [], "grid": []}
@@ -297,14 +325,15 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as where:
         variants = forms(where, which, args.forms == "edits")
-        for n in (args.seed_n, args.seed_n // 4):
-            for k in KS:
+        for n in (args.seed_n, args.seed_n // 4) if args.forms != "products" else ():
+            for k in KS:  # fp32 values: HALF_PRODUCTS leaves them as they are
                 save(seed_cell(variants, old, k, n), "seed")
         if hints:
             return
         inductor("index_put")  # compiled once before the grid's cells
         for dtype, width, rows, dist in GRID:
-            save(variant_rounds(dtype, width, rows, dist, dict(variants), ROUNDS), "grid")
+            row = variant_rounds(dtype, width, rows, dist, dict(variants), ROUNDS)
+            save({**row, "registers": registers()}, "grid")
 
 
 if __name__ == "__main__":
