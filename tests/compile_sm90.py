@@ -64,6 +64,8 @@ def scatter_calls() -> None:
                     partitioned_index_add(self, idx, vals, partitions, leaders=leaders)
                 if dtype != torch.float32:  # adds in the output's dtype where uncontended
                     partitioned_index_add(self, idx, vals, 8, own_adds=128)
+                    # rows combined as products in their dtype, as on a GPU
+                    partitioned_index_add(self, idx, vals, 8, leaders=16, half_products=True)
             for shape in ((), (3,), (16,)):
                 self, vals = torch.zeros(64, *shape, dtype=dtype), torch.zeros(1000, *shape,
                                                                              dtype=dtype)

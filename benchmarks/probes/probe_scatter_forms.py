@@ -25,9 +25,10 @@ own and launched by the op in place of the shipped kernel:
 - with ``--forms own``: where the plan adds in the output's dtype, a loop of its own,
   before the rows' compare matrix and reductions that only the other paths need (or with
   the compare matrix before the wait, as shipped, and only the reductions after);
-- with ``--forms products`` (``HALF_PRODUCTS``, the grid's cells only): fp16/bf16 rows'
-  sums as products in their own dtype, not tf32 products of the values in fp32; each
-  row also lists the registers and spills of every ``_scatter`` compiled.
+- with ``--forms registers``: the shipped kernel alone, on the grid's cells only. Each
+  grid row lists the registers and spills of every ``_scatter`` compiled. At 97d441b,
+  ``--forms products`` timed fp16/bf16 row sums as products in their own dtype, where
+  before they were tf32 products of the values in fp32; that form is now shipped.
 
 Cells: one of the seed's three scatters (fp32 rows of 100 into 501 rows, indices from
 0..k, ``--seed-n`` indices; also a quarter of them) and the grid's cells of the wide
@@ -37,7 +38,7 @@ a call in a CUDA graph of 20 calls (median of ``ROUNDS`` rounds taken in turn), 
 kernel's µs (profiler, median of 20 eager calls). ``--old DIR``: also an earlier commit's
 kernels, as ``probe_seed_ab`` takes them::
 
-    python benchmarks/probes/probe_scatter_forms.py [--forms hints|codes|flags|own|products] \\
+    python benchmarks/probes/probe_scatter_forms.py [--forms hints|codes|flags|own|registers] \\
         [--old old --old-commit C] [--out r.json]
 """
 
@@ -85,8 +86,14 @@ _LOAD = ("        vn = tl.load(vals + r[:, None] * D + c[None, :], mask=(r < n)[
          "cm[None, :],\n                     other=0)  # not waiting for the indices\n")
 # the combined rows: their sums (finite values only), the sums' atomic, the infinities'
 _FIN = "                fin = tl.abs(v) < float(\"inf\")\n"
-_PRODUCT = ("                s = _add_in_parts(tl.zeros([R, BD], tl.float32), tl.where(same, "
-            "1.0, 0.0),\n                                  tl.where(fin, v, 0.0), PARTS)\n")
+_PRODUCT = ("                onehot = tl.where(same, 1.0, 0.0)\n"
+            "                if HALF:  # fp16/bf16: products in their own dtype (exact), "
+            "fp32 sums\n"
+            "                    s = tl.dot(onehot.to(vn.dtype), tl.where(fin, vn, 0.0)"
+            ".to(vn.dtype))\n"
+            "                else:\n"
+            "                    s = _add_in_parts(tl.zeros([R, BD], tl.float32), onehot,\n"
+            "                                      tl.where(fin, v, 0.0), PARTS)\n")
 _SUMS = _FIN + _PRODUCT
 _SUM_ATOMIC = ("                tl.atomic_add(dst[:, None] + c[None, :], s,\n"
                "                              mask=first[:, None] & cm[None, :], "
@@ -163,7 +170,8 @@ CODES = {"coded sums": CODED}
 # atomic runs on finite blocks); or, as well, the sums' product on the values as loaded
 _BRANCH = "                if tl.max((fin == 0).to(tl.int32)) > 0:\n"
 BLOCK_BRANCH = [(_INF_ATOMIC, _BRANCH + textwrap.indent(_INF_ATOMIC, "    "))]
-_RAW_PRODUCT = _PRODUCT.replace("tl.where(fin, v, 0.0)", "v")  # on the values as loaded
+_RAW_PRODUCT = _PRODUCT.replace("tl.where(fin, v, 0.0)", "v").replace(
+    "tl.where(fin, vn, 0.0)", "vn")  # on the values as loaded
 BLOCK_PATHS = [(_SUMS + _ATOMICS,
                 _FIN + _BRANCH + textwrap.indent(_PRODUCT + _ATOMICS, "    ") +
                 "                else:\n" + textwrap.indent(_RAW_PRODUCT + _SUM_ATOMIC, "    "))]
@@ -195,16 +203,6 @@ _OWN_LOOP = ("    if own:\n"
              "            vn = tl.load(vals + r[:, None] * D + c[None, :],\n"
              "                         mask=(r < n)[:, None] & cm[None, :], other=0)\n"
              + _OWN_ADD + "    else:\n")
-
-
-# the fifth run's form (--forms products): fp16/bf16 rows' sums as products of their own
-# dtype on tensor cores (a one-hot row times a value is exact in either, the sums fp32), not
-# tf32 products of the values converted to fp32: half the operands' registers
-HALF_PRODUCTS = [(_PRODUCT,
-                  "                if PARTS == 1:  # fp16/bf16 values\n"
-                  "                    s = tl.dot(tl.where(same, 1.0, 0.0).to(vn.dtype),\n"
-                  "                               tl.where(fin, vn, 0.0).to(vn.dtype))\n"
-                  "                else:\n" + textwrap.indent(_PRODUCT, "    "))]
 
 
 def own_first(compare_first: bool = False) -> list:
@@ -299,10 +297,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     old_option(ap)
     ap.add_argument("--seed-n", type=int, default=1_000_000)
-    ap.add_argument("--forms", choices=("edits", "hints", "codes", "flags", "own", "products"),
+    ap.add_argument("--forms", choices=("edits", "hints", "codes", "flags", "own", "registers"),
                     default="edits", help="FORMS and no PDL on every cell, HINTS on the "
-                    "seed's, or CODES, FLAGS, the own adds first or HALF_PRODUCTS on every "
-                    "cell")
+                    "seed's, CODES, FLAGS or the own adds first on every cell, or the shipped "
+                    "kernel alone on the grid's cells with its registers")
     ap.add_argument("--out", default="probe_scatter_forms.json")
     args = ap.parse_args()
     old, old_flags = old_kernels(args)
@@ -312,7 +310,7 @@ def main() -> None:
     which = {"edits": FORMS, "hints": HINTS, "codes": CODES, "flags": FLAGS,
              "own": {"own adds first": own_first(),
                      "own adds first, compare before the wait": own_first(True)},
-             "products": {"half products": HALF_PRODUCTS}}[args.forms]
+             "registers": {}}[args.forms]
     result = {"meta": dict(meta(command, "µs a call (median of rounds, each a CUDA graph of "
                                 "20 calls); kernels: µs, profiler, median of 20 eager calls"),
                            before=args.old_commit), "seed": [], "grid": []}
@@ -325,8 +323,8 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as where:
         variants = forms(where, which, args.forms == "edits")
-        for n in (args.seed_n, args.seed_n // 4) if args.forms != "products" else ():
-            for k in KS:  # fp32 values: HALF_PRODUCTS leaves them as they are
+        for n in (args.seed_n, args.seed_n // 4) if args.forms != "registers" else ():
+            for k in KS:
                 save(seed_cell(variants, old, k, n), "seed")
         if hints:
             return

@@ -15,7 +15,7 @@ Three launches, no host sync:
    would take over ``PER_ADDRESS`` adds an address, and at most ``LEADERS`` distinct
    indices occur among the rows, it first sums the rows that share an index (a 0/1 matrix
    times the rows, on tensor cores: fp32 values as two tf32 parts, each within 2^-22 of
-   itself; fp16/bf16 exact)
+   itself; fp16/bf16 values in their own dtype, exact)
    and adds one row per distinct index (an infinity or NaN is left out of the product,
    where 0 * inf would reach every row, and added by its own row); otherwise it adds
    every row. Row ``j`` of program ``b`` goes to copy ``(b + j) % p``. On sm90+ it is
@@ -185,7 +185,7 @@ def _scatter(acc, extra, idx, vals, state, n, rows, D: tl.constexpr, R: tl.const
              BD: tl.constexpr, LEADERS: tl.constexpr, PARTS: tl.constexpr,
              WIDE: tl.constexpr, PDL: tl.constexpr, TRIGGER: tl.constexpr = False,
              EARLY: tl.constexpr = False, OWN: tl.constexpr = False, out=None,
-             ALIGN: tl.constexpr = 1):
+             ALIGN: tl.constexpr = 1, HALF: tl.constexpr = False):
     # D is a compile-time constant; offsets are int32 unless an operand holds 2**31
     # elements or more (WIDE). LEADERS < 0: never combine. PDL: launched while _prepare
     # runs; the indices load (written before it) before waiting for it, the values after
@@ -194,7 +194,8 @@ def _scatter(acc, extra, idx, vals, state, n, rows, D: tl.constexpr, R: tl.const
     # every program has seen the plan, and an index out of range poisons acc here, and out
     # with OWN). OWN: where the plan says so (state[3]), add into out in its fp16/bf16
     # dtype instead (the plan then chose one copy, no combining). ALIGN: the bytes every
-    # row of acc and extra starts on (row_alignment).
+    # row of acc and extra starts on (row_alignment). HALF (fp16/bf16 values): rows
+    # combine as products in the values' dtype, not in PARTS tf32 parts.
     if TRIGGER and not EARLY:
         tl.extra.cuda.gdc_launch_dependents()
     pid = tl.program_id(0)
@@ -239,8 +240,12 @@ def _scatter(acc, extra, idx, vals, state, n, rows, D: tl.constexpr, R: tl.const
                 # the product takes finite values only (0 * inf is NaN in every row of the
                 # column); each row adds its infinities and NaNs itself, as torch would
                 fin = tl.abs(v) < float("inf")
-                s = _add_in_parts(tl.zeros([R, BD], tl.float32), tl.where(same, 1.0, 0.0),
-                                  tl.where(fin, v, 0.0), PARTS)
+                onehot = tl.where(same, 1.0, 0.0)
+                if HALF:  # fp16/bf16: products in their own dtype (exact), fp32 sums
+                    s = tl.dot(onehot.to(vn.dtype), tl.where(fin, vn, 0.0).to(vn.dtype))
+                else:
+                    s = _add_in_parts(tl.zeros([R, BD], tl.float32), onehot,
+                                      tl.where(fin, v, 0.0), PARTS)
                 tl.atomic_add(dst[:, None] + c[None, :], s,
                               mask=first[:, None] & cm[None, :], sem="relaxed")
                 tl.atomic_add(dst[:, None] + c[None, :], v,
@@ -369,7 +374,8 @@ def partitioned_index_add(self: torch.Tensor, index: torch.Tensor, values: torch
                           min_copies: int = MIN_COPIES, leaders: int = LEADERS,
                           state: torch.Tensor | None = None,
                           sum_pdl: bool = True, sum_early: bool = True,
-                          own_adds: int = 0, wait_first: bool = True) -> torch.Tensor:
+                          own_adds: int = 0, wait_first: bool = True,
+                          half_products: bool | None = None) -> torch.Tensor:
     """``self.index_add(0, index, values)`` (a new tensor) with the scheme above.
 
     ``self`` and ``values`` contiguous floating tensors, ``values`` shaped
@@ -382,7 +388,9 @@ def partitioned_index_add(self: torch.Tensor, index: torch.Tensor, values: torch
     many adds an address, add in the output's dtype straight into it (``_sum`` then does
     nothing), else through the fp32 copies (0: always); ``wait_first``: ``_prepare`` a
     programmatic dependent of the launch before it, where the GPU has it (it waits for it
-    before reading anything; False: a plain launch).
+    before reading anything; False: a plain launch); ``half_products``: fp16/bf16 rows
+    combine as products in their dtype (None: on a GPU; Triton's interpreter multiplies
+    bf16 wrongly), else in tf32.
     """
     rows, n, D = scatter_shape(self, index, values, partitions, tuple(PARTS),
                                "partitioned_index_add")
@@ -408,7 +416,8 @@ def partitioned_index_add(self: torch.Tensor, index: torch.Tensor, values: torch
     prepare, scatter, total = _launches(
         rows, n, D, values.dtype, same, partitions, per_address, min_copies, leaders,
         has_pdl(self.device), sum_pdl, sum_early, own_adds, wait_first,
-        row_alignment(D * 4, acc, extra))
+        row_alignment(D * 4, acc, extra),
+        self.device.type == "cuda" if half_products is None else half_products)
     prepare(self, acc, index, state, n, rows, plane, out)
     if scatter is not None:
         scatter(acc, extra, index, values, state, n, rows, out)
@@ -419,10 +428,12 @@ def partitioned_index_add(self: torch.Tensor, index: torch.Tensor, values: torch
 @functools.lru_cache(maxsize=1024)
 def _launches(rows: int, n: int, D: int, dtype: torch.dtype, same: bool, partitions: int,
               per_address: int, min_copies: int, leaders: int, pdl: bool, sum_pdl: bool,
-              sum_early: bool, own_adds: int, wait_first: bool, align: int) -> tuple:
+              sum_early: bool, own_adds: int, wait_first: bool, align: int,
+              half_products: bool) -> tuple:
     """``partitioned_index_add``'s three launches for one shape and set of options
     (``same``: the output is fp32; ``pdl``: the GPU has programmatic dependent launch;
-    ``align``: ``row_alignment`` of the copies), each ``Launcher.prepare``'d
+    ``align``: ``row_alignment`` of the copies; ``half_products``: fp16/bf16 rows combine
+    as products in their dtype), each ``Launcher.prepare``'d
     (``_scatter`` None where there are no values). Cached: a call of a shape seen before
     computes none of it."""
     plane = rows * D
@@ -443,10 +454,15 @@ def _launches(rows: int, n: int, D: int, dtype: torch.dtype, same: bool, partiti
     early = sum_pdl and sum_early and (same or own_adds > 0) and n * D > 0
     scatter = None
     if n * D:
+        # half_products: on one H200, bf16 rows of 100 into 1,024 rows, µs uniform / skewed /
+        # hot, 7.99 / 16.19 / 16.34 against 8.16 / 16.93 / 16.95 as tf32 products; rows of 1024
+        # into 8 rows 24.11 / 14.15 against 24.16 / 15.08 uniform / hot; fp32 within 0.03
+        # (benchmarks/results/probe_scatter_forms_products_NVIDIA_H200.json, 97d441b)
         wide = max(n * D, partitions * plane) >= 1 << 31
         scatter = run_scatter.prepare((cdiv(n, cfg["R"]),), SCATTER_WARPS, pdl, WIDE=wide,
                                       PDL=pdl, TRIGGER=sum_pdl, EARLY=early, OWN=own_adds > 0,
-                                      ALIGN=align, **cfg)
+                                      ALIGN=align, HALF=half_products and cfg["PARTS"] == 1,
+                                      **cfg)
     total = run_sum.prepare((min(cdiv(plane, SUM_BLOCK), SUM_PROGRAMS),), 4, sum_pdl,
                             SAME=same, BLOCK=SUM_BLOCK, CP=SUM_CP, PDL=sum_pdl,
                             OWN=3 if own_adds else 0, EARLY=early)
