@@ -555,8 +555,12 @@ def test_index_out_of_range_poisons_where_sum_has_nothing_to_do(early):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-@pytest.mark.parametrize("width", [0, 3, 100])  # 1-D and narrow: narrow kernels; 100: wide
-def test_infinities_and_nans_stay_in_their_rows(width):
+# 1-D and narrow: narrow kernels; 100: wide (fp16/bf16 rows combined by products in their
+# dtype)
+@pytest.mark.parametrize("width,dtype", [(0, torch.float32), (3, torch.float32),
+                                         (100, torch.float32), (100, torch.bfloat16),
+                                         (100, torch.float16)])
+def test_infinities_and_nans_stay_in_their_rows(width, dtype):
     """An inf and a NaN among contended values (wide rows combined by a product, narrow
     ones on copies and hot rows) poison their own output element only."""
     from commrt.fx.scatter_kernels import partitioned_index_add
@@ -565,15 +569,15 @@ def test_infinities_and_nans_stay_in_their_rows(width):
     g = torch.Generator(device="cuda").manual_seed(width)
     rows, n = 64, 200_003
     shape = (rows,) if width == 0 else (rows, width)
-    base = torch.randn(shape, device="cuda", generator=g)
+    base = torch.randn(shape, device="cuda", generator=g).to(dtype)
     idx = _indices("hot", rows, n, g)
-    vals = torch.randn((n, *shape[1:]), device="cuda", generator=g)
+    vals = torch.randn((n, *shape[1:]), device="cuda", generator=g).to(dtype)
     flat = vals.view(n, -1)
     flat[1000, -1], flat[2000, 0] = float("inf"), float("nan")
     idx[1000], idx[2000] = 1, 2  # two rows (1-D values: one inf, one NaN)
     ref = base.double().index_add(0, idx, vals.double())
     assert ref.isinf().any() and ref.isnan().any()
-    # plain fp32 atomics lose digits
+    # plain atomics lose digits (fp16/bf16: torch adds in their dtype)
     bound = 5 * max(1e-5, finite_error(base.index_add(0, idx, vals), ref))
     if width == 100:  # rows combined where they contend, or not
         calls = [lambda: partitioned_index_add(base, idx, vals, 8, per_address=1, leaders=32),
