@@ -203,9 +203,11 @@ class Launcher:
                             f"{sorted(fixed)}, got {sorted(consts)}")
         return Prepared(self, (*grid, 1, 1)[:3], warps, pdl, stages, consts)
 
-    def _keyed(self, grid: tuple, head: tuple, runtime: tuple, ordered: tuple) -> None:
+    def _keyed(self, grid: tuple, head: tuple, runtime: tuple,
+               ordered: tuple) -> _Bound | None:
         """Launch ``ordered`` on CUDA tensors: ``head`` (warps, pdl, stages, constexprs)
-        and ``runtime`` (the other arguments) make the key."""
+        and ``runtime`` (the other arguments) make the key. Returns the ``_Bound`` that
+        launched it, None where it took Triton's path."""
         dev = torch._C._cuda_getDevice()  # Triton compiles for the current device
         # tensors and ints inline (int_spec): a function call an argument costs as much as
         # the rest of the key
@@ -221,8 +223,9 @@ class Launcher:
             else:
                 bound.launch(*grid, stream, *bound.prefix, *ordered)
             self.fast_calls += 1
-            return
+            return bound
         self._launch(key, grid, (), (), head[0], head[1], ordered, head[2])
+        return None
 
     def _launch(self, key, grid: tuple, args: tuple, consts: tuple, warps: int, pdl: bool,
                 ordered: tuple | None = None, stages: int | None = None) -> None:
@@ -336,9 +339,17 @@ class _Signature:
 
 class Prepared:
     """One kernel's launch with its grid and constexprs fixed (``Launcher.prepare``):
-    called with the other parameters in signature order."""
+    called with the other parameters in signature order.
 
-    __slots__ = ("lau", "grid", "head", "order")
+    Once a launch of some specialisation went through the C launcher, later calls of that
+    specialisation take a direct path: one generated function computes the key from the
+    arguments (``_spec_source``: the current device, the first tensor's device type, what
+    Triton specialises each argument on, as ``_keyed`` does), and one generated a
+    specialisation calls the C launcher with the constants in place. Anything the key
+    function cannot read (another kind of argument than the first call's) takes
+    ``_keyed``."""
+
+    __slots__ = ("lau", "grid", "head", "order", "names", "consts", "spec", "direct")
 
     def __init__(self, lau: Launcher, grid: tuple, warps: int, pdl: bool,
                  stages: int | None, consts: dict):
@@ -353,14 +364,95 @@ class Prepared:
         space = {f"_c_{n}": v for n, v in values.items()}
         items = ", ".join(f"_c_{n}" if n in values else n for n in sig.names)
         self.order = eval(f"lambda {', '.join(runtime)}: ({items},)", space)  # noqa: S307
+        self.names, self.consts = (runtime, list(sig.names)), space
+        self.spec = None  # the key function, made at the first direct launch
+        self.direct: dict = {}  # key -> the direct launch of that specialisation
 
     def __call__(self, *runtime) -> None:
+        if self.spec is not None and FAST and _recording is None:
+            try:
+                go = self.direct.get(self.spec(*runtime))
+            except Exception:  # an argument of another kind than the first call's
+                go = None
+            if go is not None:
+                go(*runtime)
+                self.lau.fast_calls += 1
+                return
         ordered = self.order(*runtime)
         if not _on_cuda(runtime):  # the interpreter's CPU tensors
             warps, pdl, stages, _ = self.head
             self.lau._jit(self.grid, (), (), warps, _options(pdl, stages), ordered)
             return
-        self.lau._keyed(self.grid, self.head, runtime, ordered)
+        bound = self.lau._keyed(self.grid, self.head, runtime, ordered)
+        if bound is not None and _recording is None:
+            if self.spec is None:
+                self.spec = _spec_function(self.names[0], runtime)
+            self.direct[self.spec(*runtime)] = self._direct(bound)
+
+    def direct_for(self, *runtime):
+        """The direct launch of the specialisation of ``runtime`` (called with the runtime
+        arguments, it launches without checking them), None where there is none yet: a
+        caller that replays a launch of arguments of that specialisation."""
+        if self.spec is None or not FAST or _recording is not None:
+            return None
+        try:
+            return self.direct.get(self.spec(*runtime))
+        except Exception:  # an argument of another kind than the first call's
+            return None
+
+    def _direct(self, bound: _Bound):
+        """``bound``'s launch of this grid as one generated function of the runtime
+        arguments."""
+        runtime, names = self.names
+        space = dict(self.consts, _launch=bound.launch, _stream=torch._C._cuda_getCurrentRawStream,
+                     _dev=torch._C._cuda_getDevice)
+        for k, v in enumerate(bound.prefix):
+            space[f"_p{k}"] = v
+        prefix = "".join(f"_p{k}, " for k in range(len(bound.prefix)))
+        items = ", ".join(f"_c_{n}" if n not in runtime else n for n in names)
+        kargs = f"({items},)" if bound.packed else items
+        g0, g1, g2 = self.grid
+        src = (f"lambda {', '.join(runtime)}: _launch({g0}, {g1}, {g2}, _stream(_dev()), "
+               f"{prefix}{kargs})")
+        return eval(src, space)  # noqa: S307
+
+
+def replay_call(*steps: tuple) -> tuple | None:
+    """For ``(Prepared or None, runtime arguments)`` steps, each step's direct launch (None
+    where its ``Prepared`` is None), or None unless every ``Prepared`` has one for its
+    arguments (``Prepared.direct_for``)."""
+    go = []
+    for prep, args in steps:
+        if prep is None:
+            go.append(None)
+            continue
+        direct = prep.direct_for(*args)
+        if direct is None:
+            return None
+        go.append(direct)
+    return tuple(go)
+
+
+def _spec_function(names: list, runtime: tuple):
+    """A generated function of the runtime arguments giving the key of their
+    specialisation, for arguments of the kinds in ``runtime``."""
+    parts = ["_dev()"]
+    first = True
+    for n, v in zip(names, runtime, strict=True):
+        if isinstance(v, torch.Tensor) or hasattr(v, "device"):
+            if first:  # the device type of the first tensor (_on_cuda)
+                parts.append(f"{n}.device.type")
+                first = False
+            parts += [f"{n}.dtype", f"{n}.data_ptr() % 16 == 0"]
+        elif v.__class__ is int:
+            parts += [f"{n}.__class__", f"{n} == 1", f"{n} % 16 == 0",
+                      f"-2147483648 <= {n} < 2147483648"]
+        elif v is None or v.__class__ is bool:
+            parts.append(f"{n}.__class__, {n}")
+        else:
+            parts.append(f"{n}.__class__")
+    src = f"lambda {', '.join(names)}: ({', '.join(parts)},)"
+    return eval(src, {"_dev": torch._C._cuda_getDevice})  # noqa: S307
 
 
 def _getter(positions: list):

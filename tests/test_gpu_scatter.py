@@ -632,9 +632,12 @@ FAST_CASES = [  # (dtype, row width (0: 1-D), rows, indices): one a route of the
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("dtype,width,rows,n", FAST_CASES)
 def test_fast_launches_against_float64(dtype, width, rows, n):
-    """Calls after the first skip Triton's argument binding (``symm_mem.launch``): fresh
-    data at new addresses each call, every output against float64."""
+    """Calls after the first skip Triton's argument binding (``symm_mem.launch``), and
+    once every launch has a direct path the op replays the route (``scatter._replays``):
+    fresh data at new addresses each call, every output against float64; values 4 bytes
+    off 16-byte alignment take another specialisation, not the replay."""
     from commrt.fx import (
+        scatter,
         scatter_few,
         scatter_kernels,
         scatter_narrow,
@@ -651,13 +654,22 @@ def test_fast_launches_against_float64(dtype, width, rows, n):
     g = torch.Generator(device="cuda").manual_seed(rows * 7 + n)
     shape = (width,) if width else ()
     before = sum(lau.fast_calls for lau in launchers)
+    replayed = scatter.replayed
     kept = []
-    for dist in ("uniform", "skewed", "hot", "uniform"):
+    for k, dist in enumerate(("uniform", "skewed", "hot", "uniform", "skewed")):
         base, idx, vals, ref, scale = _case(dist, rows, n, shape, dtype, g)
+        if k == 4:  # the values 4 (fp32) or 2 (bf16) bytes past a 16-byte boundary
+            off = torch.empty(vals.numel() + 1, device="cuda", dtype=dtype)[1:]
+            vals = off.view(vals.shape).copy_(vals)
+            replayed = scatter.replayed
         out = torch.ops.commrt.partitioned_index_put(base, idx, vals, P)
         kept.append((base, idx, vals, out))  # the next call's tensors lie elsewhere
         err = float((out.double() - ref).norm() / scale)
         torch_err = float((base.index_add(0, idx % rows, vals).double() - ref).norm() / scale)
         assert err < max(TOL[dtype], 1.5 * torch_err), (dist, err, torch_err)
+        if k == 3:
+            assert scatter.replayed > replayed, "the op did not replay a shape it had seen"
+        if k == 4:
+            assert scatter.replayed == replayed, "misaligned values took an aligned replay"
     assert launch.FAST and launch.why_slow == "", launch.why_slow
     assert sum(lau.fast_calls for lau in launchers) > before, "no launch took the fast path"

@@ -227,6 +227,38 @@ def test_prepared_launch_fixes_the_constexprs_and_shares_the_compiled_kernel(
         lau.prepare((1,), 4, n=3)
 
 
+@pytest.mark.parametrize("packed", [False, True], ids=["triton3.6", "triton3.9"])
+def test_prepared_launch_goes_direct_only_for_the_specialisation_it_saw(
+        cuda_stream, monkeypatch, packed):
+    monkeypatch.setattr(launch, "_on_cuda", lambda args: True)
+    runner = _Runner(packed)
+    jit = _NamedJit(runner)
+    lau = launch.Launcher(jit)
+    buf = torch.zeros(8)
+    prep = lau.prepare((5, 2), 4, B=16)
+    prep(buf, 4096, None)  # the probe
+    prep(buf, 4096, None)  # the C launcher through the key; the direct launch made
+    assert len(prep.direct) == 1 and jit.slow_calls == 1 and lau.fast_calls == 1
+    other = torch.ones(8)
+    prep(other, 4112, None)  # same specialisation, other values: direct
+    assert jit.slow_calls == 1 and lau.fast_calls == 2 and len(prep.direct) == 1
+    last = runner.launched[-1]
+    assert last[:4] == (5, 2, 1, 77)
+    assert (last[-1] if packed else last[-5:]) == (other, 4112, 16, None, 3)
+    assert last[4:-1 if packed else -5] == runner.launched[-2][4:-1 if packed else -5]
+    # another specialisation or kind of argument: the key's path, never the direct one
+    for args in ((buf[1:], 4096, None), (buf, 4097, None), (buf, 4096, buf),
+                 (buf.double(), 4096, None), (buf, 4096.0, None), (buf, True, None)):
+        slow, fast = jit.slow_calls, lau.fast_calls
+        prep(*args)
+        assert (jit.slow_calls, lau.fast_calls) == (slow + 1, fast), args
+    prep(buf, 4096, None)
+    assert lau.fast_calls == fast + 1
+    monkeypatch.setattr(launch, "FAST", False)  # Triton's path when asked
+    prep(buf, 4096, None)
+    assert lau.fast_calls == fast + 1
+
+
 def test_launch_by_name_names_a_missing_or_unknown_argument(cuda_stream):
     lau = launch.Launcher(_NamedJit(_Runner(False)))
     with pytest.raises(TypeError, match=r"missing arguments \['B'\]"):

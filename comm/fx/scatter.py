@@ -42,6 +42,8 @@ import functools
 import torch
 import torch.fx as fx
 
+from commrt.symm_mem import launch
+
 from .scatter_rule import (
     COMMRT,
     HALF,
@@ -86,18 +88,50 @@ lib.define("partitioned_index_put(Tensor self, Tensor index, Tensor values, int 
 
 def _partitioned_index_put(self: torch.Tensor, index: torch.Tensor, values: torch.Tensor,
                            partitions: int) -> torch.Tensor:
-    if self.device.type == "cuda":
+    if self.is_cuda:
+        args = (self.contiguous(), index.contiguous(), values.contiguous(), partitions)
+        key = _replay_key(*args)
+        again = _replays.get(key)
+        if again is not None and launch.FAST and launch._recording is None:
+            global replayed
+            replayed += 1
+            return again(*args[:3])
         rows = self.shape[0] if self.dim() else 0
         routes = _routes(rows, self.numel() // max(1, rows), index.numel(), values.dtype,
                          self.dtype, partitions)
         if routes:
             from .scatter_shared import Unusable
 
-            args = (self.contiguous(), index.contiguous(), values.contiguous(), partitions)
             for route in routes:
-                with contextlib.suppress(Unusable):  # then the next route
-                    return route(*args)
+                replay: list = []
+                try:
+                    out = route(*args, replay=replay)
+                except Unusable:  # then the next route
+                    continue
+                if replay:
+                    if len(_replays) >= REPLAYS:
+                        _replays.clear()
+                    _replays[key] = replay[0]
+                return out
     return _partitioned_index_put_torch(self, index, values, partitions)
+
+
+# A CUDA call of a shape seen before (its launches all direct, symm_mem.launch.Prepared)
+# replays the route's allocations and launches (its ``replay``) without the rule, the
+# checks or the launch keys: on one H200 host the op took 57-120 µs a call with three
+# launches keyed a call (benchmarks/results/probe_grid_gap_host_NVIDIA_H200.json)
+REPLAYS = 1024  # shapes kept; more clear them all
+_replays: dict = {}
+replayed = 0  # calls replayed (tests read it)
+
+
+def _replay_key(self: torch.Tensor, index: torch.Tensor, values: torch.Tensor,
+                partitions: int) -> tuple:
+    """What a route's launches depend on: shapes, dtypes, 16-byte alignment, the tensors'
+    device and the current one."""
+    return (self.shape, self.dtype, index.shape, index.dtype, values.shape, values.dtype,
+            partitions, self.data_ptr() % 16 == 0, index.data_ptr() % 16 == 0,
+            values.data_ptr() % 16 == 0, self.get_device(), torch._C._cuda_getDevice())
 
 
 @functools.lru_cache(maxsize=1024)
@@ -106,7 +140,8 @@ def _routes(rows: int, width: int, n: int, dtype: torch.dtype, out_dtype: torch.
     """The CUDA kernels for ``n`` values of ``width`` elements (``dtype``) into ``rows``
     rows of ``out_dtype``, in the order to try them (the shared sums raise ``Unusable``
     where this Triton's code cannot hold them), each called ``route(self, index, values,
-    partitions)``; empty where no kernel takes the values' dtype (torch ops then).
+    partitions, replay=list)``; empty where no kernel takes the values' dtype (torch ops
+    then).
     Cached: a call of a shape seen before skips the rule."""
     from .scatter_few import few_rows_index_add
     from .scatter_kernels import PARTS, partitioned_index_add
@@ -116,8 +151,8 @@ def _routes(rows: int, width: int, n: int, dtype: torch.dtype, out_dtype: torch.
 
     def without_partitions(fn):
         @functools.wraps(fn)
-        def route(self, index, values, partitions):
-            return fn(self, index, values)
+        def route(self, index, values, partitions, **options):
+            return fn(self, index, values, **options)
         return route
 
     if dtype not in PARTS:  # the value dtypes the kernels take

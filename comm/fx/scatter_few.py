@@ -26,7 +26,7 @@ import triton
 import triton.language as tl
 
 from commrt.dispatch.profile import has_pdl, sm_count
-from commrt.symm_mem.launch import Launcher, cdiv, next_pow2
+from commrt.symm_mem.launch import Launcher, cdiv, next_pow2, replay_call
 
 from .scatter_kernels import PARTS, _add_in_parts, _rows_of, _wrapped, scatter_shape
 from .scatter_rule import FEW_PRODUCTS_MAX_ROW, FEW_ROWS, FEW_WIDTH, few_half_products
@@ -214,14 +214,17 @@ run_partial, run_total = Launcher(_partial), Launcher(_total)
 
 
 def few_rows_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tensor,
-                       pdl: bool = True) -> torch.Tensor:
+                       pdl: bool = True, replay: list | None = None) -> torch.Tensor:
     """``self.index_add(0, index, values)`` (a new tensor) for at most ``FEW_ROWS`` rows of
     at most ``FEW_WIDTH`` elements (selects), or of up to ``FEW_PRODUCTS_MAX_ROW``
     (products).
 
     ``self`` and ``values`` contiguous, of one of ``DTYPES``, ``values`` shaped
     ``[len(index), *self.shape[1:]]``; ``pdl``: launch ``_total`` as a programmatic
-    dependent of ``_partial`` where the GPU has it.
+    dependent of ``_partial`` where the GPU has it; ``replay``: a list to which, once every
+    launch of this call has a direct launch, a function ``f(self, index, values)`` is appended
+    that does this call again for arguments of the same shapes, dtypes, device and 16-byte
+    alignment, without the checks and keys (``launch.replay_call``).
     """
     rows, n, D = scatter_shape(self, index, values, 1, DTYPES, "few_rows_index_add")
     if rows > FEW_ROWS or D > FEW_PRODUCTS_MAX_ROW:
@@ -235,10 +238,32 @@ def few_rows_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Te
                                   sm_count(self.device) or INTERPRETER_SMS,
                                   pdl and has_pdl(self.device), self.device.type == "cuda")
     part = torch.empty(max(1, G * plane), device=self.device, dtype=torch.float32)
+    chunk = cdiv(n, G)
     if partial is not None:
-        partial(index, values, part, n, rows, cdiv(n, G))
+        partial(index, values, part, n, rows, chunk)
     total(self, part, out, G, plane)
+    if replay is not None:
+        go = replay_call((partial, (index, values, part, n, rows, chunk)),
+                         (total, (self, part, out, G, plane)))
+        if go is not None:
+            replay.append(_replay(go, n, rows, chunk, G, plane))
     return out
+
+
+def _replay(go, n: int, rows: int, chunk: int, G: int, plane: int):
+    """``few_rows_index_add`` of one shape again (see ``replay``)."""
+    partial, total = go
+    part_n = max(1, G * plane)
+
+    def again(self, index, values):
+        out = torch.empty_like(self)
+        part = torch.empty(part_n, device=self.device, dtype=torch.float32)
+        if partial is not None:
+            partial(index, values, part, n, rows, chunk)
+        total(self, part, out, G, plane)
+        return out
+
+    return again
 
 
 @functools.lru_cache(maxsize=1024)

@@ -41,7 +41,7 @@ import triton
 import triton.language as tl
 
 from commrt.dispatch.profile import has_pdl
-from commrt.symm_mem.launch import Launcher, cdiv, next_pow2
+from commrt.symm_mem.launch import Launcher, cdiv, next_pow2, replay_call
 
 from .scatter_rule import (
     BLOCK_ROWS,
@@ -375,7 +375,8 @@ def partitioned_index_add(self: torch.Tensor, index: torch.Tensor, values: torch
                           state: torch.Tensor | None = None,
                           sum_pdl: bool = True, sum_early: bool = True,
                           own_adds: int = 0, wait_first: bool = True,
-                          half_products: bool | None = None) -> torch.Tensor:
+                          half_products: bool | None = None,
+                          replay: list | None = None) -> torch.Tensor:
     """``self.index_add(0, index, values)`` (a new tensor) with the scheme above.
 
     ``self`` and ``values`` contiguous floating tensors, ``values`` shaped
@@ -390,7 +391,10 @@ def partitioned_index_add(self: torch.Tensor, index: torch.Tensor, values: torch
     programmatic dependent of the launch before it, where the GPU has it (it waits for it
     before reading anything; False: a plain launch); ``half_products``: fp16/bf16 rows
     combine as products in their dtype (None: on a GPU; Triton's interpreter multiplies
-    bf16 wrongly), else in tf32.
+    bf16 wrongly), else in tf32; ``replay``: a list to which, once every launch of this
+    call has a direct launch, a function ``f(self, index, values)`` is appended that does
+    this call again for arguments of the same shapes, dtypes, device and 16-byte
+    alignment, without the checks and keys (``launch.replay_call``).
     """
     rows, n, D = scatter_shape(self, index, values, partitions, tuple(PARTS),
                                "partitioned_index_add")
@@ -422,7 +426,35 @@ def partitioned_index_add(self: torch.Tensor, index: torch.Tensor, values: torch
     if scatter is not None:
         scatter(acc, extra, index, values, state, n, rows, out)
     total(acc, extra, out, state, plane)
+    if replay is not None:
+        go = replay_call((prepare, (self, acc, index, state, n, rows, plane, out)),
+                         (scatter, (acc, extra, index, values, state, n, rows, out)),
+                         (total, (acc, extra, out, state, plane)))
+        if go is not None:
+            replay.append(_replay(go, n, rows, plane, 0 if same else plane,
+                                  (partitions - 1) * plane, state.numel()))
     return out
+
+
+def _replay(go, n: int, rows: int, plane: int, acc_n: int, extra_n: int, state_n: int):
+    """``partitioned_index_add`` of one shape again (see ``replay``): ``acc_n`` fp32
+    elements of ``acc`` (0: the output is ``acc``), ``extra_n`` of the zeroed copies."""
+    prepare, scatter, total = go
+    f32, i32 = torch.float32, torch.int32
+
+    def again(self, index, values):
+        dev = self.device
+        out = torch.empty_like(self)
+        acc = torch.empty(acc_n, device=dev, dtype=f32) if acc_n else out
+        extra = zeroed(dev, extra_n)
+        state = torch.empty(state_n, device=dev, dtype=i32)
+        prepare(self, acc, index, state, n, rows, plane, out)
+        if scatter is not None:
+            scatter(acc, extra, index, values, state, n, rows, out)
+        total(acc, extra, out, state, plane)
+        return out
+
+    return again
 
 
 @functools.lru_cache(maxsize=1024)

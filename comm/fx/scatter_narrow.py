@@ -54,7 +54,7 @@ import triton
 import triton.language as tl
 
 from commrt.dispatch.profile import has_pdl
-from commrt.symm_mem.launch import Launcher, cdiv, next_pow2
+from commrt.symm_mem.launch import Launcher, cdiv, next_pow2, replay_call
 
 from .scatter_kernels import SUM_PROGRAMS, _rows_of, poison, row_alignment, run_sum, scatter_shape
 from .scatter_rule import (
@@ -437,7 +437,7 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
                      half_adds: bool = False, local: int = 0,
                      columns: int = 0, warps: int = 0, own_adds: int = 0,
                      sum_early: bool = True, local_early: bool = False,
-                     wait_first: bool = True) -> torch.Tensor:
+                     wait_first: bool = True, replay: list | None = None) -> torch.Tensor:
     """``self.index_add(0, index, values)`` (a new tensor) with the scheme above.
 
     ``self`` and ``values`` contiguous, of one of ``DTYPES``, rows of at most
@@ -467,7 +467,11 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
     plan left it nothing to do; ``local_early``: with ``local`` and no hot rows, a block's
     rows that share an index are found before ``_scatter`` waits for ``_init``;
     ``wait_first``: with ``pdl``, ``_init`` too is a programmatic dependent of the launch
-    before it (it waits for it before reading anything; False: a plain launch).
+    before it (it waits for it before reading anything; False: a plain launch);
+    ``replay``: a list to which, once every launch of this call has a direct launch, a
+    function ``f(self, index, values)`` is appended that does this call again for
+    arguments of the same shapes, dtypes, device and 16-byte alignment, without the
+    checks and keys (``replay_call``).
     """
     rows, n, D = scatter_shape(self, index, values, partitions, DTYPES, "narrow_index_add")
     H = max(1, hot)
@@ -500,7 +504,40 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
         scatter(acc, extra, index, values, state, n, rows, plane, out)
     if total is not None:
         total(acc, extra, out, state, plane)
+    if replay is not None:
+        go = replay_call(
+            (init, (self, acc, extra, index, state, n, rows, plane, out)),
+            (scatter, (acc, extra, index, values, state, n, rows, plane, out)),
+            (total, (acc, extra, out, state, plane)))
+        if go is not None:
+            replay.append(_replay(go, n, rows, plane, 0 if same or half_adds else plane,
+                                  (partitions - 1) * plane if partitions > 1 else 0, HD,
+                                  state.numel()))
     return out
+
+
+def _replay(go, n: int, rows: int, plane: int, acc_n: int, extra_n: int, hd: int,
+            state_n: int):
+    """``narrow_index_add`` of one shape again (see ``replay``): ``acc_n`` fp32 elements
+    of ``acc`` (0: the output is ``acc``), ``extra_n`` of the zeroed copies (0: ``hd`` of
+    side buffer)."""
+    init, scatter, total = go
+    f32, i32 = torch.float32, torch.int32
+
+    def again(self, index, values):
+        dev = self.device
+        out = torch.empty_like(self)
+        acc = torch.empty(acc_n, device=dev, dtype=f32) if acc_n else out
+        extra = zeroed(dev, extra_n) if extra_n else torch.empty(hd, device=dev, dtype=f32)
+        state = torch.empty(state_n, device=dev, dtype=i32)
+        init(self, acc, extra, index, state, n, rows, plane, out)
+        if scatter is not None:
+            scatter(acc, extra, index, values, state, n, rows, plane, out)
+        if total is not None:
+            total(acc, extra, out, state, plane)
+        return out
+
+    return again
 
 
 @functools.lru_cache(maxsize=1024)

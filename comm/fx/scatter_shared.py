@@ -36,7 +36,7 @@ import triton
 import triton.language as tl
 
 from commrt.dispatch.profile import shared_memory_per_sm, sm_count
-from commrt.symm_mem.launch import Launcher, cdiv, next_pow2
+from commrt.symm_mem.launch import Launcher, cdiv, next_pow2, replay_call
 
 from .scatter_few import run_total
 from .scatter_kernels import PARTS, _rows_of, _wrapped, scatter_shape
@@ -349,7 +349,7 @@ def _plan(n: int, dev: torch.device, rows: int, D: int, hot: bool = True,
 
 def shared_sums_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tensor,
                           hot: bool = True, flush: bool | None = None,
-                          **launch) -> torch.Tensor:
+                          replay: list | None = None, **launch) -> torch.Tensor:
     """``self.index_add(0, index, values)`` (a new tensor) for outputs of at most
     ``SHARED_PLANE`` elements, and fp32 single values into up to ``SHARED_WINDOWS`` times
     that many rows.
@@ -358,7 +358,10 @@ def shared_sums_index_add(self: torch.Tensor, index: torch.Tensor, values: torch
     ``[len(index), *self.shape[1:]]``; ``hot``: sum each program's hot row in registers;
     ``flush``: add the sums to a copy of ``self`` with atomics instead of storing a partial
     a program (None: fp32 outputs of over ``WIDE_PLANE`` elements, one program an SM);
-    ``launch``: ``partial_launch``'s ``warps``, ``tile``, ``copies``, ``per_sm``.
+    ``launch``: ``partial_launch``'s ``warps``, ``tile``, ``copies``, ``per_sm``; ``replay``: a
+    list to which, once every launch of this call has a direct launch, a function ``f(self,
+    index, values)`` is appended that does this call again for arguments of the same shapes,
+    dtypes, device and 16-byte alignment, without the checks and keys (``launch.replay_call``).
     """
     rows, n, D = scatter_shape(self, index, values, 1, DTYPES, "shared_sums_index_add")
     plane = rows * D
@@ -387,9 +390,37 @@ def shared_sums_index_add(self: torch.Tensor, index: torch.Tensor, values: torch
     if flush:
         out = self.clone()
         partial(index, values, out, *ints)
+        if replay is not None:
+            go = replay_call((partial, (index, values, out, *ints)))
+            if go is not None:
+                replay.append(_replay(go + (None,), ints, G, 0))
         return out
     out = torch.empty_like(self)
     part = torch.empty(G * plane, device=self.device, dtype=torch.float32)
     partial(index, values, part, *ints)
     total(self, part, out, G, plane)
+    if replay is not None:
+        go = replay_call((partial, (index, values, part, *ints)),
+                         (total, (self, part, out, G, plane)))
+        if go is not None:
+            replay.append(_replay(go, ints, G, plane))
     return out
+
+
+def _replay(go, ints: tuple, G: int, plane: int):
+    """``shared_sums_index_add`` of one shape again (see ``replay``): with no ``_total``
+    (the flush), into a copy of ``self``."""
+    partial, total = go
+
+    def again(self, index, values):
+        if total is None:
+            out = self.clone()
+            partial(index, values, out, *ints)
+            return out
+        out = torch.empty_like(self)
+        part = torch.empty(G * plane, device=self.device, dtype=torch.float32)
+        partial(index, values, part, *ints)
+        total(self, part, out, G, plane)
+        return out
+
+    return again

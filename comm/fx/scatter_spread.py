@@ -26,7 +26,7 @@ import triton
 import triton.language as tl
 
 from commrt.dispatch.profile import has_pdl
-from commrt.symm_mem.launch import Launcher, cdiv, next_pow2
+from commrt.symm_mem.launch import Launcher, cdiv, next_pow2, replay_call
 
 from .scatter_kernels import PARTS, SUM_PROGRAMS, _copies, _rows_of, scatter_shape
 from .scatter_scratch import zeroed
@@ -108,7 +108,7 @@ run_spread, run_spread_sum = Launcher(_spread), Launcher(_spread_sum)
 def spread_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tensor,
                      partitions: int, hot: int = 0, hot_min: int = 1, pdl: bool = True,
                      block: int = BLOCK, warps: int = WARPS,
-                     sum_tile: int = SUM_TILE) -> torch.Tensor:
+                     sum_tile: int = SUM_TILE, replay: list | None = None) -> torch.Tensor:
     """``self.index_add(0, index, values)`` (a new tensor), value ``j`` added to fp32 copy
     ``j % partitions`` of the output.
 
@@ -118,7 +118,10 @@ def spread_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
     or more of the block's rows hit one; ``pdl``: launch ``_spread_sum`` as a programmatic
     dependent of ``_spread`` where the GPU has it; ``block``, ``warps``: ``_spread``'s
     value elements a block and warps; ``sum_tile``: the copies' elements a ``_spread_sum``
-    step loads.
+    step loads; ``replay``: a list to which, once every launch of this call has a
+    direct launch, a function ``f(self, index, values)`` is appended that does this call
+    again for arguments of the same shapes, dtypes, device and 16-byte alignment, without
+    the checks and keys (``launch.replay_call``).
     """
     rows, n, D = scatter_shape(self, index, values, partitions, DTYPES, "spread_index_add")
     out = torch.empty_like(self)
@@ -132,7 +135,27 @@ def spread_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
     if spread is not None:
         spread(extra, index, values, n, rows, plane)
     total(self, extra, out, plane)
+    if replay is not None:
+        go = replay_call((spread, (extra, index, values, n, rows, plane)),
+                         (total, (self, extra, out, plane)))
+        if go is not None:
+            replay.append(_replay(go, n, rows, plane, extra.numel()))
     return out
+
+
+def _replay(go, n: int, rows: int, plane: int, extra_n: int):
+    """``spread_index_add`` of one shape again (see ``replay``)."""
+    spread, total = go
+
+    def again(self, index, values):
+        out = torch.empty_like(self)
+        extra = zeroed(self.device, extra_n)
+        if spread is not None:
+            spread(extra, index, values, n, rows, plane)
+        total(self, extra, out, plane)
+        return out
+
+    return again
 
 
 @functools.lru_cache(maxsize=1024)
