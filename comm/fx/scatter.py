@@ -118,8 +118,9 @@ def _partitioned_index_put(self: torch.Tensor, index: torch.Tensor, values: torc
 
 # A CUDA call of a shape seen before (its launches all direct, symm_mem.launch.Prepared)
 # replays the route's allocations and launches (its ``replay``) without the rule, the
-# checks or the launch keys: on one H200 host the op took 57-120 µs a call with three
-# launches keyed a call (benchmarks/results/probe_grid_gap_host_NVIDIA_H200.json)
+# checks or the launch keys. On one H200's host an eager call of the op took 20-52 µs so
+# against 38-89 with every launch keyed a call (docs/decisions.md, 2026-12-03;
+# benchmarks/results/probe_grid_gap_host_NVIDIA_H200.json, bcb97b9, and at ea6f585 in git)
 REPLAYS = 1024  # shapes kept; more clear them all
 _replays: dict = {}
 replayed = 0  # calls replayed (tests read it)
