@@ -205,15 +205,20 @@ def test_launch_by_name_keys_what_triton_specialises_on(cuda_stream, monkeypatch
         (4112, 16, None, 3)
 
 
+def _prepared(packed: bool) -> tuple:
+    """(runner, jit, launcher, its launch prepared on a (5, 2) grid with B=16)."""
+    runner = _Runner(packed)
+    jit = _NamedJit(runner)
+    lau = launch.Launcher(jit)
+    return runner, jit, lau, lau.prepare((5, 2), 4, B=16)
+
+
 @pytest.mark.parametrize("packed", [False, True], ids=["triton3.6", "triton3.9"])
 def test_prepared_launch_fixes_the_constexprs_and_shares_the_compiled_kernel(
         cuda_stream, monkeypatch, packed):
     monkeypatch.setattr(launch, "_on_cuda", lambda args: True)
-    runner = _Runner(packed)
-    jit = _NamedJit(runner)
-    lau = launch.Launcher(jit)
+    runner, jit, lau, prep = _prepared(packed)
     buf = torch.zeros(8)
-    prep = lau.prepare((5, 2), 4, B=16)
     for _ in range(3):  # the other parameters in signature order: a, n, out
         prep(buf, 4096, None)
     assert jit.slow_calls == 1 and lau.fast_calls == 2
@@ -231,11 +236,8 @@ def test_prepared_launch_fixes_the_constexprs_and_shares_the_compiled_kernel(
 def test_prepared_launch_goes_direct_only_for_the_specialisation_it_saw(
         cuda_stream, monkeypatch, packed):
     monkeypatch.setattr(launch, "_on_cuda", lambda args: True)
-    runner = _Runner(packed)
-    jit = _NamedJit(runner)
-    lau = launch.Launcher(jit)
+    runner, jit, lau, prep = _prepared(packed)
     buf = torch.zeros(8)
-    prep = lau.prepare((5, 2), 4, B=16)
     prep(buf, 4096, None)  # the probe
     prep(buf, 4096, None)  # the C launcher through the key; the direct launch made
     assert len(prep.direct) == 1 and jit.slow_calls == 1 and lau.fast_calls == 1
