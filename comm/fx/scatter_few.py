@@ -238,7 +238,7 @@ def few_rows_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Te
                                   sm_count(self.device) or INTERPRETER_SMS,
                                   pdl and has_pdl(self.device), self.device.type == "cuda")
     part = torch.empty(max(1, G * plane), device=self.device, dtype=torch.float32)
-    chunk = cdiv(n, G)
+    chunk = cdiv(n, G) if G else 0
     if partial is not None:
         partial(index, values, part, n, rows, chunk)
     total(self, part, out, G, plane)
