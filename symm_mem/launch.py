@@ -343,13 +343,14 @@ class Prepared:
 
     Once a launch of some specialisation went through the C launcher, later calls of that
     specialisation take a direct path: one generated function computes the key from the
-    arguments (``_spec_source``: the current device, the first tensor's device type, what
-    Triton specialises each argument on, as ``_keyed`` does), and one generated a
-    specialisation calls the C launcher with the constants in place. Anything the key
+    arguments (``_spec_function``: the current device, the first tensor's device type,
+    what Triton specialises each argument on, as ``_keyed`` does), and one generated for
+    each specialisation calls the C launcher with the constants in place. Anything the key
     function cannot read (another kind of argument than the first call's) takes
     ``_keyed``."""
 
-    __slots__ = ("lau", "grid", "head", "order", "names", "consts", "spec", "direct")
+    __slots__ = ("lau", "grid", "head", "order", "runtime", "items", "consts", "spec",
+                 "direct")
 
     def __init__(self, lau: Launcher, grid: tuple, warps: int, pdl: bool,
                  stages: int | None, consts: dict):
@@ -364,20 +365,16 @@ class Prepared:
         space = {f"_c_{n}": v for n, v in values.items()}
         items = ", ".join(f"_c_{n}" if n in values else n for n in sig.names)
         self.order = eval(f"lambda {', '.join(runtime)}: ({items},)", space)  # noqa: S307
-        self.names, self.consts = (runtime, list(sig.names)), space
+        self.runtime, self.items, self.consts = runtime, items, space
         self.spec = None  # the key function, made at the first direct launch
         self.direct: dict = {}  # key -> the direct launch of that specialisation
 
     def __call__(self, *runtime) -> None:
-        if self.spec is not None and FAST and _recording is None:
-            try:
-                go = self.direct.get(self.spec(*runtime))
-            except Exception:  # an argument of another kind than the first call's
-                go = None
-            if go is not None:
-                go(*runtime)
-                self.lau.fast_calls += 1
-                return
+        go = self.direct_for(*runtime)
+        if go is not None:
+            go(*runtime)
+            self.lau.fast_calls += 1
+            return
         ordered = self.order(*runtime)
         if not _on_cuda(runtime):  # the interpreter's CPU tensors
             warps, pdl, stages, _ = self.head
@@ -386,7 +383,7 @@ class Prepared:
         bound = self.lau._keyed(self.grid, self.head, runtime, ordered)
         if bound is not None and _recording is None:
             if self.spec is None:
-                self.spec = _spec_function(self.names[0], runtime)
+                self.spec = _spec_function(self.runtime, runtime)
             self.direct[self.spec(*runtime)] = self._direct(bound)
 
     def direct_for(self, *runtime):
@@ -403,24 +400,27 @@ class Prepared:
     def _direct(self, bound: _Bound):
         """``bound``'s launch of this grid as one generated function of the runtime
         arguments."""
-        runtime, names = self.names
-        space = dict(self.consts, _launch=bound.launch, _stream=torch._C._cuda_getCurrentRawStream,
-                     _dev=torch._C._cuda_getDevice)
+        space = dict(self.consts, _launch=bound.launch,
+                     _stream=torch._C._cuda_getCurrentRawStream, _dev=torch._C._cuda_getDevice)
         for k, v in enumerate(bound.prefix):
             space[f"_p{k}"] = v
         prefix = "".join(f"_p{k}, " for k in range(len(bound.prefix)))
-        items = ", ".join(f"_c_{n}" if n not in runtime else n for n in names)
-        kargs = f"({items},)" if bound.packed else items
+        kargs = f"({self.items},)" if bound.packed else self.items
         g0, g1, g2 = self.grid
-        src = (f"lambda {', '.join(runtime)}: _launch({g0}, {g1}, {g2}, _stream(_dev()), "
-               f"{prefix}{kargs})")
+        src = (f"lambda {', '.join(self.runtime)}: _launch({g0}, {g1}, {g2}, "
+               f"_stream(_dev()), {prefix}{kargs})")
         return eval(src, space)  # noqa: S307
 
 
 def replay_call(*steps: tuple) -> tuple | None:
     """For ``(Prepared or None, runtime arguments)`` steps, each step's direct launch (None
     where its ``Prepared`` is None), or None unless every ``Prepared`` has one for its
-    arguments (``Prepared.direct_for``)."""
+    arguments (``Prepared.direct_for``).
+
+    The scatter routes take ``replay=``, a list: once every launch of a call has a direct
+    launch, they append a function ``f(self, index, values)`` that does the call again for
+    arguments of the same shapes, dtypes, device and 16-byte alignment, without the checks
+    and keys."""
     go = []
     for prep, args in steps:
         if prep is None:

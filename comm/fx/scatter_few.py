@@ -221,10 +221,8 @@ def few_rows_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Te
 
     ``self`` and ``values`` contiguous, of one of ``DTYPES``, ``values`` shaped
     ``[len(index), *self.shape[1:]]``; ``pdl``: launch ``_total`` as a programmatic
-    dependent of ``_partial`` where the GPU has it; ``replay``: a list to which, once every
-    launch of this call has a direct launch, a function ``f(self, index, values)`` is appended
-    that does this call again for arguments of the same shapes, dtypes, device and 16-byte
-    alignment, without the checks and keys (``launch.replay_call``).
+    dependent of ``_partial`` where the GPU has it; ``replay``: a list that receives this
+    call's replay (``launch.replay_call``).
     """
     rows, n, D = scatter_shape(self, index, values, 1, DTYPES, "few_rows_index_add")
     if rows > FEW_ROWS or D > FEW_PRODUCTS_MAX_ROW:

@@ -391,10 +391,8 @@ def partitioned_index_add(self: torch.Tensor, index: torch.Tensor, values: torch
     programmatic dependent of the launch before it, where the GPU has it (it waits for it
     before reading anything; False: a plain launch); ``half_products``: fp16/bf16 rows
     combine as products in their dtype (None: on a GPU; Triton's interpreter multiplies
-    bf16 wrongly), else in tf32; ``replay``: a list to which, once every launch of this
-    call has a direct launch, a function ``f(self, index, values)`` is appended that does
-    this call again for arguments of the same shapes, dtypes, device and 16-byte
-    alignment, without the checks and keys (``launch.replay_call``).
+    bf16 wrongly), else in tf32; ``replay``: a list that receives this call's replay
+    (``launch.replay_call``).
     """
     rows, n, D = scatter_shape(self, index, values, partitions, tuple(PARTS),
                                "partitioned_index_add")

@@ -468,10 +468,7 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
     rows that share an index are found before ``_scatter`` waits for ``_init``;
     ``wait_first``: with ``pdl``, ``_init`` too is a programmatic dependent of the launch
     before it (it waits for it before reading anything; False: a plain launch);
-    ``replay``: a list to which, once every launch of this call has a direct launch, a
-    function ``f(self, index, values)`` is appended that does this call again for
-    arguments of the same shapes, dtypes, device and 16-byte alignment, without the
-    checks and keys (``replay_call``).
+    ``replay``: a list that receives this call's replay (``launch.replay_call``).
     """
     rows, n, D = scatter_shape(self, index, values, partitions, DTYPES, "narrow_index_add")
     H = max(1, hot)

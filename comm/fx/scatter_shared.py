@@ -358,10 +358,8 @@ def shared_sums_index_add(self: torch.Tensor, index: torch.Tensor, values: torch
     ``[len(index), *self.shape[1:]]``; ``hot``: sum each program's hot row in registers;
     ``flush``: add the sums to a copy of ``self`` with atomics instead of storing a partial
     a program (None: fp32 outputs of over ``WIDE_PLANE`` elements, one program an SM);
-    ``launch``: ``partial_launch``'s ``warps``, ``tile``, ``copies``, ``per_sm``; ``replay``: a
-    list to which, once every launch of this call has a direct launch, a function ``f(self,
-    index, values)`` is appended that does this call again for arguments of the same shapes,
-    dtypes, device and 16-byte alignment, without the checks and keys (``launch.replay_call``).
+    ``launch``: ``partial_launch``'s ``warps``, ``tile``, ``copies``, ``per_sm``;
+    ``replay``: a list that receives this call's replay (``launch.replay_call``).
     """
     rows, n, D = scatter_shape(self, index, values, 1, DTYPES, "shared_sums_index_add")
     plane = rows * D

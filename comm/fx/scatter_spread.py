@@ -118,10 +118,7 @@ def spread_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
     or more of the block's rows hit one; ``pdl``: launch ``_spread_sum`` as a programmatic
     dependent of ``_spread`` where the GPU has it; ``block``, ``warps``: ``_spread``'s
     value elements a block and warps; ``sum_tile``: the copies' elements a ``_spread_sum``
-    step loads; ``replay``: a list to which, once every launch of this call has a
-    direct launch, a function ``f(self, index, values)`` is appended that does this call
-    again for arguments of the same shapes, dtypes, device and 16-byte alignment, without
-    the checks and keys (``launch.replay_call``).
+    step loads; ``replay``: a list that receives this call's replay (``launch.replay_call``).
     """
     rows, n, D = scatter_shape(self, index, values, partitions, DTYPES, "spread_index_add")
     out = torch.empty_like(self)
