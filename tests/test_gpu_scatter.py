@@ -598,7 +598,7 @@ def test_unfenced_shared_sums_fall_back(monkeypatch):
     (``usable`` false), they raise ``Unfenced`` and the op takes its next route, against
     float64."""
     from commrt.fx import scatter_shared as ss
-    from commrt.fx.scatter import copies
+    from commrt.fx.scatter import copies, forget_shapes
 
     rows, n = 1000, 100_003
     g = torch.Generator(device="cuda").manual_seed(rows + n)
@@ -606,12 +606,14 @@ def test_unfenced_shared_sums_fall_back(monkeypatch):
     P = copies(rows, 1, n, torch.float32, torch.cuda.get_device_properties(0).total_memory)
     monkeypatch.setattr(ss, "usable", lambda kernel, meta: False)
     ss._launches.cache_clear()  # what was checked before
+    forget_shapes()  # and a replay of the shape's shared sums
     try:
         with pytest.raises(ss.Unfenced, match="uses shared memory beside its sums"):
             ss.shared_sums_index_add(base, idx, vals)
         out = torch.ops.commrt.partitioned_index_put(base, idx, vals, P)
     finally:
         ss._launches.cache_clear()  # the refusal, for later tests
+        forget_shapes()
     err = float((out.double() - ref).norm() / scale)
     assert err < TOL[torch.float32], err
 
@@ -635,7 +637,8 @@ def test_fast_launches_against_float64(dtype, width, rows, n):
     """Calls after the first skip Triton's argument binding (``symm_mem.launch``), and
     once every launch has a direct path the op replays the route (``scatter._replays``):
     fresh data at new addresses each call, every output against float64; values 4 bytes
-    off 16-byte alignment take another specialisation, not the replay."""
+    off 16-byte alignment take another specialisation, not the replay; a shape forgotten
+    (``scatter.forget_shapes``) takes the full path again."""
     from commrt.fx import (
         scatter,
         scatter_few,
@@ -671,5 +674,13 @@ def test_fast_launches_against_float64(dtype, width, rows, n):
             assert scatter.replayed > replayed, "the op did not replay a shape it had seen"
         if k == 4:
             assert scatter.replayed == replayed, "misaligned values took an aligned replay"
+    scatter.forget_shapes()  # then the shape takes the full path once more
+    replayed = scatter.replayed
+    base, idx, vals, ref, scale = _case("uniform", rows, n, shape, dtype, g)
+    out = torch.ops.commrt.partitioned_index_put(base, idx, vals, P)
+    assert scatter.replayed == replayed, "the op replayed a shape it was told to forget"
+    err = float((out.double() - ref).norm() / scale)
+    torch_err = float((base.index_add(0, idx % rows, vals).double() - ref).norm() / scale)
+    assert err < max(TOL[dtype], 1.5 * torch_err), (err, torch_err)
     assert launch.FAST and launch.why_slow == "", launch.why_slow
     assert sum(lau.fast_calls for lau in launchers) > before, "no launch took the fast path"

@@ -205,9 +205,13 @@ def old_kernels(args):
 def with_constants(module, op=None, **values):
     """``op`` (None: the op as the pass calls it) with ``module``'s constants set to
     ``values`` for the call and restored after it (the module's launches, cached by shape
-    in ``_launches``, cleared before and after)."""
+    in ``_launches``, and the op's replays cleared before and after)."""
     launches = getattr(module, "_launches", None)
-    clear = getattr(launches, "cache_clear", lambda: None)
+    clear_launches = getattr(launches, "cache_clear", lambda: None)
+
+    def clear():  # the module's launches, and the op's replays of the shipped ones
+        clear_launches()
+        pass_scatter.forget_shapes()
 
     def run(out, idx, vals, P):
         kept = {k: getattr(module, k) for k in values}

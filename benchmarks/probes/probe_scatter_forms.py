@@ -25,6 +25,10 @@ own and launched by the op in place of the shipped kernel:
 - with ``--forms own``: where the plan adds in the output's dtype, a loop of its own,
   before the rows' compare matrix and reductions that only the other paths need (or with
   the compare matrix before the wait, as shipped, and only the reductions after);
+- with ``--forms order`` (``ORDER``): the combined rows' atomic of infinities and NaNs
+  issued before their product (``infinities first``: the values' registers free before
+  the product's), also compiled with at most 48 registers a thread (``maxnreg``), and the
+  shipped kernel so capped; and, timed only, without the infinities' adds (the floor);
 - with ``--forms registers``: the shipped kernel alone, on the grid's cells only. Each
   grid row lists the registers and spills of every ``_scatter`` compiled. At 97d441b,
   ``--forms products`` timed fp16/bf16 row sums as products in their own dtype, where
@@ -38,8 +42,9 @@ a call in a CUDA graph of 20 calls (median of ``ROUNDS`` rounds taken in turn), 
 kernel's µs (profiler, median of 20 eager calls). ``--old DIR``: also an earlier commit's
 kernels, as ``probe_seed_ab`` takes them::
 
-    python benchmarks/probes/probe_scatter_forms.py [--forms hints|codes|flags|own|registers] \\
-        [--old old --old-commit C] [--out r.json]
+    python benchmarks/probes/probe_scatter_forms.py \\
+        [--forms hints|codes|flags|own|order|registers] [--old old --old-commit C] \\
+        [--out r.json]
 """
 
 from __future__ import annotations
@@ -185,6 +190,11 @@ CHECKED = [(_SUMS + _ATOMICS,
             + _RELOAD + textwrap.indent(_SUMS + _INF_ATOMIC, "    ") + _SUM_ATOMIC)]
 FLAGS = {"block branch": BLOCK_BRANCH, "block paths": BLOCK_PATHS,
          "checked product": CHECKED}
+# the fifth run's forms (--forms order): the infinities' atomic before the product, so that
+# the values' registers are free before the product's; (edits, register cap) where capped
+FIRST = [(_SUMS + _ATOMICS, _FIN + _INF_ATOMIC + _PRODUCT + _SUM_ATOMIC)]
+ORDER = {"infinities first": FIRST, "infinities first, 48 registers": (FIRST, 48),
+         "shipped, 48 registers": ([], 48), "no non-finite adds": NO_NONFINITE}
 # the fourth run's form (--forms own): where the plan adds in the output's dtype, a loop of
 # its own, before the rows' compare matrix, its reduction and the copies' addresses,
 # which only the other paths compute
@@ -250,11 +260,30 @@ def form_kernel(name: str, edits: list, where: str, kernel=None):
     return getattr(module, kernel.fn.__name__)
 
 
+class Capped(Launcher):
+    """A ``Launcher`` whose kernel compiles with at most ``regs`` registers a thread."""
+
+    def __init__(self, fn, regs: int):
+        super().__init__(fn)
+        self.regs = regs
+
+    def _jit(self, grid, args, consts, warps, opts, ordered):
+        super()._jit(grid, args, consts, warps, {**opts, "maxnreg": self.regs}, ordered)
+
+    def _probe(self, grid, args, consts, warps, opts, ordered=None):
+        return super()._probe(grid, args, consts, warps, {**opts, "maxnreg": self.regs},
+                              ordered)
+
+
 def forms(where: str, which: dict, no_pdl: bool) -> dict:
-    """{name: fn(out, idx, vals, P)}: the op as shipped, each of ``which``, and no PDL."""
+    """{name: fn(out, idx, vals, P)}: the op as shipped, each of ``which`` (edits, or
+    (edits, register cap)), and no PDL."""
     calls = {"shipped": lambda o, i, v, P: torch.ops.commrt.partitioned_index_put(o, i, v, P)}
     for name, edits in which.items():
-        calls[name] = with_constants(wide, run_scatter=Launcher(form_kernel(name, edits, where)))
+        edits, regs = edits if isinstance(edits, tuple) else (edits, None)
+        kernel = form_kernel(name, edits, where)
+        lau = Launcher(kernel) if regs is None else Capped(kernel, regs)
+        calls[name] = with_constants(wide, run_scatter=lau)
     if no_pdl:
         calls["no PDL"] = with_constants(wide, has_pdl=lambda device: False)
     return calls
@@ -290,6 +319,7 @@ def seed_cell(variants: dict, old, k: int, n: int) -> dict:
            "err": checked_errors(calls, ref, 1e-5, lambda name: name in ours)}
     row.update(rounds(calls, ROUNDS))
     row["kernels"] = {name: kernel_us(fn, names=None) for name, fn in calls.items()}
+    row["registers"] = registers()
     return row
 
 
@@ -297,9 +327,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     old_option(ap)
     ap.add_argument("--seed-n", type=int, default=1_000_000)
-    ap.add_argument("--forms", choices=("edits", "hints", "codes", "flags", "own", "registers"),
+    ap.add_argument("--forms", choices=("edits", "hints", "codes", "flags", "own", "order",
+                                        "registers"),
                     default="edits", help="FORMS and no PDL on every cell, HINTS on the "
-                    "seed's, CODES, FLAGS or the own adds first on every cell, or the shipped "
+                    "seed's, CODES, FLAGS, the own adds first or ORDER on every cell, or the "
+                    "shipped "
                     "kernel alone on the grid's cells with its registers")
     ap.add_argument("--out", default="probe_scatter_forms.json")
     args = ap.parse_args()
@@ -310,7 +342,7 @@ def main() -> None:
     which = {"edits": FORMS, "hints": HINTS, "codes": CODES, "flags": FLAGS,
              "own": {"own adds first": own_first(),
                      "own adds first, compare before the wait": own_first(True)},
-             "registers": {}}[args.forms]
+             "order": ORDER, "registers": {}}[args.forms]
     result = {"meta": dict(meta(command, "µs a call (median of rounds, each a CUDA graph of "
                                 "20 calls); kernels: µs, profiler, median of 20 eager calls"),
                            before=args.old_commit), "seed": [], "grid": []}

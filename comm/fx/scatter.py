@@ -126,6 +126,13 @@ _replays: dict = {}
 replayed = 0  # calls replayed (tests read it)
 
 
+def forget_shapes() -> None:
+    """Drop the op's replays, for code that changes what its routes launch (a probe's
+    variant of a kernel module, a test that patches one): the next call of each shape takes
+    the full path."""
+    _replays.clear()
+
+
 def _replay_key(self: torch.Tensor, index: torch.Tensor, values: torch.Tensor,
                 partitions: int) -> tuple:
     """What a route's launches depend on: shapes, dtypes, 16-byte alignment, the tensors'
