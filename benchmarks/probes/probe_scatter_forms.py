@@ -29,6 +29,10 @@ own and launched by the op in place of the shipped kernel:
   issued before their product (``infinities first``: the values' registers free before
   the product's), also compiled with at most 48 registers a thread (``maxnreg``), and the
   shipped kernel so capped; and, timed only, without the infinities' adds (the floor);
+- with ``--forms rows`` (``ROWS``): the infinities' atomic masked by rows, not elements
+  (a row that holds one adds its non-finite values, zeros elsewhere: four-element vector
+  atomics, a quarter of the predicated ones), after the product or before it; or such a
+  row left out of the product whole and added whole before it; and the floor again;
 - with ``--forms registers``: the shipped kernel alone, on the grid's cells only. Each
   grid row lists the registers and spills of every ``_scatter`` compiled. At 97d441b,
   ``--forms products`` timed fp16/bf16 row sums as products in their own dtype, where
@@ -43,7 +47,7 @@ kernel's µs (profiler, median of 20 eager calls). ``--old DIR``: also an earlie
 kernels, as ``probe_seed_ab`` takes them::
 
     python benchmarks/probes/probe_scatter_forms.py \\
-        [--forms hints|codes|flags|own|order|registers] [--old old --old-commit C] \\
+        [--forms hints|codes|flags|own|order|rows|registers] [--old old --old-commit C] \\
         [--out r.json]
 """
 
@@ -195,6 +199,21 @@ FLAGS = {"block branch": BLOCK_BRANCH, "block paths": BLOCK_PATHS,
 FIRST = [(_SUMS + _ATOMICS, _FIN + _INF_ATOMIC + _PRODUCT + _SUM_ATOMIC)]
 ORDER = {"infinities first": FIRST, "infinities first, 48 registers": (FIRST, 48),
          "shipped, 48 registers": ([], 48), "no non-finite adds": NO_NONFINITE}
+# the sixth run's forms (--forms rows): the infinities' atomic masked by rows (odd: a row
+# holding one), so that its mask is constant over four elements and it adds four a
+# predicated instruction
+_ODD = "                odd = tl.max((fin == 0).to(tl.int32), axis=1) > 0\n"
+_ROW_ATOMIC = ("                tl.atomic_add(dst[:, None] + c[None, :], tl.where(fin, 0.0, v),\n"
+               "                              mask=(ok & odd)[:, None] & cm[None, :], "
+               "sem=\"relaxed\")\n")
+_WHOLE_ATOMIC = _ROW_ATOMIC.replace("tl.where(fin, 0.0, v)", "v")
+ROW_MASKS = [(_FIN, _FIN + _ODD), (_INF_ATOMIC, _ROW_ATOMIC)]
+ROW_FIRST = [(_SUMS + _ATOMICS, _FIN + _ODD + _ROW_ATOMIC + _PRODUCT + _SUM_ATOMIC)]
+WHOLE_FIRST = [(_SUMS + _ATOMICS, _FIN + _ODD + _WHOLE_ATOMIC + _PRODUCT.replace(
+    "tl.where(fin, v, 0.0)", "tl.where(odd[:, None], 0.0, v)").replace(
+    "tl.where(fin, vn, 0.0)", "tl.where(odd[:, None], 0.0, vn)") + _SUM_ATOMIC)]
+ROWS = {"row masks": ROW_MASKS, "row masks, infinities first": ROW_FIRST,
+        "odd rows whole, first": WHOLE_FIRST, "no non-finite adds": NO_NONFINITE}
 # the fourth run's form (--forms own): where the plan adds in the output's dtype, a loop of
 # its own, before the rows' compare matrix, its reduction and the copies' addresses,
 # which only the other paths compute
@@ -328,9 +347,9 @@ def main() -> None:
     old_option(ap)
     ap.add_argument("--seed-n", type=int, default=1_000_000)
     ap.add_argument("--forms", choices=("edits", "hints", "codes", "flags", "own", "order",
-                                        "registers"),
+                                        "rows", "registers"),
                     default="edits", help="FORMS and no PDL on every cell, HINTS on the "
-                    "seed's, CODES, FLAGS, the own adds first or ORDER on every cell, or the "
+                    "seed's, CODES, FLAGS, the own adds first, ORDER or ROWS on every cell, or the "
                     "shipped "
                     "kernel alone on the grid's cells with its registers")
     ap.add_argument("--out", default="probe_scatter_forms.json")
@@ -342,7 +361,7 @@ def main() -> None:
     which = {"edits": FORMS, "hints": HINTS, "codes": CODES, "flags": FLAGS,
              "own": {"own adds first": own_first(),
                      "own adds first, compare before the wait": own_first(True)},
-             "order": ORDER, "registers": {}}[args.forms]
+             "order": ORDER, "rows": ROWS, "registers": {}}[args.forms]
     result = {"meta": dict(meta(command, "µs a call (median of rounds, each a CUDA graph of "
                                 "20 calls); kernels: µs, profiler, median of 20 eager calls"),
                            before=args.old_commit), "seed": [], "grid": []}
