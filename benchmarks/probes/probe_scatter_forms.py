@@ -29,7 +29,7 @@ own and launched by the op in place of the shipped kernel:
   issued before their product (``infinities first``: the values' registers free before
   the product's), also compiled with at most 48 registers a thread (``maxnreg``), and the
   shipped kernel so capped; and, timed only, without the infinities' adds (the floor);
-- with ``--forms rows`` (``ROWS``): the infinities' atomic masked by rows, not elements
+- with ``--forms rows`` (``ROW_FORMS``): the infinities' atomic masked by rows, not elements
   (a row that holds one adds its non-finite values, zeros elsewhere: four-element vector
   atomics, a quarter of the predicated ones), after the product or before it; or such a
   row left out of the product whole and added whole before it; and the floor again;
@@ -212,8 +212,8 @@ ROW_FIRST = [(_SUMS + _ATOMICS, _FIN + _ODD + _ROW_ATOMIC + _PRODUCT + _SUM_ATOM
 WHOLE_FIRST = [(_SUMS + _ATOMICS, _FIN + _ODD + _WHOLE_ATOMIC + _PRODUCT.replace(
     "tl.where(fin, v, 0.0)", "tl.where(odd[:, None], 0.0, v)").replace(
     "tl.where(fin, vn, 0.0)", "tl.where(odd[:, None], 0.0, vn)") + _SUM_ATOMIC)]
-ROWS = {"row masks": ROW_MASKS, "row masks, infinities first": ROW_FIRST,
-        "odd rows whole, first": WHOLE_FIRST, "no non-finite adds": NO_NONFINITE}
+ROW_FORMS = {"row masks": ROW_MASKS, "row masks, infinities first": ROW_FIRST,
+             "odd rows whole, first": WHOLE_FIRST, "no non-finite adds": NO_NONFINITE}
 # the fourth run's form (--forms own): where the plan adds in the output's dtype, a loop of
 # its own, before the rows' compare matrix, its reduction and the copies' addresses,
 # which only the other paths compute
@@ -349,9 +349,8 @@ def main() -> None:
     ap.add_argument("--forms", choices=("edits", "hints", "codes", "flags", "own", "order",
                                         "rows", "registers"),
                     default="edits", help="FORMS and no PDL on every cell, HINTS on the "
-                    "seed's, CODES, FLAGS, the own adds first, ORDER or ROWS on every cell, or the "
-                    "shipped "
-                    "kernel alone on the grid's cells with its registers")
+                    "seed's, CODES, FLAGS, the own adds first, ORDER or ROW_FORMS on every "
+                    "cell, or the shipped kernel alone on the grid's cells with its registers")
     ap.add_argument("--out", default="probe_scatter_forms.json")
     args = ap.parse_args()
     old, old_flags = old_kernels(args)
@@ -361,7 +360,7 @@ def main() -> None:
     which = {"edits": FORMS, "hints": HINTS, "codes": CODES, "flags": FLAGS,
              "own": {"own adds first": own_first(),
                      "own adds first, compare before the wait": own_first(True)},
-             "order": ORDER, "rows": ROWS, "registers": {}}[args.forms]
+             "order": ORDER, "rows": ROW_FORMS, "registers": {}}[args.forms]
     result = {"meta": dict(meta(command, "µs a call (median of rounds, each a CUDA graph of "
                                 "20 calls); kernels: µs, profiler, median of 20 eager calls"),
                            before=args.old_commit), "seed": [], "grid": []}
