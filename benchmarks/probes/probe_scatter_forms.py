@@ -33,6 +33,9 @@ own and launched by the op in place of the shipped kernel:
   (a row that holds one adds its non-finite values, zeros elsewhere: four-element vector
   atomics, a quarter of the predicated ones), after the product or before it; or such a
   row left out of the product whole and added whole before it; and the floor again;
+- with ``--forms ncu``: no timing; the shipped kernel and the floor (no adds of
+  infinities) called twice each, in turn, on the seed's shape at k = 0, for Nsight Compute
+  to profile the second ``_scatter`` of each (``--launch-skip 2 --launch-count 2``);
 - with ``--forms registers``: the shipped kernel alone, on the grid's cells only. Each
   grid row lists the registers and spills of every ``_scatter`` compiled. At 97d441b,
   ``--forms products`` timed fp16/bf16 row sums as products in their own dtype, where
@@ -47,7 +50,7 @@ kernel's µs (profiler, median of 20 eager calls). ``--old DIR``: also an earlie
 kernels, as ``probe_seed_ab`` takes them::
 
     python benchmarks/probes/probe_scatter_forms.py \\
-        [--forms hints|codes|flags|own|order|rows|registers] [--old old --old-commit C] \\
+        [--forms hints|codes|flags|own|order|rows|ncu|registers] [--old old --old-commit C] \\
         [--out r.json]
 """
 
@@ -342,15 +345,30 @@ def seed_cell(variants: dict, old, k: int, n: int) -> dict:
     return row
 
 
+def profiled(variants: dict, n: int) -> None:
+    """Each of ``variants`` called on the seed's shape at k = 0, two rounds in turn (the
+    first compiles), for a profiler outside (``--forms ncu``)."""
+    g = torch.Generator(device=DEV).manual_seed(0)
+    out = torch.randn(ROWS, D, device=DEV, generator=g)
+    vals = torch.randn(n, D, device=DEV, generator=g)
+    idx = torch.zeros(n, device=DEV, dtype=torch.int64)
+    P = pass_scatter.copies(ROWS, D, n, F32, torch.cuda.get_device_properties(DEV).total_memory)
+    for _ in range(2):
+        for fn in variants.values():
+            fn(out, idx, vals, P)
+            torch.cuda.synchronize()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     old_option(ap)
     ap.add_argument("--seed-n", type=int, default=1_000_000)
     ap.add_argument("--forms", choices=("edits", "hints", "codes", "flags", "own", "order",
-                                        "rows", "registers"),
+                                        "rows", "ncu", "registers"),
                     default="edits", help="FORMS and no PDL on every cell, HINTS on the "
                     "seed's, CODES, FLAGS, the own adds first, ORDER or ROW_FORMS on every "
-                    "cell, or the shipped kernel alone on the grid's cells with its registers")
+                    "cell, the shipped kernel and the floor for Nsight Compute, or the shipped "
+                    "kernel alone on the grid's cells with its registers")
     ap.add_argument("--out", default="probe_scatter_forms.json")
     args = ap.parse_args()
     old, old_flags = old_kernels(args)
@@ -360,7 +378,8 @@ def main() -> None:
     which = {"edits": FORMS, "hints": HINTS, "codes": CODES, "flags": FLAGS,
              "own": {"own adds first": own_first(),
                      "own adds first, compare before the wait": own_first(True)},
-             "order": ORDER, "rows": ROW_FORMS, "registers": {}}[args.forms]
+             "order": ORDER, "rows": ROW_FORMS, "ncu": {"no non-finite adds": NO_NONFINITE},
+             "registers": {}}[args.forms]
     result = {"meta": dict(meta(command, "µs a call (median of rounds, each a CUDA graph of "
                                 "20 calls); kernels: µs, profiler, median of 20 eager calls"),
                            before=args.old_commit), "seed": [], "grid": []}
@@ -373,6 +392,8 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as where:
         variants = forms(where, which, args.forms == "edits")
+        if args.forms == "ncu":
+            return profiled(variants, args.seed_n)
         for n in (args.seed_n, args.seed_n // 4) if args.forms != "registers" else ():
             for k in KS:
                 save(seed_cell(variants, old, k, n), "seed")
