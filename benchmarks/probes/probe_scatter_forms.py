@@ -33,9 +33,10 @@ own and launched by the op in place of the shipped kernel:
   (a row that holds one adds its non-finite values, zeros elsewhere: four-element vector
   atomics, a quarter of the predicated ones), after the product or before it; or such a
   row left out of the product whole and added whole before it; and the floor again;
-- with ``--forms ncu``: no timing; the shipped kernel and the floor (no adds of
-  infinities) called twice each, in turn, on the seed's shape at k = 0, for Nsight Compute
-  to profile the second ``_scatter`` of each (``--launch-skip 2 --launch-count 2``);
+- with ``--forms ncu``: no timing; the shipped kernel and ``NCU_FORMS`` (the floor, no
+  adds of infinities, last) called twice each, in turn, on the seed's shape at k = 0, for
+  Nsight Compute to profile the second ``_scatter`` of each (``--launch-skip 5
+  --launch-count 5``);
 - with ``--forms registers``: the shipped kernel alone, on the grid's cells only. Each
   grid row lists the registers and spills of every ``_scatter`` compiled. At 97d441b,
   ``--forms products`` timed fp16/bf16 row sums as products in their own dtype, where
@@ -217,6 +218,9 @@ WHOLE_FIRST = [(_SUMS + _ATOMICS, _FIN + _ODD + _WHOLE_ATOMIC + _PRODUCT.replace
     "tl.where(fin, vn, 0.0)", "tl.where(odd[:, None], 0.0, vn)") + _SUM_ATOMIC)]
 ROW_FORMS = {"row masks": ROW_MASKS, "row masks, infinities first": ROW_FIRST,
              "odd rows whole, first": WHOLE_FIRST, "no non-finite adds": NO_NONFINITE}
+# --forms ncu: the shipped kernel, then these, for Nsight Compute
+NCU_FORMS = {"infinities first": FIRST, "row masks, infinities first": ROW_FIRST,
+             "odd rows whole, first": WHOLE_FIRST, "no non-finite adds": NO_NONFINITE}
 # the fourth run's form (--forms own): where the plan adds in the output's dtype, a loop of
 # its own, before the rows' compare matrix, its reduction and the copies' addresses,
 # which only the other paths compute
@@ -378,7 +382,7 @@ def main() -> None:
     which = {"edits": FORMS, "hints": HINTS, "codes": CODES, "flags": FLAGS,
              "own": {"own adds first": own_first(),
                      "own adds first, compare before the wait": own_first(True)},
-             "order": ORDER, "rows": ROW_FORMS, "ncu": {"no non-finite adds": NO_NONFINITE},
+             "order": ORDER, "rows": ROW_FORMS, "ncu": NCU_FORMS,
              "registers": {}}[args.forms]
     result = {"meta": dict(meta(command, "µs a call (median of rounds, each a CUDA graph of "
                                 "20 calls); kernels: µs, profiler, median of 20 eager calls"),
