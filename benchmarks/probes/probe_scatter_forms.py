@@ -315,12 +315,18 @@ def forms(where: str, which: dict, no_pdl: bool) -> dict:
     return calls
 
 
-def seed_cell(variants: dict, old, k: int, n: int) -> dict:
+def seed_data(k: int, n: int) -> tuple:
+    """(out, idx, vals, copies) of one of the seed's scatters: ``n`` indices from 0..k."""
     g = torch.Generator(device=DEV).manual_seed(k)
     out = torch.randn(ROWS, D, device=DEV, generator=g)
     vals = torch.randn(n, D, device=DEV, generator=g)
     idx = torch.randint(0, k + 1, (n,), device=DEV, generator=g)
     P = pass_scatter.copies(ROWS, D, n, F32, torch.cuda.get_device_properties(DEV).total_memory)
+    return out, idx, vals, P
+
+
+def seed_cell(variants: dict, old, k: int, n: int) -> dict:
+    out, idx, vals, P = seed_data(k, n)
     ours = {name: lambda fn=fn: fn(out, idx, vals, P) for name, fn in variants.items()}
     if old is not None:
         ours["before"] = lambda: old.partitioned_index_add(out, idx, vals, P)
@@ -352,11 +358,7 @@ def seed_cell(variants: dict, old, k: int, n: int) -> dict:
 def profiled(variants: dict, n: int) -> None:
     """Each of ``variants`` called on the seed's shape at k = 0, two rounds in turn (the
     first compiles), for a profiler outside (``--forms ncu``)."""
-    g = torch.Generator(device=DEV).manual_seed(0)
-    out = torch.randn(ROWS, D, device=DEV, generator=g)
-    vals = torch.randn(n, D, device=DEV, generator=g)
-    idx = torch.zeros(n, device=DEV, dtype=torch.int64)
-    P = pass_scatter.copies(ROWS, D, n, F32, torch.cuda.get_device_properties(DEV).total_memory)
+    out, idx, vals, P = seed_data(0, n)
     for _ in range(2):
         for fn in variants.values():
             fn(out, idx, vals, P)
