@@ -33,10 +33,13 @@ own and launched by the op in place of the shipped kernel:
   (a row that holds one adds its non-finite values, zeros elsewhere: four-element vector
   atomics, a quarter of the predicated ones), after the product or before it; or such a
   row left out of the product whole and added whole before it; and the floor again;
+- with ``--forms prologue`` (``PROLOGUE``): the indices' row and range from their low 32
+  bits (only the poison's check from all 64), the indices loaded once and converted to
+  each layout, both, and both with the compare matrix on one key a row;
 - with ``--forms ncu``: no timing; the shipped kernel and ``NCU_FORMS`` (the floor, no
   adds of infinities, last) called twice each, in turn, on the seed's shape at k = 0, for
   Nsight Compute to profile the second ``_scatter`` of each (``--launch-skip 5
-  --launch-count 5``);
+  --launch-count 5``); ``--profiled`` does the same with the forms of ``--forms``;
 - with ``--forms registers``: the shipped kernel alone, on the grid's cells only. Each
   grid row lists the registers and spills of every ``_scatter`` compiled. At 97d441b,
   ``--forms products`` timed fp16/bf16 row sums as products in their own dtype, where
@@ -51,8 +54,8 @@ kernel's µs (profiler, median of 20 eager calls). ``--old DIR``: also an earlie
 kernels, as ``probe_seed_ab`` takes them::
 
     python benchmarks/probes/probe_scatter_forms.py \\
-        [--forms hints|codes|flags|own|order|rows|ncu|registers] [--old old --old-commit C] \\
-        [--out r.json]
+        [--forms hints|codes|flags|own|order|rows|prologue|ncu|registers] [--profiled] \\
+        [--old old --old-commit C] [--out r.json]
 """
 
 from __future__ import annotations
@@ -144,7 +147,7 @@ HINTS = {"no hint": NO_HINT, "no non-finite adds": NO_NONFINITE,
          "no hint, no non-finite adds": NO_HINT + NO_NONFINITE}
 _HEADER = ("import triton\nimport triton.language as tl\n\n"
            "from commrt.fx.scatter_kernels import _add_in_parts, _rows_of, _tf32, _tf32_near, "
-           "poison\n\n\n")
+           "_wrapped, poison\n\n\n")
 # coded sums: a combined row's infinities and NaNs ride in the product as codes far above
 # any finite sum, which is scaled down by 2^-25 (16 values of up to 2^128 sum under 2^107):
 # NaN 2^112, -inf 2^117, +inf 2^122 (up to 31 of each counted exactly in fp32); a sum of
@@ -218,6 +221,31 @@ WHOLE_FIRST = [(_SUMS + _ATOMICS, _FIN + _ODD + _WHOLE_ATOMIC + _PRODUCT.replace
     "tl.where(fin, vn, 0.0)", "tl.where(odd[:, None], 0.0, vn)") + _SUM_ATOMIC)]
 ROW_FORMS = {"row masks": ROW_MASKS, "row masks, infinities first": ROW_FIRST,
              "odd rows whole, first": WHOLE_FIRST, "no non-finite adds": NO_NONFINITE}
+# the seventh run's forms (--forms prologue): the indices' prologue. Their row and "in
+# range" from the low 32 bits of each index, where every row in range fits, and only the
+# block's "out of range" (its poison) from all 64 (``32-bit rows``); the indices loaded
+# once, as a [R, 8] tile reduced to [R]: Triton then converts the rows to each layout that
+# uses them, not loading and checking them again in each (``indices once``); both; and
+# both with the compare matrix on one key a row (the row, or -1 - j out of range)
+_ROWS = "    i, ok, bad = _rows_of(idx, r, n, rows, WIDE)\n"
+_ONCE = ("    rm = r < n\n"
+         "    z = tl.arange(0, 8)[None, :] * 0\n"
+         "    raw = tl.max(tl.load(idx + r[:, None] + z, mask=rm[:, None], other=0), axis=1)\n")
+_ONE_LOAD = "    rm = r < n\n    raw = tl.load(idx + r, mask=rm, other=0)\n"
+_WRAP64 = ("    i, bad = _wrapped(raw, rm, rows)\n"
+           "    if not WIDE:\n        i = i.to(tl.int32)\n"
+           "    ok = rm & (bad == 0)\n")
+_WRAP32 = ("    lo = raw.to(tl.int32)\n"
+           "    i = tl.where(lo < 0, lo + rows, lo)\n"
+           "    ok = rm & (i.to(tl.uint32, bitcast=True) < rows.to(tl.uint32))\n"
+           "    bad = rm & ((raw < -rows) | (raw >= rows))\n"
+           "    if WIDE:\n        i = i.to(tl.int64)\n")
+_SAME = "    same = (i[:, None] == i[None, :]) & ok[:, None] & ok[None, :]\n"
+_KEY = "    key = tl.where(ok, i, -1 - j)\n    same = key[:, None] == key[None, :]\n"
+PROLOGUE = {"32-bit rows": [(_ROWS, _ONE_LOAD + _WRAP32)],
+            "indices once": [(_ROWS, _ONCE + _WRAP64)],
+            "indices once, 32-bit rows": [(_ROWS, _ONCE + _WRAP32)],
+            "indices once, 32-bit rows, keys": [(_ROWS, _ONCE + _WRAP32), (_SAME, _KEY)]}
 # --forms ncu: the shipped kernel, then these, for Nsight Compute
 NCU_FORMS = {"infinities first": FIRST, "row masks, infinities first": ROW_FIRST,
              "odd rows whole, first": WHOLE_FIRST, "no non-finite adds": NO_NONFINITE}
@@ -370,11 +398,13 @@ def main() -> None:
     old_option(ap)
     ap.add_argument("--seed-n", type=int, default=1_000_000)
     ap.add_argument("--forms", choices=("edits", "hints", "codes", "flags", "own", "order",
-                                        "rows", "ncu", "registers"),
+                                        "rows", "prologue", "ncu", "registers"),
                     default="edits", help="FORMS and no PDL on every cell, HINTS on the "
-                    "seed's, CODES, FLAGS, the own adds first, ORDER or ROW_FORMS on every "
-                    "cell, the shipped kernel and the floor for Nsight Compute, or the shipped "
-                    "kernel alone on the grid's cells with its registers")
+                    "seed's, CODES, FLAGS, the own adds first, ORDER, ROW_FORMS or PROLOGUE "
+                    "on every cell, the shipped kernel and the floor for Nsight Compute, or "
+                    "the shipped kernel alone on the grid's cells with its registers")
+    ap.add_argument("--profiled", action="store_true", help="no timing: the shipped kernel "
+                    "and the forms called as with --forms ncu, for Nsight Compute")
     ap.add_argument("--out", default="probe_scatter_forms.json")
     args = ap.parse_args()
     old, old_flags = old_kernels(args)
@@ -384,7 +414,7 @@ def main() -> None:
     which = {"edits": FORMS, "hints": HINTS, "codes": CODES, "flags": FLAGS,
              "own": {"own adds first": own_first(),
                      "own adds first, compare before the wait": own_first(True)},
-             "order": ORDER, "rows": ROW_FORMS, "ncu": NCU_FORMS,
+             "order": ORDER, "rows": ROW_FORMS, "prologue": PROLOGUE, "ncu": NCU_FORMS,
              "registers": {}}[args.forms]
     result = {"meta": dict(meta(command, "µs a call (median of rounds, each a CUDA graph of "
                                 "20 calls); kernels: µs, profiler, median of 20 eager calls"),
@@ -398,7 +428,7 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as where:
         variants = forms(where, which, args.forms == "edits")
-        if args.forms == "ncu":
+        if args.forms == "ncu" or args.profiled:
             return profiled(variants, args.seed_n)
         for n in (args.seed_n, args.seed_n // 4) if args.forms != "registers" else ():
             for k in KS:
