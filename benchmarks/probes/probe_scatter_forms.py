@@ -35,7 +35,10 @@ own and launched by the op in place of the shipped kernel:
   row left out of the product whole and added whole before it; and the floor again;
 - with ``--forms prologue`` (``PROLOGUE``): the indices' row and range from their low 32
   bits (only the poison's check from all 64), the indices loaded once and converted to
-  each layout, both, and both with the compare matrix on one key a row;
+  each layout, both, and both with the compare matrix on one key a row (that also with
+  the infinities' atomic first, and so at 48 registers); the keys from the indices loaded
+  once, the copies' addresses from a load of their own in the values' layout (also with
+  the infinities' atomic first);
 - with ``--forms ncu``: no timing; the shipped kernel and ``NCU_FORMS`` (the floor, no
   adds of infinities, last) called twice each, in turn, on the seed's shape at k = 0, for
   Nsight Compute to profile the second ``_scatter`` of each (``--launch-skip 5
@@ -246,6 +249,29 @@ PROLOGUE = {"32-bit rows": [(_ROWS, _ONE_LOAD + _WRAP32)],
             "indices once": [(_ROWS, _ONCE + _WRAP64)],
             "indices once, 32-bit rows": [(_ROWS, _ONCE + _WRAP32)],
             "indices once, 32-bit rows, keys": [(_ROWS, _ONCE + _WRAP32), (_SAME, _KEY)]}
+# the compare matrix, its reductions and the poison from the indices loaded once, and the
+# copies' addresses from a load of their own in the values' layout (no conversion there)
+_SPLIT = ("    rm = r < n\n"
+          "    z = tl.arange(0, 8)[None, :] * 0\n"
+          "    raw = tl.max(tl.load(idx + r[:, None] + z, mask=rm[:, None], other=0), axis=1)\n"
+          "    lo = raw.to(tl.int32)\n"
+          "    ki = tl.where(lo < 0, lo + rows, lo)\n"
+          "    kok = rm & (ki.to(tl.uint32, bitcast=True) < rows.to(tl.uint32))\n"
+          "    bad = rm & ((raw < -rows) | (raw >= rows))\n"
+          "    lo = tl.load(idx + r, mask=rm, other=0).to(tl.int32)\n"
+          "    i = tl.where(lo < 0, lo + rows, lo)\n"
+          "    ok = rm & (i.to(tl.uint32, bitcast=True) < rows.to(tl.uint32))\n"
+          "    if WIDE:\n        i = i.to(tl.int64)\n")
+_FIRST = "    first = ok & (tl.max("
+PROLOGUE["keys once, addresses apart"] = [
+    (_ROWS, _SPLIT), (_SAME, _KEY.replace("tl.where(ok, i,", "tl.where(kok, ki,")),
+    (_FIRST, _FIRST.replace("ok &", "kok &"))]
+PROLOGUE["keys once, addresses apart, infinities first"] = \
+    PROLOGUE["keys once, addresses apart"] + FIRST
+# with the infinities' atomic first (ORDER's), uncapped and at 48 registers (no spill: ten
+# blocks an SM where 64 registers fit eight)
+PROLOGUE["keys, infinities first"] = PROLOGUE["indices once, 32-bit rows, keys"] + FIRST
+PROLOGUE["keys, infinities first, 48 registers"] = (PROLOGUE["keys, infinities first"], 48)
 # --forms ncu: the shipped kernel, then these, for Nsight Compute
 NCU_FORMS = {"infinities first": FIRST, "row masks, infinities first": ROW_FIRST,
              "odd rows whole, first": WHOLE_FIRST, "no non-finite adds": NO_NONFINITE}
