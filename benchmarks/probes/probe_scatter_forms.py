@@ -39,6 +39,9 @@ own and launched by the op in place of the shipped kernel:
   the infinities' atomic first, and so at 48 registers); the keys from the indices loaded
   once, the copies' addresses from a load of their own in the values' layout (also with
   the infinities' atomic first);
+- with ``--forms vectors`` (``VECTORS``): the infinities' atomic masked by aligned groups
+  of four columns (four-element vector atomics), after the product or before it (that
+  also with ``PROLOGUE``'s keys once and addresses apart);
 - with ``--forms ncu``: no timing; the shipped kernel and ``NCU_FORMS`` (the floor, no
   adds of infinities, last) called twice each, in turn, on the seed's shape at k = 0, for
   Nsight Compute to profile the second ``_scatter`` of each (``--launch-skip 5
@@ -57,7 +60,7 @@ kernel's µs (profiler, median of 20 eager calls). ``--old DIR``: also an earlie
 kernels, as ``probe_seed_ab`` takes them::
 
     python benchmarks/probes/probe_scatter_forms.py \\
-        [--forms hints|codes|flags|own|order|rows|prologue|ncu|registers] [--profiled] \\
+        [--forms hints|codes|flags|own|order|rows|prologue|vectors|ncu|registers] [--profiled] \\
         [--old old --old-commit C] [--out r.json]
 """
 
@@ -272,6 +275,24 @@ PROLOGUE["keys once, addresses apart, infinities first"] = \
 # blocks an SM where 64 registers fit eight)
 PROLOGUE["keys, infinities first"] = PROLOGUE["indices once, 32-bit rows, keys"] + FIRST
 PROLOGUE["keys, infinities first, 48 registers"] = (PROLOGUE["keys, infinities first"], 48)
+# the eighth run's forms (--forms vectors): the infinities' atomic masked by aligned groups
+# of four columns (a group that holds a non-finite value adds it, zeros elsewhere), the
+# groups' flags reduced within a thread and restated as constant over four columns
+# (tl.max_constancy: Triton's analysis loses it through the reshape), so that the atomic
+# adds four values a predicated vector instruction; after the product or before it
+_GROUPS = ("                odd = tl.reshape(tl.broadcast_to(tl.max(tl.reshape(\n"
+           "                    (fin == 0).to(tl.int32), [R, BD // 4, 4]), axis=2)[:, :, None],\n"
+           "                    [R, BD // 4, 4]), [R, BD]) > 0\n"
+           "                odd = tl.max_constancy(odd, [1, 4])\n")
+_GROUP_ATOMIC = _GROUPS + _ROW_ATOMIC.replace("(ok & odd)[:, None] & cm[None, :]",
+                                              "ok[:, None] & cm[None, :] & odd")
+VECTORS = {"group masks": [(_INF_ATOMIC, _GROUP_ATOMIC)],
+           "group masks, infinities first": [(_SUMS + _ATOMICS, _FIN + _GROUP_ATOMIC + _PRODUCT
+                                              + _SUM_ATOMIC)],
+           "group masks, infinities first, keys once, addresses apart":
+               PROLOGUE["keys once, addresses apart"] + [
+                   (_SUMS + _ATOMICS, _FIN + _GROUP_ATOMIC + _PRODUCT + _SUM_ATOMIC)],
+           "no non-finite adds": NO_NONFINITE}
 # --forms ncu: the shipped kernel, then these, for Nsight Compute
 NCU_FORMS = {"infinities first": FIRST, "row masks, infinities first": ROW_FIRST,
              "odd rows whole, first": WHOLE_FIRST, "no non-finite adds": NO_NONFINITE}
@@ -424,11 +445,13 @@ def main() -> None:
     old_option(ap)
     ap.add_argument("--seed-n", type=int, default=1_000_000)
     ap.add_argument("--forms", choices=("edits", "hints", "codes", "flags", "own", "order",
-                                        "rows", "prologue", "ncu", "registers"),
+                                        "rows", "prologue", "vectors", "ncu",
+                                        "registers"),
                     default="edits", help="FORMS and no PDL on every cell, HINTS on the "
-                    "seed's, CODES, FLAGS, the own adds first, ORDER, ROW_FORMS or PROLOGUE "
-                    "on every cell, the shipped kernel and the floor for Nsight Compute, or "
-                    "the shipped kernel alone on the grid's cells with its registers")
+                    "seed's, CODES, FLAGS, the own adds first, ORDER, ROW_FORMS, PROLOGUE or "
+                    "VECTORS on every cell, the shipped kernel and the floor for Nsight "
+                    "Compute, or the shipped kernel alone on the grid's cells with its "
+                    "registers")
     ap.add_argument("--profiled", action="store_true", help="no timing: the shipped kernel "
                     "and the forms called as with --forms ncu, for Nsight Compute")
     ap.add_argument("--out", default="probe_scatter_forms.json")
@@ -440,7 +463,8 @@ def main() -> None:
     which = {"edits": FORMS, "hints": HINTS, "codes": CODES, "flags": FLAGS,
              "own": {"own adds first": own_first(),
                      "own adds first, compare before the wait": own_first(True)},
-             "order": ORDER, "rows": ROW_FORMS, "prologue": PROLOGUE, "ncu": NCU_FORMS,
+             "order": ORDER, "rows": ROW_FORMS, "prologue": PROLOGUE, "vectors": VECTORS,
+             "ncu": NCU_FORMS,
              "registers": {}}[args.forms]
     result = {"meta": dict(meta(command, "µs a call (median of rounds, each a CUDA graph of "
                                 "20 calls); kernels: µs, profiler, median of 20 eager calls"),
