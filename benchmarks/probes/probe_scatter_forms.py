@@ -241,11 +241,19 @@ _ONE_LOAD = "    rm = r < n\n    raw = tl.load(idx + r, mask=rm, other=0)\n"
 _WRAP64 = ("    i, bad = _wrapped(raw, rm, rows)\n"
            "    if not WIDE:\n        i = i.to(tl.int32)\n"
            "    ok = rm & (bad == 0)\n")
-_WRAP32 = ("    lo = raw.to(tl.int32)\n"
-           "    i = tl.where(lo < 0, lo + rows, lo)\n"
-           "    ok = rm & (i.to(tl.uint32, bitcast=True) < rows.to(tl.uint32))\n"
-           "    bad = rm & ((raw < -rows) | (raw >= rows))\n"
-           "    if WIDE:\n        i = i.to(tl.int64)\n")
+
+
+def _wrap32(i: str, ok: str, check: bool = True, wide: bool = True) -> str:
+    """Source that wraps ``raw`` into row ``i`` and "in range" ``ok`` from its low 32 bits
+    (``check``: also ``bad`` from all 64; ``wide``: ``i`` int64 where WIDE)."""
+    return ("    lo = raw.to(tl.int32)\n"
+            f"    {i} = tl.where(lo < 0, lo + rows, lo)\n"
+            f"    {ok} = rm & ({i}.to(tl.uint32, bitcast=True) < rows.to(tl.uint32))\n"
+            + ("    bad = rm & ((raw < -rows) | (raw >= rows))\n" if check else "")
+            + (f"    if WIDE:\n        {i} = {i}.to(tl.int64)\n" if wide else ""))
+
+
+_WRAP32 = _wrap32("i", "ok")
 _SAME = "    same = (i[:, None] == i[None, :]) & ok[:, None] & ok[None, :]\n"
 _KEY = "    key = tl.where(ok, i, -1 - j)\n    same = key[:, None] == key[None, :]\n"
 PROLOGUE = {"32-bit rows": [(_ROWS, _ONE_LOAD + _WRAP32)],
@@ -254,17 +262,8 @@ PROLOGUE = {"32-bit rows": [(_ROWS, _ONE_LOAD + _WRAP32)],
             "indices once, 32-bit rows, keys": [(_ROWS, _ONCE + _WRAP32), (_SAME, _KEY)]}
 # the compare matrix, its reductions and the poison from the indices loaded once, and the
 # copies' addresses from a load of their own in the values' layout (no conversion there)
-_SPLIT = ("    rm = r < n\n"
-          "    z = tl.arange(0, 8)[None, :] * 0\n"
-          "    raw = tl.max(tl.load(idx + r[:, None] + z, mask=rm[:, None], other=0), axis=1)\n"
-          "    lo = raw.to(tl.int32)\n"
-          "    ki = tl.where(lo < 0, lo + rows, lo)\n"
-          "    kok = rm & (ki.to(tl.uint32, bitcast=True) < rows.to(tl.uint32))\n"
-          "    bad = rm & ((raw < -rows) | (raw >= rows))\n"
-          "    lo = tl.load(idx + r, mask=rm, other=0).to(tl.int32)\n"
-          "    i = tl.where(lo < 0, lo + rows, lo)\n"
-          "    ok = rm & (i.to(tl.uint32, bitcast=True) < rows.to(tl.uint32))\n"
-          "    if WIDE:\n        i = i.to(tl.int64)\n")
+_SPLIT = (_ONCE + _wrap32("ki", "kok", wide=False) +
+          "    raw = tl.load(idx + r, mask=rm, other=0)\n" + _wrap32("i", "ok", check=False))
 _FIRST = "    first = ok & (tl.max("
 PROLOGUE["keys once, addresses apart"] = [
     (_ROWS, _SPLIT), (_SAME, _KEY.replace("tl.where(ok, i,", "tl.where(kok, ki,")),
@@ -286,12 +285,11 @@ _GROUPS = ("                odd = tl.reshape(tl.broadcast_to(tl.max(tl.reshape(\
            "                odd = tl.max_constancy(odd, [1, 4])\n")
 _GROUP_ATOMIC = _GROUPS + _ROW_ATOMIC.replace("(ok & odd)[:, None] & cm[None, :]",
                                               "ok[:, None] & cm[None, :] & odd")
+_GROUP_FIRST = [(_SUMS + _ATOMICS, _FIN + _GROUP_ATOMIC + _PRODUCT + _SUM_ATOMIC)]
 VECTORS = {"group masks": [(_INF_ATOMIC, _GROUP_ATOMIC)],
-           "group masks, infinities first": [(_SUMS + _ATOMICS, _FIN + _GROUP_ATOMIC + _PRODUCT
-                                              + _SUM_ATOMIC)],
+           "group masks, infinities first": _GROUP_FIRST,
            "group masks, infinities first, keys once, addresses apart":
-               PROLOGUE["keys once, addresses apart"] + [
-                   (_SUMS + _ATOMICS, _FIN + _GROUP_ATOMIC + _PRODUCT + _SUM_ATOMIC)],
+               PROLOGUE["keys once, addresses apart"] + _GROUP_FIRST,
            "no non-finite adds": NO_NONFINITE}
 # --forms ncu: the shipped kernel, then these, for Nsight Compute
 NCU_FORMS = {"infinities first": FIRST, "row masks, infinities first": ROW_FIRST,
