@@ -9,20 +9,21 @@ graph of 20 calls (median of ``ROUNDS`` rounds taken in turn):
 - ``peer``: the column that was faster in the grid (Inductor's plain or partitioned
   ``index_put``), compiled again here; ``asks`` is its time over 1.3;
 - ``copy``: ``self.clone()``, the fresh output every out-of-place scatter writes;
-- ``stream``: one kernel that reads ``self``, the indices and the values once and writes
-  the output once: the bytes any out-of-place scatter moves, and nothing else;
-- ``atomics``: ``copy``, then one atomic add of 1 a value element at the cell's
+- ``stream``: one kernel whose programs copy ``self`` to a fresh output, read the values
+  and read the indices: the bytes any out-of-place scatter moves, and nothing else;
+- ``atomics``: ``copy``, then one fp32 atomic add of 1 a value element at the cell's
   addresses (the indices loaded, the values not): the floor of a scatter that adds every
   value with its own atomic;
-- ``combined``: ``copy``, then the same atomics with each block of 4,096 value elements'
-  repeated rows left out (as if the block summed them first for free): the floor of a
-  scatter that combines within a block.
+- ``combined``: the same with each block of 4,096 value elements' repeated rows left out
+  (as if the block summed them first for free), in the order they come; ``sorted``: the
+  same, sorted within each block (as if sorted for free).
 
 ``block_distinct`` and ``distinct``: the share of values left after combining the rows
 of a block, and of all the indices. The verdict: ``bytes`` where ``stream > asks`` (no
-out-of-place scatter reaches 1.3x), else ``combined`` where ``combined > asks`` (none that
-adds each block's rows with atomics does), else ``open``. A floor kernel's adds are
-checked once (their count on a zero fp32 output), and the stream's copy::
+out-of-place scatter reaches 1.3x), else ``atomics`` where the least of the three
+atomics' floors is over ``asks`` (no scatter that adds a block's rows with fp32 atomics
+does), else ``open``. Each floor kernel's adds are checked once (their count on a zero
+fp32 output), and the stream's copy::
 
     python benchmarks/probes/probe_target_floors.py \\
         [--grid benchmarks/results/scatter_grid_NVIDIA_H200.json] [--out r.json]
@@ -47,13 +48,22 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 @triton.jit
 def _stream(self_ptr, out_ptr, n_out, idx_ptr, n_idx, val_ptr, n_val, part_ptr,
             BLOCK: tl.constexpr):
+    """Programs in turn: copy ``self`` to ``out``, read the values, read the indices."""
     pid = tl.program_id(0)
-    offs = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    m = offs < n_out
-    tl.store(out_ptr + offs, tl.load(self_ptr + offs, mask=m), mask=m)
-    i = tl.load(idx_ptr + offs, mask=offs < n_idx, other=0)
-    v = tl.load(val_ptr + offs, mask=offs < n_val, other=0.0).to(tl.float32)
-    tl.store(part_ptr + pid, tl.sum(v, 0) + tl.sum(i, 0).to(tl.float32))
+    out_blocks = tl.cdiv(n_out, BLOCK)
+    val_blocks = tl.cdiv(n_val, BLOCK)
+    if pid < out_blocks:
+        offs = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+        m = offs < n_out
+        tl.store(out_ptr + offs, tl.load(self_ptr + offs, mask=m), mask=m)
+    elif pid < out_blocks + val_blocks:
+        offs = (pid - out_blocks).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+        v = tl.load(val_ptr + offs, mask=offs < n_val, other=0.0).to(tl.float32)
+        tl.store(part_ptr + pid, tl.sum(v, 0))
+    else:
+        offs = (pid - out_blocks - val_blocks).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+        i = tl.load(idx_ptr + offs, mask=offs < n_idx, other=0)
+        tl.store(part_ptr + pid, tl.sum(i, 0).to(tl.float32))
 
 
 @triton.jit
@@ -80,18 +90,23 @@ def missed_cells(grid: dict) -> list[tuple]:
     return [(*k, *v) for k, v in sorted(cells.items())]
 
 
-def block_distinct(idx: torch.Tensor, rows: int, width: int) -> torch.Tensor:
-    """The indices with each block's repeated rows left out (in order of blocks)."""
+def block_distinct(idx: torch.Tensor, rows: int, width: int) -> tuple:
+    """The indices with each block's repeated rows left out: in the order they come (a
+    row where it first comes in its block), and sorted within each block."""
+    n = idx.numel()
     per = max(1, BLOCK // max(1, width))
-    block = torch.arange(idx.numel(), device=idx.device) // per
-    keys = torch.unique(block * rows + idx)  # sorted: block-major
-    return keys % rows
+    pos = torch.arange(n, device=idx.device)
+    keys, where = torch.unique((pos // per) * rows + idx, return_inverse=True)
+    first = torch.full_like(keys, n).scatter_reduce_(0, where, pos, "amin")
+    keep = torch.zeros(n, dtype=torch.bool, device=idx.device)
+    keep[first] = True
+    return idx[keep], keys % rows  # unique's keys are sorted: block-major
 
 
 def stream_fn(out, idx, vals):
     res = torch.empty_like(out)
-    n = max(out.numel(), idx.numel(), vals.numel())
-    parts = torch.empty(triton.cdiv(n, BLOCK), device=out.device)
+    n = sum(triton.cdiv(t.numel(), BLOCK) for t in (out, idx, vals))
+    parts = torch.empty(n, device=out.device)
     grid = (parts.numel(),)
 
     def call():
@@ -103,14 +118,18 @@ def stream_fn(out, idx, vals):
 
 
 def ones_fn(out, idx, width: int):
+    """``out.clone()``, then an fp32 atomic add of 1 a value element at the rows ``idx``
+    (into an fp32 buffer of the output's shape where the output is fp16/bf16: at 327b274
+    Triton's scalar bf16 atomics ran up to 250x slower than here on sorted rows)."""
     w = max(1, width)
     n = idx.numel() * w
     grid = (triton.cdiv(n, 1024),)
+    acc = None if out.dtype == torch.float32 else torch.zeros(out.shape, device=out.device)
 
     def call():
         res = out.clone()
-        _ones[grid](res, idx, n, W=w, BLOCK=1024, num_warps=4)
-        return res
+        _ones[grid](res if acc is None else acc, idx, n, W=w, BLOCK=1024, num_warps=4)
+        return res if acc is None else acc
     return call
 
 
@@ -137,15 +156,16 @@ def peer_fn(column: str, out, idx, vals):
 def cell(dtype: str, width: int, rows: int, dist: str, ops: tuple, peer: str,
          commrt_ms: float) -> dict:
     out, idx, vals = cell_data(DTYPES[dtype], width, rows, dist)
-    kept = block_distinct(idx, rows, width)
+    kept, ordered = block_distinct(idx, rows, width)
     check_ones(kept, rows, width)
+    check_ones(ordered, rows, width)
     calls = {"peer": peer_fn(peer, out, idx, vals), "copy": out.clone,
              "stream": stream_fn(out, idx, vals), "atomics": ones_fn(out, idx, width),
-             "combined": ones_fn(out, kept, width)}
+             "combined": ones_fn(out, kept, width), "sorted": ones_fn(out, ordered, width)}
     row = rounds(calls, ROUNDS)
     asks = row["peer"] / 1.3
     verdict = "bytes" if row["stream"] > asks else \
-        "combined" if row["combined"] > asks else "open"
+        "atomics" if min(row[k] for k in ("atomics", "combined", "sorted")) > asks else "open"
     return {"dtype": dtype, "width": width, "rows": rows, "dist": dist, "ops": list(ops),
             "peer_column": peer, "grid_commrt_us": round(commrt_ms * 1e3, 2), **row,
             "asks": round(asks, 2), "block_distinct": round(kept.numel() / idx.numel(), 4),
@@ -171,7 +191,7 @@ def main() -> None:
         with open(args.out, "w") as f:
             json.dump(result, f, indent=1)
     verdicts = [c["verdict"] for c in result["cells"]]
-    print({v: verdicts.count(v) for v in ("bytes", "combined", "open")})
+    print({v: verdicts.count(v) for v in ("bytes", "atomics", "open")})
 
 
 if __name__ == "__main__":
