@@ -103,6 +103,13 @@ def block_distinct(idx: torch.Tensor, rows: int, width: int) -> tuple:
     return idx[keep], keys % rows  # unique's keys are sorted: block-major
 
 
+def padded(idx: torch.Tensor) -> torch.Tensor:
+    """``idx`` with its last index repeated up to a multiple of 16 indices: Triton
+    specializes a kernel on a count divisible by 16, and the cells' own counts are (at
+    d989c7a rows of 4 on 99.5% of a cell's indices took 23.4 µs against 19.4 on all)."""
+    return torch.cat([idx, idx[-1:].expand(-idx.numel() % 16)])
+
+
 def stream_fn(out, idx, vals):
     res = torch.empty_like(out)
     n = sum(triton.cdiv(t.numel(), BLOCK) for t in (out, idx, vals))
@@ -159,6 +166,7 @@ def cell(dtype: str, width: int, rows: int, dist: str, ops: tuple, peer: str,
     kept, ordered = block_distinct(idx, rows, width)
     check_ones(kept, rows, width)
     check_ones(ordered, rows, width)
+    kept, ordered = padded(kept), padded(ordered)
     calls = {"peer": peer_fn(peer, out, idx, vals), "copy": out.clone,
              "stream": stream_fn(out, idx, vals), "atomics": ones_fn(out, idx, width),
              "combined": ones_fn(out, kept, width), "sorted": ones_fn(out, ordered, width)}
