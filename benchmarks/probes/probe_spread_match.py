@@ -34,77 +34,75 @@ from commrt.symm_mem.launch import Launcher, cdiv
 DEV = torch.device("cuda")
 ROUNDS = 5
 F32, BF16 = torch.float32, torch.bfloat16
-SHAPES = ((4, 1024), (16, 1024), (16, 8), (100, 1024))
+SHAPES = ((4, 1024), (16, 1024), (100, 1024))
 CELLS = tuple((dt, w, r, d) for dt in (F32, BF16) for w, r in SHAPES
               for d in ("uniform", "skewed", "hot"))
 BLOCK, WARPS = 1024, 4
 
-# one tree round: add the value of the next-higher lane still in the set, then drop the
-# lanes whose rank's low bit is set (their value now held by a lower lane)
-_ROUND = ("neg.s32 t, hi; and.b32 t, hi, t; bfind.u32 src, t; setp.ne.b32 p, hi, 0; "
-          "shfl.sync.idx.b32 y, x, src, 31, -1; @p add.f32 x, x, y; and.b32 t, rank, 1; "
-          "setp.ne.b32 q, t, 0; vote.sync.ballot.b32 b, q, -1; not.b32 b, b; "
-          "and.b32 hi, hi, b; shr.u32 rank, rank, 1; ")
-# $0: the sum of the values of the warp's lanes whose key equals this lane's (whole at the
-# lowest such lane), $1: 1 at that lane; $2: the key, $3: the value
-MATCH_SUM = tl.constexpr("{ .reg .pred p, q; .reg .b32 peers, hi, rank, t, src, b; "
-                         ".reg .f32 x, y; mov.b32 x, $3; match.any.sync.b32 peers, $2, -1; "
-                         "mov.u32 t, %lanemask_lt; "
-                         "and.b32 rank, peers, t; setp.eq.b32 q, rank, 0; "
-                         "selp.u32 $1, 1, 0, q; popc.b32 rank, rank; "
-                         "mov.u32 t, %lanemask_gt; and.b32 hi, peers, t; "
-                         + _ROUND * 5 + "mov.b32 $0, x; }")
+# One tree round on the 4 values: add the values of the next-higher lane still in the set,
+# then drop the lanes whose rank's low bit is set (their values now held by a lower lane);
+# skipped once no lane of the warp has one left.
+_ROUND = ("setp.ne.b64 p, hi, 0; vote.sync.any.pred q, p, -1; @!q bra.uni DONE${:uid}; "
+          "neg.s32 t, hi; and.b32 t, hi, t; bfind.u32 src, t; "
+          + "".join(f"shfl.sync.idx.b32 y{j}, x{j}, src, 31, -1; " for j in range(4))
+          + "".join(f"@p add.f32 x{j}, x{j}, y{j}; " for j in range(4))
+          + "and.b32 t, rank, 1; setp.ne.b32 q, t, 0; vote.sync.ballot.b32 b, q, -1; "
+          "not.b32 b, b; and.b32 hi, hi, b; shr.u32 rank, rank, 1; ")
+# 4 elements a lane (pack=4): $4-$7 the fp32 addresses, $8-$11 to add (0: not), $12-$15
+# the values; $0-$3 unused. Where a lane's 4 addresses follow one another and all 4 are to
+# be added, the warp's lanes of the same 4 addresses are summed first and the lowest of them
+# adds the sums (one red.v4 where aligned); any other lane adds its own.
+MATCH_ADD = tl.constexpr(
+    "{ .reg .pred p, q, e, ld, v; .reg .b32 peers, hi, rank, t, src, b; .reg .b64 k, w; "
+    ".reg .f32 x0, x1, x2, x3, y0, y1, y2, y3; "
+    + "".join(f"mov.b32 x{j}, ${12 + j}; " for j in range(4))
+    + "setp.ne.b32 e, $8, 0; setp.ne.and.b32 e, $9, 0, e; setp.ne.and.b32 e, $10, 0, e; "
+    "setp.ne.and.b32 e, $11, 0, e; "
+    + "".join(f"add.s64 w, $4, {4 * j}; setp.eq.and.s64 e, ${4 + j}, w, e; "
+              for j in range(1, 4))
+    + "mov.u32 t, %laneid; cvt.u64.u32 w, t; not.b64 w, w; selp.b64 k, $4, w, e; "
+    "match.any.sync.b64 peers, k, -1; mov.u32 t, %lanemask_lt; and.b32 rank, peers, t; "
+    "setp.eq.b32 ld, rank, 0; popc.b32 rank, rank; mov.u32 t, %lanemask_gt; "
+    "and.b32 hi, peers, t; "
+    + _ROUND.replace("setp.ne.b64 p", "setp.ne.b32 p") * 5 + "DONE${:uid}: "
+    "and.b64 w, $4, 15; setp.eq.and.b64 v, w, 0, e; and.pred v, v, ld; "
+    "@v red.relaxed.gpu.global.add.v4.f32 [$4], {x0, x1, x2, x3}; "
+    "not.pred v, v; and.pred v, v, ld; "
+    + "".join(f"setp.ne.and.b32 p, ${8 + j}, 0, v; @p red.relaxed.gpu.global.add.f32 "
+              f"[${4 + j}], x{j}; " for j in range(4))
+    + "".join(f"mov.u32 ${j}, 0; " for j in range(4)) + "}")
 
 
 @triton.jit
-def _match_sum(key, x):
-    return tl.inline_asm_elementwise(MATCH_SUM, "=r,=r,r,r", [key, x],
-                                     dtype=(tl.float32, tl.int32), is_pure=False, pack=1)
+def _match_add(at, m, x):
+    return tl.inline_asm_elementwise(MATCH_ADD, "=r,=r,=r,=r,l,l,l,l,r,r,r,r,r,r,r,r",
+                                     [at, m.to(tl.int32), x], dtype=tl.int32,
+                                     is_pure=False, pack=4)
 
 
 @triton.jit
 def _spread_match(extra, idx, vals, n, rows, plane, D: tl.constexpr, DP: tl.constexpr,
-                  CW: tl.constexpr, R: tl.constexpr, P: tl.constexpr, HOT: tl.constexpr,
-                  HOT_MIN: tl.constexpr, PDL: tl.constexpr):
-    # a block of R value rows to copy pid % P, in column groups of CW: each warp sums its
-    # lanes' values of one address before one atomic adds them; HOT as in _spread
+                  R: tl.constexpr, P: tl.constexpr, PDL: tl.constexpr):
+    # a block of R value rows to copy pid % P, 4 columns at a time: each warp sums its
+    # lanes' values of one row before one atomic adds them
     if PDL:
         tl.extra.cuda.gdc_launch_dependents()
     pid = tl.program_id(0)
     r = pid * R + tl.arange(0, R)
     i, ok, bad = _rows_of(idx, r, n, rows, False)
-    base = (pid & (P - 1)) * plane
-    plain = ok
-    if HOT > 0:
-        c = tl.arange(0, DP)
-        cm = c < D
-        v = tl.load(vals + r[:, None] * D + c[None, :], mask=ok[:, None] & cm[None, :],
-                    other=0).to(tl.float32)
-        for k in tl.static_range(HOT):
-            at = pid * R + k * (R // HOT)
-            h = tl.load(idx + at, mask=at < n, other=-1)
-            h = tl.where(h < -rows, -1, tl.where(h < 0, h + rows, h))
-            hit = plain & (i == h)
-            if tl.sum(hit.to(tl.int32)) >= HOT_MIN:
-                s = tl.sum(tl.where(hit[:, None], v, 0.0), axis=0)
-                tl.atomic_add(extra + base + h * D + c, s, mask=cm, sem="relaxed")
-                plain = plain & (hit == 0)
-    for c0 in tl.static_range(0, DP, CW):
-        c = c0 + tl.arange(0, CW)
-        m = plain[:, None] & (c < D)[None, :]
+    base = extra + (pid & (P - 1)) * plane
+    for c0 in tl.static_range(0, DP, 4):
+        c = c0 + tl.arange(0, 4)
+        m = ok[:, None] & (c < D)[None, :]
         v = tl.load(vals + r[:, None] * D + c[None, :], mask=m, other=0).to(tl.float32)
-        at = base + i[:, None] * D + c[None, :]
-        own = -1 - (tl.arange(0, R)[:, None] * CW + (c - c0)[None, :])
-        s, lead = _match_sum(tl.where(m, at, own).to(tl.int32), v)
-        tl.atomic_add(extra + at, s, mask=m & (lead != 0), sem="relaxed")
+        _match_add(base + i[:, None] * D + c[None, :], m, v)
     tl.store(extra + tl.full([], P, tl.int64) * plane + 0 * r, 1.0, mask=bad)
 
 
 run_match = Launcher(_spread_match)
 
 
-def match_index_add(self, index, values, partitions: int, hot: int = 0,
-                    hot_min: int = 1) -> torch.Tensor:
+def match_index_add(self, index, values, partitions: int) -> torch.Tensor:
     """``self.index_add(0, index, values)`` (a new tensor) on ``partitions`` fp32 copies,
     each warp's values of one address summed before one atomic."""
     rows = self.shape[0]
@@ -116,9 +114,9 @@ def match_index_add(self, index, values, partitions: int, hot: int = 0,
     extra = zeroed(self.device, partitions * plane + 2)
     pdl = has_pdl(self.device)
     dp = triton.next_power_of_2(D)
+    assert D >= 4, "rows of 4 or more"
     r = max(32 * WARPS, BLOCK // dp)  # a warp's 32 lanes on 32 rows of a column group
-    go = run_match.prepare((cdiv(n, r),), WARPS, D=D, DP=dp, CW=min(4, dp), R=r,
-                           P=partitions, HOT=hot, HOT_MIN=hot_min, PDL=pdl)
+    go = run_match.prepare((cdiv(n, r),), WARPS, D=D, DP=dp, R=r, P=partitions, PDL=pdl)
     total = _launches(rows, n, D, partitions, 0, 1, BLOCK, WARPS, SUM_TILE, pdl)[1]
     go(extra, index, values, n, rows, plane)
     total(self, extra, out, plane)
@@ -140,8 +138,7 @@ def cell(dtype, width: int, rows: int, dist: str) -> dict:
         "spread": lambda: spread_index_add(out, idx, vals, P, hot=SPREAD_HOT,
                                            hot_min=SPREAD_HOT_MIN),
         "match": lambda: match_index_add(out, idx, vals, P),
-        "match hot": lambda: match_index_add(out, idx, vals, P, SPREAD_HOT, SPREAD_HOT_MIN),
-        "match 32": lambda: match_index_add(out, idx, vals, min(P, 32)),
+        "match 16": lambda: match_index_add(out, idx, vals, min(P, 16)),
         "inductor": lambda: plain(out, idx, vals),
         "inductor partitioned": lambda: parted(out, idx, vals),
     }
