@@ -76,7 +76,8 @@ MATCH_ADD = tl.constexpr(
 @triton.jit
 def _match_add(at, m, x):
     return tl.inline_asm_elementwise(MATCH_ADD, "=r,=r,=r,=r,l,l,l,l,r,r,r,r,r,r,r,r",
-                                     [at, m.to(tl.int32), x], dtype=tl.int32,
+                                     [at.to(tl.int64, bitcast=True), m.to(tl.int32), x],
+                                     dtype=tl.int32,
                                      is_pure=False, pack=4)
 
 
