@@ -6,9 +6,11 @@ One GPU. The floors (``probe_target_floors``) left room only on contended rows i
 thousand rows, where a block's rows summed for free cut the atomics 3-10x; the block-wide
 sums tried before (sorted sums, shared sums for rows, one sum a hot candidate) cost more
 than they saved. A warp's sums cost a few instructions a value and no barrier. ``match``
-is ``_spread`` with each block's values added, 4 columns at a time (so that a warp's 32
-lanes hold 32 rows of one column group), to copy ``program % P`` after the warp's sums;
-``match hot`` also sums the block's hot candidates first, as ``_spread`` does. Against
+is ``_spread`` with each block's values taken 4 columns at a time (so that a warp's 32
+lanes hold 32 rows of one column group), all to copy ``program % P``: the lanes of one
+row sum their values (``match.any.sync``, then a shuffle tree skipped once no lane has a
+peer left) and the lowest adds them with one ``red.v4``; ``match 16`` on at most 16
+copies; ``own`` as ``match`` with no lane's values summed with another's. Against
 them, in CUDA graphs, for 4M value elements: the op as the pass calls it,
 ``scatter_spread`` as shipped, and Inductor's plain and partitioned scatters
 (``index_put``). Every column of commrt's is checked against float64 first.
@@ -71,10 +73,16 @@ MATCH_ADD = tl.constexpr(
     + "".join(f"setp.ne.and.b32 p, ${8 + j}, 0, v; @p red.relaxed.gpu.global.add.f32 "
               f"[${4 + j}], x{j}; " for j in range(4))
     + "".join(f"mov.u32 ${j}, 0; " for j in range(4)) + "}")
+# ... with no lane's values summed with another's (every lane adds its own)
+OWN_ADD = tl.constexpr(MATCH_ADD.value.replace("selp.b64 k, $4, w, e;", "mov.b64 k, w;"))
 
 
 @triton.jit
-def _match_add(at, m, x):
+def _match_add(at, m, x, COMBINE: tl.constexpr):
+    if not COMBINE:
+        return tl.inline_asm_elementwise(OWN_ADD, "=r,=r,=r,=r,l,l,l,l,r,r,r,r,r,r,r,r",
+                                         [at.to(tl.int64, bitcast=True), m.to(tl.int32), x],
+                                         dtype=tl.int32, is_pure=False, pack=4)
     return tl.inline_asm_elementwise(MATCH_ADD, "=r,=r,=r,=r,l,l,l,l,r,r,r,r,r,r,r,r",
                                      [at.to(tl.int64, bitcast=True), m.to(tl.int32), x],
                                      dtype=tl.int32,
@@ -83,7 +91,8 @@ def _match_add(at, m, x):
 
 @triton.jit
 def _spread_match(extra, idx, vals, n, rows, plane, D: tl.constexpr, DP: tl.constexpr,
-                  R: tl.constexpr, P: tl.constexpr, PDL: tl.constexpr):
+                  R: tl.constexpr, P: tl.constexpr, COMBINE: tl.constexpr,
+                  PDL: tl.constexpr):
     # a block of R value rows to copy pid % P, 4 columns at a time: each warp sums its
     # lanes' values of one row before one atomic adds them
     if PDL:
@@ -96,14 +105,14 @@ def _spread_match(extra, idx, vals, n, rows, plane, D: tl.constexpr, DP: tl.cons
         c = c0 + tl.arange(0, 4)
         m = ok[:, None] & (c < D)[None, :]
         v = tl.load(vals + r[:, None] * D + c[None, :], mask=m, other=0).to(tl.float32)
-        _match_add(base + i[:, None] * D + c[None, :], m, v)
+        _match_add(base + i[:, None] * D + c[None, :], m, v, COMBINE)
     tl.store(extra + tl.full([], P, tl.int64) * plane + 0 * r, 1.0, mask=bad)
 
 
 run_match = Launcher(_spread_match)
 
 
-def match_index_add(self, index, values, partitions: int) -> torch.Tensor:
+def match_index_add(self, index, values, partitions: int, combine: bool = True) -> torch.Tensor:
     """``self.index_add(0, index, values)`` (a new tensor) on ``partitions`` fp32 copies,
     each warp's values of one address summed before one atomic."""
     rows = self.shape[0]
@@ -117,7 +126,8 @@ def match_index_add(self, index, values, partitions: int) -> torch.Tensor:
     dp = triton.next_power_of_2(D)
     assert D >= 4, "rows of 4 or more"
     r = max(32 * WARPS, BLOCK // dp)  # a warp's 32 lanes on 32 rows of a column group
-    go = run_match.prepare((cdiv(n, r),), WARPS, D=D, DP=dp, R=r, P=partitions, PDL=pdl)
+    go = run_match.prepare((cdiv(n, r),), WARPS, D=D, DP=dp, R=r, P=partitions,
+                           COMBINE=combine, PDL=pdl)
     total = _launches(rows, n, D, partitions, 0, 1, BLOCK, WARPS, SUM_TILE, pdl)[1]
     go(extra, index, values, n, rows, plane)
     total(self, extra, out, plane)
@@ -140,6 +150,7 @@ def cell(dtype, width: int, rows: int, dist: str) -> dict:
                                            hot_min=SPREAD_HOT_MIN),
         "match": lambda: match_index_add(out, idx, vals, P),
         "match 16": lambda: match_index_add(out, idx, vals, min(P, 16)),
+        "own": lambda: match_index_add(out, idx, vals, P, combine=False),
         "inductor": lambda: plain(out, idx, vals),
         "inductor partitioned": lambda: parted(out, idx, vals),
     }
