@@ -9,8 +9,9 @@ than they saved. A warp's sums cost a few instructions a value and no barrier. `
 is ``_spread`` with each block's values taken 4 columns at a time (so that a warp's 32
 lanes hold 32 rows of one column group), all to copy ``program % P``: the lanes of one
 row sum their values (``match.any.sync``, then a shuffle tree skipped once no lane has a
-peer left) and the lowest adds them with one ``red.v4``; ``match 16`` on at most 16
-copies; ``own`` as ``match`` with no lane's values summed with another's. Against
+peer left) and the lowest adds them with one ``red.v4``. ``switch H`` takes
+``_spread``'s ``H`` hot candidates first, then ``match`` where two or more candidates are
+each hit by 4 of the block's rows or more (``b8``: 8), else ``_spread``'s adds. Against
 them, in CUDA graphs, for 4M value elements: the op as the pass calls it,
 ``scatter_spread`` as shipped, and Inductor's plain and partitioned scatters
 (``index_put``). Every column of commrt's is checked against float64 first.
@@ -36,7 +37,7 @@ from commrt.symm_mem.launch import Launcher, cdiv
 DEV = torch.device("cuda")
 ROUNDS = 5
 F32, BF16 = torch.float32, torch.bfloat16
-SHAPES = ((4, 1024), (16, 1024), (100, 1024))
+SHAPES = ((4, 1024), (16, 1024))
 CELLS = tuple((dt, w, r, d) for dt in (F32, BF16) for w, r in SHAPES
               for d in ("uniform", "skewed", "hot"))
 BLOCK, WARPS = 1024, 4
@@ -109,12 +110,59 @@ def _spread_match(extra, idx, vals, n, rows, plane, D: tl.constexpr, DP: tl.cons
     tl.store(extra + tl.full([], P, tl.int64) * plane + 0 * r, 1.0, mask=bad)
 
 
+@triton.jit
+def _spread_switch(extra, idx, vals, n, rows, plane, D: tl.constexpr, DP: tl.constexpr,
+                   R: tl.constexpr, P: tl.constexpr, HOT: tl.constexpr,
+                   HOT_MIN: tl.constexpr, BUSY: tl.constexpr, PDL: tl.constexpr):
+    # _spread's hot candidates (each hit by HOT_MIN or more of the block's rows: summed and
+    # added once); where BUSY or more of the block's rows hit each of two candidates or
+    # more, the rest as _spread_match, else as _spread (row j to copy j % P)
+    if PDL:
+        tl.extra.cuda.gdc_launch_dependents()
+    pid = tl.program_id(0)
+    r = pid * R + tl.arange(0, R)
+    i, ok, bad = _rows_of(idx, r, n, rows, False)
+    c = tl.arange(0, DP)
+    cm = c < D
+    plain = ok
+    busy = 0
+    for k in tl.static_range(HOT):
+        at = pid * R + k * (R // HOT)
+        h = tl.load(idx + at, mask=at < n, other=-1)
+        h = tl.where(h < -rows, -1, tl.where(h < 0, h + rows, h))
+        hit = plain & (i == h)
+        hits = tl.sum(hit.to(tl.int32))
+        busy += (hits >= BUSY).to(tl.int32)
+        if hits >= HOT_MIN:
+            vh = tl.load(vals + r[:, None] * D + c[None, :], mask=hit[:, None] & cm[None, :],
+                         other=0).to(tl.float32)
+            tl.atomic_add(extra + (pid & (P - 1)) * plane + h * D + c, tl.sum(vh, axis=0),
+                          mask=cm, sem="relaxed")
+            plain = plain & (hit == 0)
+    if busy >= 2:
+        base = extra + (pid & (P - 1)) * plane
+        for c0 in tl.static_range(0, DP, 4):
+            c4 = c0 + tl.arange(0, 4)
+            m4 = plain[:, None] & (c4 < D)[None, :]
+            v4 = tl.load(vals + r[:, None] * D + c4[None, :], mask=m4, other=0).to(tl.float32)
+            _match_add(base + i[:, None] * D + c4[None, :], m4, v4, True)
+    else:
+        m = plain[:, None] & cm[None, :]
+        v = tl.load(vals + r[:, None] * D + c[None, :], mask=m, other=0).to(tl.float32)
+        dst = extra + (r & (P - 1)) * plane + i * D
+        tl.atomic_add(dst[:, None] + c[None, :], v, mask=m, sem="relaxed")
+    tl.store(extra + tl.full([], P, tl.int64) * plane + 0 * r, 1.0, mask=bad)
+
+
 run_match = Launcher(_spread_match)
+run_switch = Launcher(_spread_switch)
 
 
-def match_index_add(self, index, values, partitions: int, combine: bool = True) -> torch.Tensor:
+def match_index_add(self, index, values, partitions: int, combine: bool = True,
+                    hot: int = 0, hot_min: int = 16, busy: int = 4) -> torch.Tensor:
     """``self.index_add(0, index, values)`` (a new tensor) on ``partitions`` fp32 copies,
-    each warp's values of one address summed before one atomic."""
+    each warp's values of one address summed before one atomic (``hot``: candidates a
+    block, ``_spread_switch``)."""
     rows = self.shape[0]
     D = self.numel() // max(1, rows)
     n = index.numel()
@@ -126,8 +174,12 @@ def match_index_add(self, index, values, partitions: int, combine: bool = True) 
     dp = triton.next_power_of_2(D)
     assert D >= 4, "rows of 4 or more"
     r = max(32 * WARPS, BLOCK // dp)  # a warp's 32 lanes on 32 rows of a column group
-    go = run_match.prepare((cdiv(n, r),), WARPS, D=D, DP=dp, R=r, P=partitions,
-                           COMBINE=combine, PDL=pdl)
+    if hot:
+        go = run_switch.prepare((cdiv(n, r),), WARPS, D=D, DP=dp, R=r, P=partitions,
+                                HOT=hot, HOT_MIN=hot_min, BUSY=busy, PDL=pdl)
+    else:
+        go = run_match.prepare((cdiv(n, r),), WARPS, D=D, DP=dp, R=r, P=partitions,
+                               COMBINE=combine, PDL=pdl)
     total = _launches(rows, n, D, partitions, 0, 1, BLOCK, WARPS, SUM_TILE, pdl)[1]
     go(extra, index, values, n, rows, plane)
     total(self, extra, out, plane)
@@ -149,8 +201,9 @@ def cell(dtype, width: int, rows: int, dist: str) -> dict:
         "spread": lambda: spread_index_add(out, idx, vals, P, hot=SPREAD_HOT,
                                            hot_min=SPREAD_HOT_MIN),
         "match": lambda: match_index_add(out, idx, vals, P),
-        "match 16": lambda: match_index_add(out, idx, vals, min(P, 16)),
-        "own": lambda: match_index_add(out, idx, vals, P, combine=False),
+        "switch 2": lambda: match_index_add(out, idx, vals, P, hot=2),
+        "switch 4": lambda: match_index_add(out, idx, vals, P, hot=4),
+        "switch 4 b8": lambda: match_index_add(out, idx, vals, P, hot=4, busy=8),
         "inductor": lambda: plain(out, idx, vals),
         "inductor partitioned": lambda: parted(out, idx, vals),
     }
