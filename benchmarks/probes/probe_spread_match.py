@@ -10,8 +10,9 @@ is ``_spread`` with each block's values taken 4 columns at a time (so that a war
 lanes hold 32 rows of one column group), all to copy ``program % P``: the lanes of one
 row sum their values (``match.any.sync``, then a shuffle tree skipped once no lane has a
 peer left) and the lowest adds them with one ``red.v4``. ``switch H`` takes
-``_spread``'s ``H`` hot candidates first, then ``match`` where two or more candidates are
-each hit by 4 of the block's rows or more (``b8``: 8), else ``_spread``'s adds. Against
+``H`` candidates as ``_spread`` does, summing those that a quarter of the block's rows
+hit, then ``match`` where one is hit by 4 (``b8``: 8) to a quarter of them, else
+``_spread``'s adds. Against
 them, in CUDA graphs, for 4M value elements: the op as the pass calls it,
 ``scatter_spread`` as shipped, and Inductor's plain and partitioned scatters
 (``index_put``). Every column of commrt's is checked against float64 first.
@@ -115,8 +116,8 @@ def _spread_switch(extra, idx, vals, n, rows, plane, D: tl.constexpr, DP: tl.con
                    R: tl.constexpr, P: tl.constexpr, HOT: tl.constexpr,
                    HOT_MIN: tl.constexpr, BUSY: tl.constexpr, PDL: tl.constexpr):
     # _spread's hot candidates (each hit by HOT_MIN or more of the block's rows: summed and
-    # added once); where BUSY or more of the block's rows hit each of two candidates or
-    # more, the rest as _spread_match, else as _spread (row j to copy j % P)
+    # added once); where BUSY to HOT_MIN of the block's rows hit a candidate, the rest as
+    # _spread_match, else as _spread (row j to copy j % P)
     if PDL:
         tl.extra.cuda.gdc_launch_dependents()
     pid = tl.program_id(0)
@@ -132,14 +133,14 @@ def _spread_switch(extra, idx, vals, n, rows, plane, D: tl.constexpr, DP: tl.con
         h = tl.where(h < -rows, -1, tl.where(h < 0, h + rows, h))
         hit = plain & (i == h)
         hits = tl.sum(hit.to(tl.int32))
-        busy += (hits >= BUSY).to(tl.int32)
+        busy += ((hits >= BUSY) & (hits < HOT_MIN)).to(tl.int32)
         if hits >= HOT_MIN:
             vh = tl.load(vals + r[:, None] * D + c[None, :], mask=hit[:, None] & cm[None, :],
                          other=0).to(tl.float32)
             tl.atomic_add(extra + (pid & (P - 1)) * plane + h * D + c, tl.sum(vh, axis=0),
                           mask=cm, sem="relaxed")
             plain = plain & (hit == 0)
-    if busy >= 2:
+    if busy > 0:
         base = extra + (pid & (P - 1)) * plane
         for c0 in tl.static_range(0, DP, 4):
             c4 = c0 + tl.arange(0, 4)
@@ -201,9 +202,9 @@ def cell(dtype, width: int, rows: int, dist: str) -> dict:
         "spread": lambda: spread_index_add(out, idx, vals, P, hot=SPREAD_HOT,
                                            hot_min=SPREAD_HOT_MIN),
         "match": lambda: match_index_add(out, idx, vals, P),
-        "switch 2": lambda: match_index_add(out, idx, vals, P, hot=2),
-        "switch 4": lambda: match_index_add(out, idx, vals, P, hot=4),
-        "switch 4 b8": lambda: match_index_add(out, idx, vals, P, hot=4, busy=8),
+        "switch 2": lambda: match_index_add(out, idx, vals, P, hot=2, hot_min=64),
+        "switch 1": lambda: match_index_add(out, idx, vals, P, hot=1, hot_min=64),
+        "switch 2 b8": lambda: match_index_add(out, idx, vals, P, hot=2, hot_min=64, busy=8),
         "inductor": lambda: plain(out, idx, vals),
         "inductor partitioned": lambda: parted(out, idx, vals),
     }
