@@ -160,7 +160,7 @@ run_switch = Launcher(_spread_switch)
 
 
 def match_index_add(self, index, values, partitions: int, combine: bool = True,
-                    hot: int = 0, hot_min: int = 16, busy: int = 4) -> torch.Tensor:
+                    hot: int = 0, busy: int = 4) -> torch.Tensor:
     """``self.index_add(0, index, values)`` (a new tensor) on ``partitions`` fp32 copies,
     each warp's values of one address summed before one atomic (``hot``: candidates a
     block, ``_spread_switch``)."""
@@ -177,7 +177,7 @@ def match_index_add(self, index, values, partitions: int, combine: bool = True,
     r = max(32 * WARPS, BLOCK // dp)  # a warp's 32 lanes on 32 rows of a column group
     if hot:
         go = run_switch.prepare((cdiv(n, r),), WARPS, D=D, DP=dp, R=r, P=partitions,
-                                HOT=hot, HOT_MIN=hot_min, BUSY=busy, PDL=pdl)
+                                HOT=hot, HOT_MIN=r // 4, BUSY=busy, PDL=pdl)
     else:
         go = run_match.prepare((cdiv(n, r),), WARPS, D=D, DP=dp, R=r, P=partitions,
                                COMBINE=combine, PDL=pdl)
@@ -202,9 +202,9 @@ def cell(dtype, width: int, rows: int, dist: str) -> dict:
         "spread": lambda: spread_index_add(out, idx, vals, P, hot=SPREAD_HOT,
                                            hot_min=SPREAD_HOT_MIN),
         "match": lambda: match_index_add(out, idx, vals, P),
-        "switch 2": lambda: match_index_add(out, idx, vals, P, hot=2, hot_min=64),
-        "switch 1": lambda: match_index_add(out, idx, vals, P, hot=1, hot_min=64),
-        "switch 2 b8": lambda: match_index_add(out, idx, vals, P, hot=2, hot_min=64, busy=8),
+        "switch 2": lambda: match_index_add(out, idx, vals, P, hot=2),
+        "switch 1": lambda: match_index_add(out, idx, vals, P, hot=1),
+        "switch 2 b8": lambda: match_index_add(out, idx, vals, P, hot=2, busy=8),
         "inductor": lambda: plain(out, idx, vals),
         "inductor partitioned": lambda: parted(out, idx, vals),
     }
