@@ -114,6 +114,12 @@ def _has_pdl(index: int) -> bool:
     return torch.cuda.get_device_capability(index)[0] >= 9
 
 
+def has_warp_sums(device: torch.device) -> bool:
+    """Whether ``device`` runs ``fx.warp_sums`` (``match.any.sync`` and fp32 ``red.v4``:
+    NVIDIA sm90 or newer, as for ``has_pdl``)."""
+    return has_pdl(device)
+
+
 def _cuda_index(device: torch.device) -> int:
     """The index of a CUDA ``device`` (``cuda`` alone: the current one), the caches' key."""
     return torch.cuda.current_device() if device.index is None else device.index

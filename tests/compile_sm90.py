@@ -125,6 +125,34 @@ def shared_calls() -> None:
                     calls.append((_shared_partial, (idx, vals, part, *args), dict(meta)))
 
 
+def spread_calls() -> None:
+    """The spread kernel as the pass calls it, and with the warp sums it takes only on a
+    GPU (``has_warp_sums``)."""
+    from commrt.fx.scatter_rule import (
+        SPREAD_BUSY,
+        SPREAD_BUSY_HOT_MIN,
+        SPREAD_HOT,
+        SPREAD_HOT_MIN,
+    )
+    from commrt.fx.scatter_spread import _spread, spread_index_add
+
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        for itype in (torch.int64, torch.int32):
+            idx = torch.zeros(1000, dtype=itype)
+            for d in (1, 3, 4, 8, 16):
+                shape = (d,) if d > 1 else ()
+                vals = torch.zeros(1000, *shape, dtype=dtype)
+                spread_index_add(torch.zeros(64, *shape, dtype=dtype), idx, vals, 8,
+                                 hot=SPREAD_HOT, hot_min=SPREAD_HOT_MIN)
+                if d % 4 == 0:
+                    for wide in (False, True):
+                        meta = dict(D=d, DP=d, R=max(128, 1024 // d), P=8, HOT=SPREAD_HOT,
+                                    HOT_MIN=SPREAD_BUSY_HOT_MIN, WIDE=wide, PDL=True,
+                                    BUSY=SPREAD_BUSY, num_warps=4)
+                        calls.append((_spread, (torch.zeros(8 * 64 * d + 2), idx, vals, 1000,
+                                                64, 64 * d), meta))
+
+
 def collective_calls() -> None:
     from commrt import collective_kernels, custom
     from commrt.symm_mem import copy_engine
@@ -154,6 +182,7 @@ def main() -> None:
     JITFunction.run = _record
     scatter_calls()
     shared_calls()
+    spread_calls()
     collective_calls()
     seen, compiled = set(), 0
     for fn, args, kwargs in calls:

@@ -32,7 +32,10 @@ def main() -> None:
                 for itype, block, tile, kw in (
                         (torch.int64, 1024, 8192, {}), (torch.int32, 64, 256, {}),
                         (torch.int64, 256, 8192, dict(hot=2, hot_min=16)),
-                        (torch.int32, 256, 256, dict(hot=4, hot_min=2))):
+                        (torch.int32, 256, 256, dict(hot=4, hot_min=2)),
+                        # warp sums asked for: none without a GPU (has_warp_sums)
+                        (torch.int64, 1024, 8192, dict(hot=2, hot_min=16, busy=1,
+                                                       busy_hot_min=1 << 30))):
                     got = spread_index_add(base, idx.to(itype), vals, p, block=block,
                                            sum_tile=tile, **kw)
                     err = float((got.double() - ref).norm() / ref.norm())

@@ -316,6 +316,64 @@ def test_spread_kernels_against_float64(dtype, shape, rows, copies):
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("shape", [(4,), (8,), (16,), (100,), (3,)])  # (3,): no warp sums
+@pytest.mark.parametrize("rows", [1024, 7, 1031])
+def test_spread_warp_sums_against_float64(dtype, shape, rows):
+    """The spread kernels with warp sums (a warp's values of one row summed before one
+    atomic) on the GPU, eager and in a CUDA graph, three calls each: as the pass calls
+    them, and with every block through the warp sums, on every index distribution and
+    index dtype against float64; an infinity and a NaN reach only their own elements; an
+    index out of range poisons that call only; the scratch is left zero."""
+    from commrt.dispatch.profile import has_warp_sums
+    from commrt.fx.scatter_rule import (
+        SPREAD_BUSY,
+        SPREAD_BUSY_HOT_MIN,
+        SPREAD_HOT,
+        SPREAD_HOT_MIN,
+    )
+    from commrt.fx.scatter_scratch import zeroed
+    from commrt.fx.scatter_spread import spread_index_add
+
+    if not has_warp_sums(torch.device("cuda")):
+        pytest.skip("warp sums need sm90 or newer")
+    g = torch.Generator(device="cuda").manual_seed(rows + shape[0])
+    tol, copies, plane = TOL[dtype], 64, rows * shape[0]
+    rule = dict(hot=SPREAD_HOT, hot_min=SPREAD_HOT_MIN, busy=SPREAD_BUSY,
+                busy_hot_min=SPREAD_BUSY_HOT_MIN)
+    every = dict(hot=1, busy=1, busy_hot_min=1 << 30)  # a block's first row hits itself
+    for n, dist in ((1_000_003, "skewed"), (300_007, "hot"), (200_001, "uniform"),
+                    (4097, "skewed")):
+        n = max(4097, n * 4 // shape[0])
+        base, idx, vals, ref, scale = _case(dist, rows, n, shape, dtype, g)
+        for itype, kw in ((torch.int64, rule), (torch.int32, every),
+                          (torch.int64, dict(every, pdl=False))):
+            outs = _eager_and_graph(lambda *a, kw=kw: spread_index_add(*a, **kw),
+                                    (base, idx.to(itype), vals, copies), 3)
+            for out in outs:
+                err = float((out.double() - ref).norm() / scale)
+                assert out.dtype == dtype and out.shape == base.shape and err < tol, (
+                    n, dist, itype, kw, err)
+            assert not zeroed(base.device, copies * plane + 2).any()
+    vals[1000, 1], vals[n // 2, shape[0] - 1] = float("inf"), float("nan")
+    ref = base.double().index_add(0, idx % rows, vals.double())
+    for kw in (rule, every):
+        got = spread_index_add(base, idx, vals, copies, **kw).double()
+        assert torch.equal(got.isnan(), ref.isnan()) and torch.equal(got.isinf(), ref.isinf())
+        fin = ref.isfinite()
+        assert float((got[fin] - ref[fin]).norm() / scale) < tol
+    vals = vals.nan_to_num(0.0, 0.0, 0.0)
+    idx[n // 3] = rows
+    assert spread_index_add(base, idx, vals, copies, **every).isnan().all()
+    idx[n // 3] = 0
+    err = float((spread_index_add(base, idx, vals, copies, **every).double() -
+                 base.double().index_add(0, idx % rows, vals.double())).norm() / scale)
+    assert err < tol, err
+    assert not zeroed(base.device, copies * plane + 2).any()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("shape", [(), (1,)])  # 1-D values, rows of 1
 @pytest.mark.parametrize("rows", [17, 1000, 16384, 20011, 32768, 40009, 65536])
 def test_shared_sums_kernels_against_float64(dtype, shape, rows):

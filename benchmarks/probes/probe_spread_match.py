@@ -5,17 +5,14 @@ so that only one lane of each such set adds with an atomic?
 One GPU. The floors (``probe_target_floors``) left room only on contended rows into a
 thousand rows, where a block's rows summed for free cut the atomics 3-10x; the block-wide
 sums tried before (sorted sums, shared sums for rows, one sum a hot candidate) cost more
-than they saved. A warp's sums cost a few instructions a value and no barrier. ``match``
-is ``_spread`` with each block's values taken 4 columns at a time (so that a warp's 32
-lanes hold 32 rows of one column group), all to copy ``program % P``: the lanes of one
-row sum their values (``match.any.sync``, then a shuffle tree skipped once no lane has a
-peer left) and the lowest adds them with one ``red.v4``. ``switch H`` takes
-``H`` candidates as ``_spread`` does, summing those that a quarter of the block's rows
-hit, then ``match`` where one is hit by 4 (``b8``: 8) to a quarter of them, else
-``_spread``'s adds. Against
-them, in CUDA graphs, for 4M value elements: the op as the pass calls it,
-``scatter_spread`` as shipped, and Inductor's plain and partitioned scatters
-(``index_put``). Every column of commrt's is checked against float64 first.
+than they saved. A warp's sums (``fx.warp_sums``) cost a few instructions a value and no
+barrier. Columns, in CUDA graphs, for 4M value elements, each checked against float64
+first: the op as the pass calls it; ``spread``: ``scatter_spread`` without warp sums;
+``spread busy``: with them, as the rule asks (a block where a candidate is busy but not
+hot adds its other rows through them); ``match``: every block's rows through them, 4
+columns at a time, to copy ``program % P``; ``switch 2 b8``: ``spread busy`` with the
+values loaded after the candidates (the form first measured); Inductor's plain and
+partitioned scatters (``index_put``).
 
     python benchmarks/probes/probe_spread_match.py [--out probe_spread_match.json]
 """
@@ -30,9 +27,15 @@ from probe_narrow_costs import cell_data, checked_errors, inductor_columns, roun
 from commrt.dispatch.profile import has_pdl
 from commrt.fx import scatter as pass_scatter
 from commrt.fx.scatter_kernels import _rows_of
-from commrt.fx.scatter_rule import SPREAD_HOT, SPREAD_HOT_MIN
+from commrt.fx.scatter_rule import (
+    SPREAD_BUSY,
+    SPREAD_BUSY_HOT_MIN,
+    SPREAD_HOT,
+    SPREAD_HOT_MIN,
+)
 from commrt.fx.scatter_scratch import zeroed
 from commrt.fx.scatter_spread import SUM_TILE, _launches, spread_index_add
+from commrt.fx.warp_sums import warp_add
 from commrt.symm_mem.launch import Launcher, cdiv
 
 DEV = torch.device("cuda")
@@ -43,58 +46,10 @@ CELLS = tuple((dt, w, r, d) for dt in (F32, BF16) for w, r in SHAPES
               for d in ("uniform", "skewed", "hot"))
 BLOCK, WARPS = 1024, 4
 
-# One tree round on the 4 values: add the values of the next-higher lane still in the set,
-# then drop the lanes whose rank's low bit is set (their values now held by a lower lane);
-# skipped once no lane of the warp has one left.
-_ROUND = ("setp.ne.b64 p, hi, 0; vote.sync.any.pred q, p, -1; @!q bra.uni DONE${:uid}; "
-          "neg.s32 t, hi; and.b32 t, hi, t; bfind.u32 src, t; "
-          + "".join(f"shfl.sync.idx.b32 y{j}, x{j}, src, 31, -1; " for j in range(4))
-          + "".join(f"@p add.f32 x{j}, x{j}, y{j}; " for j in range(4))
-          + "and.b32 t, rank, 1; setp.ne.b32 q, t, 0; vote.sync.ballot.b32 b, q, -1; "
-          "not.b32 b, b; and.b32 hi, hi, b; shr.u32 rank, rank, 1; ")
-# 4 elements a lane (pack=4): $4-$7 the fp32 addresses, $8-$11 to add (0: not), $12-$15
-# the values; $0-$3 unused. Where a lane's 4 addresses follow one another and all 4 are to
-# be added, the warp's lanes of the same 4 addresses are summed first and the lowest of them
-# adds the sums (one red.v4 where aligned); any other lane adds its own.
-MATCH_ADD = tl.constexpr(
-    "{ .reg .pred p, q, e, ld, v; .reg .b32 peers, hi, rank, t, src, b; .reg .b64 k, w; "
-    ".reg .f32 x0, x1, x2, x3, y0, y1, y2, y3; "
-    + "".join(f"mov.b32 x{j}, ${12 + j}; " for j in range(4))
-    + "setp.ne.b32 e, $8, 0; setp.ne.and.b32 e, $9, 0, e; setp.ne.and.b32 e, $10, 0, e; "
-    "setp.ne.and.b32 e, $11, 0, e; "
-    + "".join(f"add.s64 w, $4, {4 * j}; setp.eq.and.s64 e, ${4 + j}, w, e; "
-              for j in range(1, 4))
-    + "mov.u32 t, %laneid; cvt.u64.u32 w, t; not.b64 w, w; selp.b64 k, $4, w, e; "
-    "match.any.sync.b64 peers, k, -1; mov.u32 t, %lanemask_lt; and.b32 rank, peers, t; "
-    "setp.eq.b32 ld, rank, 0; popc.b32 rank, rank; mov.u32 t, %lanemask_gt; "
-    "and.b32 hi, peers, t; "
-    + _ROUND.replace("setp.ne.b64 p", "setp.ne.b32 p") * 5 + "DONE${:uid}: "
-    "and.b64 w, $4, 15; setp.eq.and.b64 v, w, 0, e; and.pred v, v, ld; "
-    "@v red.relaxed.gpu.global.add.v4.f32 [$4], {x0, x1, x2, x3}; "
-    "not.pred v, v; and.pred v, v, ld; "
-    + "".join(f"setp.ne.and.b32 p, ${8 + j}, 0, v; @p red.relaxed.gpu.global.add.f32 "
-              f"[${4 + j}], x{j}; " for j in range(4))
-    + "".join(f"mov.u32 ${j}, 0; " for j in range(4)) + "}")
-# ... with no lane's values summed with another's (every lane adds its own)
-OWN_ADD = tl.constexpr(MATCH_ADD.value.replace("selp.b64 k, $4, w, e;", "mov.b64 k, w;"))
-
-
-@triton.jit
-def _match_add(at, m, x, COMBINE: tl.constexpr):
-    if not COMBINE:
-        return tl.inline_asm_elementwise(OWN_ADD, "=r,=r,=r,=r,l,l,l,l,r,r,r,r,r,r,r,r",
-                                         [at.to(tl.int64, bitcast=True), m.to(tl.int32), x],
-                                         dtype=tl.int32, is_pure=False, pack=4)
-    return tl.inline_asm_elementwise(MATCH_ADD, "=r,=r,=r,=r,l,l,l,l,r,r,r,r,r,r,r,r",
-                                     [at.to(tl.int64, bitcast=True), m.to(tl.int32), x],
-                                     dtype=tl.int32,
-                                     is_pure=False, pack=4)
-
 
 @triton.jit
 def _spread_match(extra, idx, vals, n, rows, plane, D: tl.constexpr, DP: tl.constexpr,
-                  R: tl.constexpr, P: tl.constexpr, COMBINE: tl.constexpr,
-                  PDL: tl.constexpr):
+                  R: tl.constexpr, P: tl.constexpr, PDL: tl.constexpr):
     # a block of R value rows to copy pid % P, 4 columns at a time: each warp sums its
     # lanes' values of one row before one atomic adds them
     if PDL:
@@ -107,7 +62,7 @@ def _spread_match(extra, idx, vals, n, rows, plane, D: tl.constexpr, DP: tl.cons
         c = c0 + tl.arange(0, 4)
         m = ok[:, None] & (c < D)[None, :]
         v = tl.load(vals + r[:, None] * D + c[None, :], mask=m, other=0).to(tl.float32)
-        _match_add(base + i[:, None] * D + c[None, :], m, v, COMBINE)
+        warp_add(base + i[:, None] * D + c[None, :], m, v)
     tl.store(extra + tl.full([], P, tl.int64) * plane + 0 * r, 1.0, mask=bad)
 
 
@@ -146,7 +101,7 @@ def _spread_switch(extra, idx, vals, n, rows, plane, D: tl.constexpr, DP: tl.con
             c4 = c0 + tl.arange(0, 4)
             m4 = plain[:, None] & (c4 < D)[None, :]
             v4 = tl.load(vals + r[:, None] * D + c4[None, :], mask=m4, other=0).to(tl.float32)
-            _match_add(base + i[:, None] * D + c4[None, :], m4, v4, True)
+            warp_add(base + i[:, None] * D + c4[None, :], m4, v4)
     else:
         m = plain[:, None] & cm[None, :]
         v = tl.load(vals + r[:, None] * D + c[None, :], mask=m, other=0).to(tl.float32)
@@ -159,8 +114,8 @@ run_match = Launcher(_spread_match)
 run_switch = Launcher(_spread_switch)
 
 
-def match_index_add(self, index, values, partitions: int, combine: bool = True,
-                    hot: int = 0, busy: int = 4) -> torch.Tensor:
+def match_index_add(self, index, values, partitions: int, hot: int = 0,
+                    busy: int = 4) -> torch.Tensor:
     """``self.index_add(0, index, values)`` (a new tensor) on ``partitions`` fp32 copies,
     each warp's values of one address summed before one atomic (``hot``: candidates a
     block, ``_spread_switch``)."""
@@ -180,8 +135,8 @@ def match_index_add(self, index, values, partitions: int, combine: bool = True,
                                 HOT=hot, HOT_MIN=r // 4, BUSY=busy, PDL=pdl)
     else:
         go = run_match.prepare((cdiv(n, r),), WARPS, D=D, DP=dp, R=r, P=partitions,
-                               COMBINE=combine, PDL=pdl)
-    total = _launches(rows, n, D, partitions, 0, 1, BLOCK, WARPS, SUM_TILE, pdl)[1]
+                               PDL=pdl)
+    total = _launches(rows, n, D, partitions, 0, 1, 0, BLOCK, WARPS, SUM_TILE, pdl)[1]
     go(extra, index, values, n, rows, plane)
     total(self, extra, out, plane)
     return out
@@ -201,9 +156,10 @@ def cell(dtype, width: int, rows: int, dist: str) -> dict:
         "op": lambda: torch.ops.commrt.partitioned_index_put(out, idx, vals, P),
         "spread": lambda: spread_index_add(out, idx, vals, P, hot=SPREAD_HOT,
                                            hot_min=SPREAD_HOT_MIN),
+        "spread busy": lambda: spread_index_add(out, idx, vals, P, hot=SPREAD_HOT,
+                                                hot_min=SPREAD_HOT_MIN, busy=SPREAD_BUSY,
+                                                busy_hot_min=SPREAD_BUSY_HOT_MIN),
         "match": lambda: match_index_add(out, idx, vals, P),
-        "switch 2": lambda: match_index_add(out, idx, vals, P, hot=2),
-        "switch 1": lambda: match_index_add(out, idx, vals, P, hot=1),
         "switch 2 b8": lambda: match_index_add(out, idx, vals, P, hot=2, busy=8),
         "inductor": lambda: plain(out, idx, vals),
         "inductor partitioned": lambda: parted(out, idx, vals),

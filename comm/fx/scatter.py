@@ -58,6 +58,8 @@ from .scatter_rule import (
     SAMPLE,
     SHARED_PLANE,
     SHIFTS,
+    SPREAD_BUSY,
+    SPREAD_BUSY_HOT_MIN,
     SPREAD_HOT,
     SPREAD_HOT_MIN,
     decide,
@@ -174,7 +176,8 @@ def _routes(rows: int, width: int, n: int, dtype: torch.dtype, out_dtype: torch.
         else ()
     if partitions > 1 and spread(rows, width, n, dtype):
         return (*first, functools.partial(spread_index_add, hot=SPREAD_HOT,
-                                          hot_min=SPREAD_HOT_MIN))
+                                          hot_min=SPREAD_HOT_MIN, busy=SPREAD_BUSY,
+                                          busy_hot_min=SPREAD_BUSY_HOT_MIN))
     # fp16/bf16 added in their own dtype (one copy)
     own = half_adds(rows, width, n, partitions, dtype) and out_dtype == dtype
     if width <= NARROW_ROW:
