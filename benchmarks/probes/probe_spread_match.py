@@ -7,7 +7,8 @@ thousand rows, where a block's rows summed for free cut the atomics 3-10x; the b
 sums tried before (sorted sums, shared sums for rows, one sum a hot candidate) cost more
 than they saved. A warp's sums (``fx.warp_sums``) cost a few instructions a value and no
 barrier. Columns, in CUDA graphs, for 4M value elements, each checked against float64
-first: the op as the pass calls it; ``spread``: ``scatter_spread`` without warp sums;
+first: the op as the pass calls it; ``plain``: ``scatter_spread`` without warp sums
+(named ``spread`` at a900474, whose median the rounds' ``spread`` ranges overwrote);
 ``spread busy``: with them, as the rule asks (a block where a candidate is busy but not
 hot adds its other rows through them); ``match``: every block's rows through them, 4
 columns at a time, to copy ``program % P``; ``switch 2 b8``: ``spread busy`` with the
@@ -154,7 +155,7 @@ def cell(dtype, width: int, rows: int, dist: str) -> dict:
     plain, parted = inductor_columns(out, idx, vals)
     calls = {
         "op": lambda: torch.ops.commrt.partitioned_index_put(out, idx, vals, P),
-        "spread": lambda: spread_index_add(out, idx, vals, P, hot=SPREAD_HOT,
+        "plain": lambda: spread_index_add(out, idx, vals, P, hot=SPREAD_HOT,
                                            hot_min=SPREAD_HOT_MIN),
         "spread busy": lambda: spread_index_add(out, idx, vals, P, hot=SPREAD_HOT,
                                                 hot_min=SPREAD_HOT_MIN, busy=SPREAD_BUSY,

@@ -28,9 +28,10 @@ rows of a block that share an index, with no plan), and those of ``scatter_few``
 rows into a few output rows) sum every output row a program, no copies, and those of
 ``scatter_shared`` (single values into up to ``SHARED_PLANE`` rows, fp32 ones into up to
 ``SHARED_WINDOWS`` times that in windows) sum every output element a program in shared
-memory, and those of ``scatter_spread`` (fp32 narrow rows with
-many values a row: ``spread``) add value ``j`` to copy ``j % partitions``, a block's hot rows
-summed first; elsewhere, and for integer values, the copies are torch ops.
+memory, and those of ``scatter_spread`` (fp32 narrow rows with many values a row:
+``spread``) add value ``j`` to copy ``j % partitions``, a block's hot rows summed first
+(rows of 4 on sm90+: a block that contends sums each warp's values of one row before one
+atomic, ``warp_sums``); elsewhere, and for integer values, the copies are torch ops.
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ from .scatter_rule import (
     SHIFTS,
     SPREAD_BUSY,
     SPREAD_BUSY_HOT_MIN,
+    SPREAD_BUSY_ROW,
     SPREAD_HOT,
     SPREAD_HOT_MIN,
     decide,
@@ -176,7 +178,8 @@ def _routes(rows: int, width: int, n: int, dtype: torch.dtype, out_dtype: torch.
         else ()
     if partitions > 1 and spread(rows, width, n, dtype):
         return (*first, functools.partial(spread_index_add, hot=SPREAD_HOT,
-                                          hot_min=SPREAD_HOT_MIN, busy=SPREAD_BUSY,
+                                          hot_min=SPREAD_HOT_MIN,
+                                          busy=SPREAD_BUSY if width == SPREAD_BUSY_ROW else 0,
                                           busy_hot_min=SPREAD_BUSY_HOT_MIN))
     # fp16/bf16 added in their own dtype (one copy)
     own = half_adds(rows, width, n, partitions, dtype) and out_dtype == dtype

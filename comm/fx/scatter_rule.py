@@ -163,13 +163,16 @@ NARROW_PARTITIONED_ROW = 4  # from this row width, or fp32 on more than HOT rows
 # fp16/bf16 rows lost 6% in element-wise blocks (Inductor's partitions add in their
 # dtype) and wide rows 24-84%: those stay with Inductor.
 SPREAD_HOT, SPREAD_HOT_MIN = 2, 16
-# ... where the GPU sums a warp's values of one row before one atomic (fx.warp_sums, sm90+)
-# and rows are of a multiple of 4: a candidate's rows summed from SPREAD_BUSY_HOT_MIN of a
-# block's (a quarter of 256 rows of 4), and a block where SPREAD_BUSY to
-# SPREAD_BUSY_HOT_MIN - 1 of them hit a candidate (a few rows take most) adds its other rows
-# to one copy through the warp sums. On one H200 (probe_spread_match_NVIDIA_H200.json),
-# fp32 rows of 4 into 1,024 rows, skewed: see docs/decisions.md, 2026-12-03.
-SPREAD_BUSY, SPREAD_BUSY_HOT_MIN = 8, 64
+# ... where the GPU sums a warp's values of one row before one atomic (fx.warp_sums, sm90+),
+# rows of SPREAD_BUSY_ROW: a candidate's rows summed from SPREAD_BUSY_HOT_MIN of a block's
+# 256 (a quarter), and a block where SPREAD_BUSY to SPREAD_BUSY_HOT_MIN - 1 of them hit a
+# candidate (a few rows take most) adds its other rows to one copy through the warp sums.
+# On one H200 (benchmarks/results/probe_spread_match_NVIDIA_H200.json, a900474), fp32 rows
+# of 4 into 1,024 rows, µs uniform / skewed / hot: 16.83 / 15.53 / 15.49 against 16.3-16.8
+# / 25.6-31.2 / 14.4-15.1 without (Inductor's partitions 19.54 / 29.61 / 27.48 in that
+# run; its faster config 16.4 on uniform indices in others). Rows of 16 lost (hot 16.45
+# against 13.4 without).
+SPREAD_BUSY_ROW, SPREAD_BUSY, SPREAD_BUSY_HOT_MIN = 4, 8, 64
 INDUCTOR_MIN_INDICES = 4096  # Inductor's partitioned_scatter_min_index_size
 INDUCTOR_MEMORY = 0.10  # Inductor's partitioned_scatter_memory_budget
 # fp32 rows wider than NARROW_ROW that the narrow kernels take with one copy (one_copy):
