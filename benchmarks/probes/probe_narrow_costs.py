@@ -277,6 +277,22 @@ def inductor_columns(out, idx, vals) -> tuple:
     return plain, parted
 
 
+def ours(name: str) -> bool:
+    """A column checked against its error bound: not one of Inductor's."""
+    return not name.startswith("inductor")
+
+
+def compiled_cell(dtype, width: int, rows: int, dist: str) -> tuple:
+    """One grid cell's data (``cell_data``), the copies the pass gives it, its float64
+    ``index_put`` and Inductor's two compiled columns (``inductor_columns``): (output,
+    indices, values, copies, reference, plain, partitioned)."""
+    out, idx, vals = cell_data(dtype, width, rows, dist)
+    P = pass_scatter.copies(rows, max(1, width), idx.numel(), dtype,
+                            torch.cuda.get_device_properties(DEV).total_memory)
+    ref = out.double().index_put((idx,), vals.double(), accumulate=True)
+    return (out, idx, vals, P, ref, *inductor_columns(out, idx, vals))
+
+
 def inductor(op: str):
     torch._dynamo.reset()
     if op == "index_add":
