@@ -167,11 +167,11 @@ SPREAD_HOT, SPREAD_HOT_MIN = 2, 16
 # rows of SPREAD_BUSY_ROW: a candidate's rows summed from SPREAD_BUSY_HOT_MIN of a block's
 # 256 (a quarter), and a block where SPREAD_BUSY to SPREAD_BUSY_HOT_MIN - 1 of them hit a
 # candidate (a few rows take most) adds its other rows to one copy through the warp sums.
-# On one H200 (benchmarks/results/probe_spread_match_NVIDIA_H200.json, a900474), fp32 rows
-# of 4 into 1,024 rows, µs uniform / skewed / hot: 16.83 / 15.53 / 15.49 against 16.3-16.8
-# / 25.6-31.2 / 14.4-15.1 without (Inductor's partitions 19.54 / 29.61 / 27.48 in that
-# run; its faster config 16.4 on uniform indices in others). Rows of 16 lost (hot 16.45
-# against 13.4 without).
+# On one H200 (benchmarks/results/probe_spread_match_NVIDIA_H200.json, 09bb6d8), fp32 rows
+# of 4 into 1,024 rows, µs uniform / skewed / hot: 16.73 / 15.53 / 14.87 against 16.53 /
+# 29.30 / 14.73 without (Inductor's partitions 19.60 / 34.24 / 27.64 in that run; its
+# faster config 16.4 on uniform indices in others). Rows of 16 lost (hot 16.47 against
+# 13.41 without).
 SPREAD_BUSY_ROW, SPREAD_BUSY, SPREAD_BUSY_HOT_MIN = 4, 8, 64
 INDUCTOR_MIN_INDICES = 4096  # Inductor's partitioned_scatter_min_index_size
 INDUCTOR_MEMORY = 0.10  # Inductor's partitioned_scatter_memory_budget
