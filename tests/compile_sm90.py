@@ -145,9 +145,8 @@ def spread_calls() -> None:
                 spread_index_add(torch.zeros(64, *shape, dtype=dtype), idx, vals, 8,
                                  hot=SPREAD_HOT, hot_min=SPREAD_HOT_MIN)
                 if d > 1:  # with the warp sums (int64 offsets once)
-                    wide = (False, True) if (dtype, itype, d) == (torch.float32,
-                                                                   torch.int64, 4) else (False,)
-                    for w in wide:
+                    wide = dtype == torch.float32 and itype == torch.int64 and d == 4
+                    for w in {False, wide}:
                         meta = dict(D=d, DP=d, R=max(128, 1024 // d), P=8, HOT=SPREAD_HOT,
                                     HOT_MIN=SPREAD_BUSY_HOT_MIN, WIDE=w, PDL=True,
                                     BUSY=SPREAD_BUSY, num_warps=4)

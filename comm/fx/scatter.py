@@ -59,9 +59,7 @@ from .scatter_rule import (
     SAMPLE,
     SHARED_PLANE,
     SHIFTS,
-    SPREAD_BUSY,
     SPREAD_BUSY_HOT_MIN,
-    SPREAD_BUSY_ROW,
     SPREAD_HOT,
     SPREAD_HOT_MIN,
     decide,
@@ -77,6 +75,7 @@ from .scatter_rule import (
     partitions_for,
     shared_sums,
     spread,
+    spread_busy,
     spread_copies,
     wide_on_one_copy,
     wide_own_adds,
@@ -179,7 +178,7 @@ def _routes(rows: int, width: int, n: int, dtype: torch.dtype, out_dtype: torch.
     if partitions > 1 and spread(rows, width, n, dtype):
         return (*first, functools.partial(spread_index_add, hot=SPREAD_HOT,
                                           hot_min=SPREAD_HOT_MIN,
-                                          busy=SPREAD_BUSY if width == SPREAD_BUSY_ROW else 0,
+                                          busy=spread_busy(width),
                                           busy_hot_min=SPREAD_BUSY_HOT_MIN))
     # fp16/bf16 added in their own dtype (one copy)
     own = half_adds(rows, width, n, partitions, dtype) and out_dtype == dtype

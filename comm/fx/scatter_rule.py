@@ -430,6 +430,12 @@ def spread(rows: int, width: int, n: int, dtype: torch.dtype) -> bool:
             n >= NARROW_PARTITIONED * rows and (width >= NARROW_PARTITIONED_ROW or rows > HOT))
 
 
+def spread_busy(width: int) -> int:
+    """``spread``'s ``busy`` for rows of ``width`` elements: blocks where a few rows take
+    most go through the warp sums (rows of ``SPREAD_BUSY_ROW``; 0: never)."""
+    return SPREAD_BUSY if width == SPREAD_BUSY_ROW else 0
+
+
 def spread_copies(plane: int, n: int, memory: int, fraction: float = MEMORY_FRACTION) -> int:
     """``spread``'s fp32 copies of a ``plane``-element output: Inductor's partition count,
     within ``fraction`` of ``memory`` (1: too large for two)."""
