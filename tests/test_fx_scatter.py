@@ -20,6 +20,7 @@ from commrt.fx.scatter_rule import (
     LOCAL_WARPS,
     NARROW_PAIR_ROWS,
     NARROW_PAIR_SAMPLE,
+    SPREAD_BUSY,
     decide,
     half_adds,
     local_blocks,
@@ -341,6 +342,7 @@ def test_the_pass_follows_the_rule_on_traced_graphs(rows, width, n, dtype, choic
     (20_011, 1, 1 << 20, torch.float32, torch.float32,  # the narrow kernels where the
      ["shared_sums_index_add", "narrow_index_add"]),    # shared sums do not fit
     (1024, 4, 1 << 20, torch.float32, torch.float32, ["spread_index_add"]),
+    (1024, 16, 1 << 20, torch.float32, torch.float32, ["spread_index_add"]),
     (4096, 16, 262_147, torch.float32, torch.float32, ["narrow_index_add"]),
     (1 << 16, 4, 1 << 20, torch.bfloat16, torch.bfloat16, ["narrow_index_add"]),
     (1024, 1024, 4099, torch.float32, torch.float32, ["narrow_index_add"]),  # block-local
@@ -363,6 +365,10 @@ def test_op_routes_follow_the_rule_and_are_kept(rows, width, n, dtype, out_dtype
         assert narrow[0].keywords["own_adds"] > 0
     if width == 1024:
         assert narrow[0].keywords["local"] > 0
+    spread_routes = [r for r in got if getattr(r, "func", None) is not None and
+                     r.func.__name__ == "spread_index_add"]
+    if spread_routes:  # the warp sums on fp32 rows of 4 only
+        assert spread_routes[0].keywords["busy"] == (SPREAD_BUSY if width == 4 else 0)
 
 
 @pytest.mark.parametrize("op,choice", [(index_add, "commrt"), (index_put, "commrt")])
