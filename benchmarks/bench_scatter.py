@@ -329,9 +329,10 @@ def _static_choice(group: tuple) -> tuple[str, str]:
     op, dt, width, rows = group
     n = VALUES // max(1, width)
     # after decomposition both ops reach the pass as index_put, save Inductor's aten
-    # fallback for a half-precision index_add
+    # fallback for a half-precision index_add; scatter_add stays one (not partitioned)
     index_put = op != "index_add" or DTYPES[dt] not in (torch.bfloat16, torch.float16)
-    return decide(rows, max(1, width), n, DTYPES[dt], index_put)
+    return decide(rows, max(1, width), n, DTYPES[dt], index_put,
+                  index_put and op != "scatter_add")
 
 
 def _failed(cells: list, name: str, exc: Exception) -> None:

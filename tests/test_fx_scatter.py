@@ -350,6 +350,7 @@ def test_the_pass_follows_the_rule_on_traced_graphs(rows, width, n, dtype, choic
     (1031, 100, 41_947, torch.bfloat16, torch.bfloat16, ["partitioned_index_add"]),
     (0, 0, 5, torch.float32, torch.float32, ["partitioned_index_add"]),  # an empty output
     (1024, 16, 4096, torch.int64, torch.int64, []),  # integers: torch ops
+    (1024, 4, 1 << 20, torch.bfloat16, torch.bfloat16, ["spread_index_add"]),  # fp32 copies
 ])
 def test_op_routes_follow_the_rule_and_are_kept(rows, width, n, dtype, out_dtype, routes):
     from commrt.fx import scatter
@@ -367,8 +368,36 @@ def test_op_routes_follow_the_rule_and_are_kept(rows, width, n, dtype, out_dtype
         assert narrow[0].keywords["local"] > 0
     spread_routes = [r for r in got if getattr(r, "func", None) is not None and
                      r.func.__name__ == "spread_index_add"]
-    if spread_routes:  # the warp sums on fp32 rows of 4 only
+    if spread_routes:  # the warp sums on rows of 4 only
         assert spread_routes[0].keywords["busy"] == (SPREAD_BUSY if width == 4 else 0)
+
+
+@pytest.mark.parametrize("op,dtype,width,n,spread", [
+    ("scatter_add", torch.bfloat16, 4, 1 << 20, True),  # Inductor would not partition it
+    ("index_add", torch.bfloat16, 4, 1 << 20, True),    # ... aten's kernel
+    ("index_put", torch.bfloat16, 4, 1 << 20, False),  # its partitions: Inductor's choice
+    ("scatter_add", torch.float16, 4, 1 << 20, False),  # fp16: not measured, as before
+    ("scatter_add", torch.bfloat16, 16, 1 << 18, False),  # rows of 16: Inductor's partitions
+    ("scatter_add", torch.bfloat16, 4, 1 << 18, False),  # 256 a row: too few for copies
+])
+def test_bf16_rows_of_4_spread_where_inductor_would_not_partition(op, dtype, width, n, spread):
+    """bf16 rows of 4 into 1,024 rows with 1,024 values a row: a ``scatter_add`` or an
+    ``index_add`` to the spread's fp32 copies (the op with Inductor's partition count); an
+    ``index_put`` to Inductor's partitions, which its compiled column has too."""
+    fn = {"scatter_add": SCATTER_ADDS["rows, view"], "index_add": index_add,
+          "index_put": index_put}[op]
+    with torch._subclasses.FakeTensorMode():
+        args = (torch.empty(1024, width, dtype=dtype), torch.empty(n, dtype=torch.int64),
+                torch.empty(n, width, dtype=dtype))
+        gm = make_fx(fn, tracing_mode="fake")(*args)
+    rep = partitioned_scatter(gm)
+    new = [nd.args[3] for nd in gm.graph.nodes
+           if nd.target is torch.ops.commrt.partitioned_index_put.default]
+    if not spread:
+        assert new == [] and rep.inductor_partitioned == 1, rep
+        return
+    assert len(new) == 1 and "fp32 copies" in rep.decisions[0], rep
+    assert new[0] == copies(1024, width, n, dtype, 16 << 30) > 1  # the CPU graph's memory
 
 
 @pytest.mark.parametrize("op,choice", [(index_add, "commrt"), (index_put, "commrt")])
@@ -439,7 +468,8 @@ def test_scatter_add_of_row_indices_is_rewritten(form, dtype, choice):
     assert (rep.rewritten, rep.inductor_partitioned) == \
         ((1, 0) if choice == "commrt" else (0, 1)), rep
     width = 1 if form == "1-D" else D
-    assert seen == [(ROWS, width, N, dtype, True)]  # lowered as Inductor's atomic scatter
+    # lowered as Inductor's atomic scatter, which its own pass does not partition
+    assert seen == [(ROWS, width, N, dtype, True, False)]
     assert not any(n.target in (torch.ops.aten.scatter_add.default,
                                 torch.ops.aten.scatter_reduce.two) for n in gm.graph.nodes)
     out, idx, v = args

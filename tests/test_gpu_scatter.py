@@ -46,6 +46,8 @@ CASES = [  # (op, dtype, row width (0: 1-D), rows, indices, expected choice)
     ("scatter_add", torch.float32, 0, 8, 1 << 20, "commrt"),  # token counts: few rows
     ("scatter_add", torch.float32, 1, 20_011, 1 << 20, "commrt"),  # shared sums
     ("scatter_add", torch.bfloat16, 16, 1024, 262_147, "inductor_partitioned"),  # inlined
+    ("scatter_add", torch.bfloat16, 4, 1021, (1 << 20) + 5, "commrt"),  # spread, fp32 copies
+    ("index_add", torch.bfloat16, 4, 1021, (1 << 20) + 5, "commrt"),  # ... index_add too
     ("scatter_add", torch.float32, 100, 1024, 40_000, "commrt"),  # wide, 39 a row
     ("scatter_add", torch.bfloat16, 100, 1031, 41_947, "commrt"),  # ... bf16 adds
     ("scatter_add", torch.float32, 1024, 1 << 16, 1024, "inductor"),  # left alone

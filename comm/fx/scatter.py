@@ -28,10 +28,11 @@ rows of a block that share an index, with no plan), and those of ``scatter_few``
 rows into a few output rows) sum every output row a program, no copies, and those of
 ``scatter_shared`` (single values into up to ``SHARED_PLANE`` rows, fp32 ones into up to
 ``SHARED_WINDOWS`` times that in windows) sum every output element a program in shared
-memory, and those of ``scatter_spread`` (fp32 narrow rows with many values a row:
-``spread``) add value ``j`` to copy ``j % partitions``, a block's hot rows summed first
-(rows of 4 on sm90+: a block that contends sums each warp's values of one row before one
-atomic, ``warp_sums``); elsewhere, and for integer values, the copies are torch ops.
+memory, and those of ``scatter_spread`` (fp32 narrow rows with many values a row, bf16
+rows of 4 of a scatter that Inductor would not partition: ``spread``) add value ``j`` to
+copy ``j % partitions``, a block's hot rows summed first (rows of 4 on sm90+: a block that
+contends sums each warp's values of one row before one atomic, ``warp_sums``); elsewhere,
+and for integer values, the copies are torch ops.
 """
 
 from __future__ import annotations
@@ -175,7 +176,8 @@ def _routes(rows: int, width: int, n: int, dtype: torch.dtype, out_dtype: torch.
     # the shared sums, where this Triton can hold them, else what follows
     first = (without_partitions(shared_sums_index_add),) if shared_sums(rows, width, n, dtype) \
         else ()
-    if partitions > 1 and spread(rows, width, n, dtype):
+    # bf16 rows too: the pass gives the op those of a scatter that Inductor would not partition
+    if partitions > 1 and spread(rows, width, n, dtype, half=True):
         return (*first, functools.partial(spread_index_add, hot=SPREAD_HOT,
                                           hot_min=SPREAD_HOT_MIN,
                                           busy=spread_busy(width),
@@ -382,7 +384,7 @@ def copies(rows: int, width: int, n: int, dtype: torch.dtype, memory: int,
             local_sums(rows, width, n, dtype) or \
             shared_sums(rows, width, n, dtype) and rows <= SHARED_PLANE:
         return 1
-    if spread(rows, width, n, dtype):
+    if spread(rows, width, n, dtype, half=True):
         return spread_copies(rows * width, n, memory, fraction)
     acc_bytes = 4 if dtype in HALF else dtype.itemsize
     return narrow_copies(partitions_for(rows, n, acc_bytes * width, memory, fraction,
@@ -404,8 +406,10 @@ def _rewrite(graph, node, self_, index, values, fraction, rule) -> tuple[str, st
     width = sv.numel() // max(1, rows)
     memory = _device_memory(sv)
     # Inductor lowers index_put and scatter_add to its atomic scatter, a half-precision
-    # index_add to aten's kernel
-    choice, why = rule(rows, width, n, sv.dtype, node.target != aten.index_add.default)
+    # index_add to aten's kernel (an fp32 one reaches the pass as an index_put), and
+    # partitions an index_put only
+    choice, why = rule(rows, width, n, sv.dtype, node.target != aten.index_add.default,
+                       node.target == aten.index_put.default)
     if choice == INDUCTOR_PARTITIONED:
         p = inductor_partitions(sv.numel(), n, sv.element_size(), memory)
         if p < 2:

@@ -21,8 +21,9 @@ narrow kernels: whether they contend depends on the indices (one hot row among a
 is as common as a histogram of eight bins), which only the GPU sees. Two exceptions,
 measured: rows of 4 or more (and fp32 1-D values on more than ``HOT`` rows) with
 ``NARROW_PARTITIONED`` values a row or more (``_HALF`` for fp16/bf16), where Inductor's
-partitions won (fp32 rows go to commrt's copy of them, ``spread``: ``scatter_spread``),
-and half-precision outputs with fewer indices than rows, left to Inductor.
+partitions won (fp32 rows go to commrt's copy of them, ``spread``: ``scatter_spread``, and
+so do bf16 rows of 4 where Inductor would not partition them), and half-precision outputs
+with fewer indices than rows, left to Inductor.
 fp32 rows of up to ``ONE_COPY_ROW`` elements with few values a row on a large output
 (``one_copy``) go to the narrow kernels with one copy: there the plan hides behind the
 copy of the output, and a hot row is found on the GPU; so do fp16/bf16 rows of 4 or more
@@ -173,6 +174,16 @@ SPREAD_HOT, SPREAD_HOT_MIN = 2, 16
 # faster config 16.4 on uniform indices in others). Rows of 16 lost (hot 16.47 against
 # 13.41 without).
 SPREAD_BUSY_ROW, SPREAD_BUSY, SPREAD_BUSY_HOT_MIN = 4, 8, 64
+# ... and bf16 rows of SPREAD_BUSY_ROW where no compiled column partitions the scatter (a
+# scatter_add, whose compiled column is Inductor's plain scatter; an index_add, aten's
+# kernel): on one H200, bf16 rows of 4 into 1,024 rows, µs uniform / skewed / hot, the
+# spread's fp32 copies with the warp sums took 16.6 / 15.5 / 15.2
+# (benchmarks/results/probe_spread_half_NVIDIA_H200.json, 61d6dba) against Inductor's
+# partitions inlined for a scatter_add, 15.1 / 34.5 / 23.2 (errors to 5.6e-2 against
+# 1.7e-3; scatter_add_grid_NVIDIA_H200.md, f99e8f9), and the narrow kernels' 17.4 / 32.3 /
+# 13.4 for an index_add (scatter_grid_NVIDIA_H200.md, a7b340c). An index_put keeps
+# Inductor's partitions: they are its compiled column (15.4 uniform).
+SPREAD_HALF = (torch.bfloat16,)
 INDUCTOR_MIN_INDICES = 4096  # Inductor's partitioned_scatter_min_index_size
 INDUCTOR_MEMORY = 0.10  # Inductor's partitioned_scatter_memory_budget
 # fp32 rows wider than NARROW_ROW that the narrow kernels take with one copy (one_copy):
@@ -339,13 +350,17 @@ HALF = (torch.float16, torch.bfloat16)
 NARROW_DTYPES = (torch.float32, *HALF)
 
 
-def decide(rows: int, width: int, n: int, dtype: torch.dtype,
-           index_put: bool = True) -> tuple[str, str]:
+def decide(rows: int, width: int, n: int, dtype: torch.dtype, index_put: bool = True,
+           partitioned: bool | None = None) -> tuple[str, str]:
     """``(choice, reason)`` for ``n`` values of ``width`` elements into ``rows`` rows.
 
     ``index_put``: Inductor lowers the node to its atomic scatter (an ``index_put``, or a
-    ``scatter_add``), not to aten's kernel (a bf16 ``index_add``).
+    ``scatter_add``), not to aten's kernel (a bf16 ``index_add``); ``partitioned``:
+    Inductor's own partitioned scatter may take it (an ``index_put``, not a
+    ``scatter_add``; None: as ``index_put``).
     """
+    if partitioned is None:
+        partitioned = index_put
     per_row = n / max(1, rows)
     if few_products(rows, width, n, dtype):
         return COMMRT, (f"{dtype} rows of {width} into {rows} rows: one-hot products, a "
@@ -358,7 +373,7 @@ def decide(rows: int, width: int, n: int, dtype: torch.dtype,
         if dtype in HALF and n < rows and not half_copy(rows, width, n, dtype):
             return INDUCTOR, (f"{dtype} rows of {width}, fewer indices than rows: an fp32 copy "
                               "of the output costs more than the scatter")
-        if spread(rows, width, n, dtype):
+        if spread(rows, width, n, dtype, half=not partitioned):
             return COMMRT, (f"narrow rows of {width}, {per_row:.0f} values a row: Inductor's "
                             "partitions in fp32 copies, a block's hot rows summed first")
         if dtype in HALF and index_put and per_row >= NARROW_PARTITIONED_HALF and \
@@ -422,10 +437,13 @@ def few_half_products(width: int, dtype: torch.dtype) -> bool:
     return dtype in (torch.float16, torch.bfloat16) and width >= FEW_HALF_PRODUCTS_ROW
 
 
-def spread(rows: int, width: int, n: int, dtype: torch.dtype) -> bool:
+def spread(rows: int, width: int, n: int, dtype: torch.dtype, half: bool = False) -> bool:
     """fp32 narrow rows with so many values a row that copies always pay: commrt's copy of
-    Inductor's partitions (``scatter_spread``)."""
-    return (dtype == torch.float32 and width <= NARROW_ROW and n >= MIN_INDICES and
+    Inductor's partitions (``scatter_spread``); ``half``: ``SPREAD_HALF`` rows of
+    ``SPREAD_BUSY_ROW`` too (where no compiled column partitions the scatter)."""
+    takes = dtype == torch.float32 or half and dtype in SPREAD_HALF and \
+        width == SPREAD_BUSY_ROW
+    return (takes and width <= NARROW_ROW and n >= MIN_INDICES and
             not few_rows(rows, width) and not shared_sums(rows, width, n, dtype) and
             n >= NARROW_PARTITIONED * rows and (width >= NARROW_PARTITIONED_ROW or rows > HOT))
 
