@@ -76,3 +76,17 @@ def test_update_keeps_the_cells_it_does_not_redo_with_their_commit(tmp_path):
     assert [c["width"] for c in kept] == [16] and kept[0]["run"] == "python full"
     assert meta["merged"] == [{k: old_meta[k] for k in ("date", "command", "torch", "triton",
                                                         "commit")}]
+
+
+def test_error_above_reads_one_call_and_every_call():
+    """commrt's first call over the compiled column's first, and its median over every call
+    of the compiled column's: a few percent between single calls of atomics is their order."""
+    cell = {"err": {"commrt": 1.02, "compiled": 1.0},
+            "errs": {"commrt": [1.02, 1.0, 0.99, 1.01, 1.0], "compiled": [1.0, 1.03, 0.98]}}
+    assert bench.error_above(cell) == (True, False)
+    cell["errs"]["commrt"] = [1.02, 1.05, 1.04, 1.06, 1.0]
+    assert bench.error_above(cell) == (True, True)
+    assert bench.error_above({"err": {"commrt": 0.9, "compiled": 1.0}}) == (False, False)
+    assert bench.error_above({"err": {"commrt": 1.1, "compiled": 1.0}}) == (True, True)
+    assert bench.error_above({"err": {"commrt": 1.0, "compiled": float("nan")}}) == \
+        (False, False)
