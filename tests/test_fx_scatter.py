@@ -376,12 +376,12 @@ def test_op_routes_follow_the_rule_and_are_kept(rows, width, n, dtype, out_dtype
     ("scatter_add", torch.bfloat16, 4, 1 << 20, True),  # Inductor would not partition it
     ("index_add", torch.bfloat16, 4, 1 << 20, True),    # ... aten's kernel
     ("index_put", torch.bfloat16, 4, 1 << 20, False),  # its partitions: Inductor's choice
-    ("scatter_add", torch.float16, 4, 1 << 20, False),  # fp16: not measured, as before
+    ("scatter_add", torch.float16, 4, 1 << 20, True),  # ... fp16 too
     ("scatter_add", torch.bfloat16, 16, 1 << 18, False),  # rows of 16: Inductor's partitions
     ("scatter_add", torch.bfloat16, 4, 1 << 18, False),  # 256 a row: too few for copies
 ])
-def test_bf16_rows_of_4_spread_where_inductor_would_not_partition(op, dtype, width, n, spread):
-    """bf16 rows of 4 into 1,024 rows with 1,024 values a row: a ``scatter_add`` or an
+def test_half_rows_of_4_spread_where_inductor_would_not_partition(op, dtype, width, n, spread):
+    """fp16/bf16 rows of 4 into 1,024 rows with 1,024 values a row: a ``scatter_add`` or an
     ``index_add`` to the spread's fp32 copies (the op with Inductor's partition count); an
     ``index_put`` to Inductor's partitions, which its compiled column has too."""
     fn = {"scatter_add": SCATTER_ADDS["rows, view"], "index_add": index_add,

@@ -48,6 +48,7 @@ CASES = [  # (op, dtype, row width (0: 1-D), rows, indices, expected choice)
     ("scatter_add", torch.bfloat16, 16, 1024, 262_147, "inductor_partitioned"),  # inlined
     ("scatter_add", torch.bfloat16, 4, 1021, (1 << 20) + 5, "commrt"),  # spread, fp32 copies
     ("index_add", torch.bfloat16, 4, 1021, (1 << 20) + 5, "commrt"),  # ... index_add too
+    ("scatter_add", torch.float16, 4, 1021, (1 << 20) + 5, "commrt"),  # ... fp16 too
     ("scatter_add", torch.float32, 100, 1024, 40_000, "commrt"),  # wide, 39 a row
     ("scatter_add", torch.bfloat16, 100, 1031, 41_947, "commrt"),  # ... bf16 adds
     ("scatter_add", torch.float32, 1024, 1 << 16, 1024, "inductor"),  # left alone

@@ -28,8 +28,8 @@ rows of a block that share an index, with no plan), and those of ``scatter_few``
 rows into a few output rows) sum every output row a program, no copies, and those of
 ``scatter_shared`` (single values into up to ``SHARED_PLANE`` rows, fp32 ones into up to
 ``SHARED_WINDOWS`` times that in windows) sum every output element a program in shared
-memory, and those of ``scatter_spread`` (fp32 narrow rows with many values a row, bf16
-rows of 4 of a scatter that Inductor would not partition: ``spread``) add value ``j`` to
+memory, and those of ``scatter_spread`` (fp32 narrow rows with many values a row,
+fp16/bf16 rows of 4 of a scatter that Inductor would not partition: ``spread``) add value ``j`` to
 copy ``j % partitions``, a block's hot rows summed first (rows of 4 on sm90+: a block that
 contends sums each warp's values of one row before one atomic, ``warp_sums``); elsewhere,
 and for integer values, the copies are torch ops.
@@ -176,7 +176,7 @@ def _routes(rows: int, width: int, n: int, dtype: torch.dtype, out_dtype: torch.
     # the shared sums, where this Triton can hold them, else what follows
     first = (without_partitions(shared_sums_index_add),) if shared_sums(rows, width, n, dtype) \
         else ()
-    # bf16 rows too: the pass gives the op those of a scatter that Inductor would not partition
+    # fp16/bf16 rows too: the pass gives the op those of a scatter Inductor would not partition
     if partitions > 1 and spread(rows, width, n, dtype, half=True):
         return (*first, functools.partial(spread_index_add, hot=SPREAD_HOT,
                                           hot_min=SPREAD_HOT_MIN,

@@ -22,8 +22,8 @@ is as common as a histogram of eight bins), which only the GPU sees. Two excepti
 measured: rows of 4 or more (and fp32 1-D values on more than ``HOT`` rows) with
 ``NARROW_PARTITIONED`` values a row or more (``_HALF`` for fp16/bf16), where Inductor's
 partitions won (fp32 rows go to commrt's copy of them, ``spread``: ``scatter_spread``, and
-so do bf16 rows of 4 where Inductor would not partition them), and half-precision outputs
-with fewer indices than rows, left to Inductor.
+so do fp16/bf16 rows of 4 where Inductor would not partition them), and half-precision
+outputs with fewer indices than rows, left to Inductor.
 fp32 rows of up to ``ONE_COPY_ROW`` elements with few values a row on a large output
 (``one_copy``) go to the narrow kernels with one copy: there the plan hides behind the
 copy of the output, and a hot row is found on the GPU; so do fp16/bf16 rows of 4 or more
@@ -174,16 +174,18 @@ SPREAD_HOT, SPREAD_HOT_MIN = 2, 16
 # faster config 16.4 on uniform indices in others). Rows of 16 lost (hot 16.47 against
 # 13.41 without).
 SPREAD_BUSY_ROW, SPREAD_BUSY, SPREAD_BUSY_HOT_MIN = 4, 8, 64
-# ... and bf16 rows of SPREAD_BUSY_ROW where no compiled column partitions the scatter (a
-# scatter_add, whose compiled column is Inductor's plain scatter; an index_add, aten's
-# kernel): on one H200, bf16 rows of 4 into 1,024 rows, µs uniform / skewed / hot, the
-# spread's fp32 copies with the warp sums took 16.6 / 15.5 / 15.2
+# ... and fp16/bf16 rows of SPREAD_BUSY_ROW where no compiled column partitions the
+# scatter (a scatter_add, whose compiled column is Inductor's plain scatter; an index_add,
+# aten's kernel): on one H200, rows of 4 into 1,024 rows, µs uniform / skewed / hot, the
+# spread's fp32 copies with the warp sums took, bf16, 16.6 / 15.5 / 15.2
 # (benchmarks/results/probe_spread_half_NVIDIA_H200.json, 61d6dba) against Inductor's
 # partitions inlined for a scatter_add, 15.1 / 34.5 / 23.2 (errors to 5.6e-2 against
 # 1.7e-3; scatter_add_grid_NVIDIA_H200.md, f99e8f9), and the narrow kernels' 17.4 / 32.3 /
-# 13.4 for an index_add (scatter_grid_NVIDIA_H200.md, a7b340c). An index_put keeps
-# Inductor's partitions: they are its compiled column (15.4 uniform).
-SPREAD_HALF = (torch.bfloat16,)
+# 13.4 for an index_add (scatter_grid_NVIDIA_H200.md, a7b340c); fp16, 16.6 / 15.5 / 14.7
+# against 15.6 / 34.0 / 24.1 and 18.5 / 35.5 / 13.1 (errors 1.7-2.1e-4 against 5.3e-4 to
+# 4.3e-3; probe_spread_fp16_NVIDIA_H200.json, c198a49). An index_put keeps Inductor's
+# partitions: they are its compiled column (bf16 15.4 uniform).
+SPREAD_HALF = (torch.float16, torch.bfloat16)
 INDUCTOR_MIN_INDICES = 4096  # Inductor's partitioned_scatter_min_index_size
 INDUCTOR_MEMORY = 0.10  # Inductor's partitioned_scatter_memory_budget
 # fp32 rows wider than NARROW_ROW that the narrow kernels take with one copy (one_copy):

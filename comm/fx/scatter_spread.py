@@ -1,6 +1,6 @@
 """Triton kernels for an accumulating scatter spread over a fixed number of fp32 copies
 (``scatter_rule.spread``: narrow fp32 rows with many values a row, where copies always
-pay, and bf16 rows of 4 that Inductor would not partition) behind
+pay, and fp16/bf16 rows of 4 that Inductor would not partition) behind
 ``commrt::partitioned_index_put`` on CUDA.
 
 The scheme of Inductor's partitioned scatter (value ``j`` to copy ``j % P``), with its
