@@ -90,6 +90,46 @@ def main() -> None:
             got = partitioned_index_add(base.to(dtype), idx, vals, *rule, half_products=half)
             err = finite_error(got, ref, (dtype, rule, half))
             assert err < TOL[dtype], (dtype, rule, half, err)
+    # hot rows (hot=16): where the strided sample of 512 indices holds at most 16 distinct
+    # rows, _hot sums them as products and _scatter adds the rows the sample skipped (row
+    # rows - 1 here, at places the sample never reads); elsewhere the plan as before
+    for rows, d, n, k in ((40, 20, 3000, 5), (40, 130, 1500, 0), (40, 20, 3000, 15),
+                          (40, 20, 3000, 39)):
+        step = n // 512
+        for dtype in TOL:
+            for itype in (torch.int64, torch.int32):
+                base = torch.randn(rows, d, generator=g).to(dtype)
+                idx = torch.randint(0, k + 1, (n,), generator=g)
+                idx[1::step][::9] = rows - 1  # skipped by the sample
+                idx[::5] -= rows  # negative indices count from the end
+                vals = torch.randn(n, d, generator=g).to(dtype)
+                ref = base.double().index_add(0, idx % rows, vals.double())
+                state = torch.full((21,), -2, dtype=torch.int32)
+                got = partitioned_index_add(base, idx.to(itype), vals, 8, hot=16, state=state)
+                err = float((got.double() - ref).norm() / ref.norm())
+                assert got.dtype == dtype and err < TOL[dtype], (rows, d, k, dtype, itype, err)
+                found = k + 1 if k < 16 else 0
+                hot = state[5:5 + found].tolist()
+                assert int(state[4]) == found and hot == list(range(found)), (k, state)
+                assert int(state[0]) == 1 or not found, (k, state)
+                cases += 1
+    vals = torch.randn(3000, 20, generator=g)
+    vals[5, 2], vals[9, 4], vals[700, 0] = float("inf"), float("nan"), float("-inf")
+    idx = torch.randint(0, 6, (3000,), generator=g)
+    ref = torch.zeros(40, 20).double().index_add(0, idx, vals.double())
+    got = partitioned_index_add(torch.zeros(40, 20), idx, vals, 8, hot=16)
+    assert finite_error(got, ref, "hot") < TOL[torch.float32]
+    idx[2999] = 40
+    assert partitioned_index_add(torch.zeros(40, 20), idx, vals, 8, hot=16).isnan().all(), \
+        "an index out of range must poison the result (hot rows)"
+    for hot, kw in ((8, {}), (24, {}), (16, {"own_adds": 8})):
+        try:
+            partitioned_index_add(torch.zeros(4, 4).half(), torch.tensor([0, 1, 2]),
+                                  torch.ones(3, 4).half(), 4, hot=hot, **kw)
+            raise AssertionError(f"hot={hot} {kw} must be refused")
+        except ValueError as e:
+            assert "hot" in str(e), e
+    cases += 2
     out = partitioned_index_add(torch.zeros(4, 2), torch.tensor([0, 1, 99] * 40),
                                 torch.ones(120, 2), 8, per_address=1, min_copies=8)
     assert out.isnan().all(), "an index out of range must poison the result"

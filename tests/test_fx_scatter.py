@@ -11,6 +11,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 import commrt.fx
 from commrt import config
+from commrt.fx import scatter_rule
 from commrt.fx.scatter import copies, partitioned_scatter, partitions_for
 from commrt.fx.scatter_rule import (
     LOCAL_COLUMNS,
@@ -351,6 +352,7 @@ def test_the_pass_follows_the_rule_on_traced_graphs(rows, width, n, dtype, choic
     (0, 0, 5, torch.float32, torch.float32, ["partitioned_index_add"]),  # an empty output
     (1024, 16, 4096, torch.int64, torch.int64, []),  # integers: torch ops
     (1024, 4, 1 << 20, torch.bfloat16, torch.bfloat16, ["spread_index_add"]),  # fp32 copies
+    (501, 100, 1_000_000, torch.float32, torch.float32, ["partitioned_index_add"]),  # hot
 ])
 def test_op_routes_follow_the_rule_and_are_kept(rows, width, n, dtype, out_dtype, routes):
     from commrt.fx import scatter
@@ -370,6 +372,28 @@ def test_op_routes_follow_the_rule_and_are_kept(rows, width, n, dtype, out_dtype
                      r.func.__name__ == "spread_index_add"]
     if spread_routes:  # the warp sums on rows of 4 only
         assert spread_routes[0].keywords["busy"] == (SPREAD_BUSY if width == 4 else 0)
+    wide = [r for r in got if getattr(r, "func", r).__name__ == "partitioned_index_add"]
+    if wide:  # hot rows looked for on the seed benchmark's shape only
+        hot = getattr(wide[0], "keywords", {}).get("hot", 0)
+        assert hot == (scatter_rule.WIDE_HOT if n == 1_000_000 else 0), (rows, width, n, hot)
+
+
+@pytest.mark.parametrize("rows,width,n,dtype,hot", [
+    (501, 100, 1_000_000, torch.float32, True),  # the seed benchmark's shape
+    (64, 4096, 65_536, torch.float32, True),  # 1,024 a row, 268M values
+    (501, 100, 510_000, torch.float32, False),  # 1,018 a row
+    (64, 100, 100_000, torch.float32, False),  # 1,562 a row, 10M values
+    (501, 100, 1_000_000, torch.bfloat16, False),  # fp32 only (measured)
+    (501, 16, 4_000_000, torch.float32, False),  # narrow rows
+    (1024, 100, 41_943, torch.float32, False),  # the grid's rows of 100 into 1,024 rows
+])
+def test_wide_hot_rows_for_fp32_rows_many_a_row_on_large_scatters(rows, width, n, dtype, hot):
+    """The wide kernels look for hot rows on fp32 rows of WIDE_ROW or more with
+    WIDE_HOT_PER_ROW values a row or more on WIDE_HOT_VALUES value elements or more, and
+    the decision says so."""
+    assert scatter_rule.wide_hot(rows, width, n, dtype) == (scatter_rule.WIDE_HOT if hot else 0)
+    choice, why = scatter_rule.decide(rows, width, n, dtype)
+    assert ("hot rows as products" in why) == hot, why
 
 
 @pytest.mark.parametrize("op,dtype,width,n,spread", [
@@ -719,7 +743,7 @@ def test_off_by_default_and_switched_by_the_config(monkeypatch):
 
 
 @pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs triton")
-@pytest.mark.parametrize("script,cases", [("scatter_interpret.py", 158),
+@pytest.mark.parametrize("script,cases", [("scatter_interpret.py", 184),
                                           ("scatter_narrow_interpret.py", 456),
                                           ("scatter_few_interpret.py", 144),
                                           ("scatter_spread_interpret.py", 150)])

@@ -531,6 +531,53 @@ def test_wide_kernels_against_float64(dtype, width, rows, n, copies, sum_pdl):
     assert call(base, idx, vals).isnan().all()
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("width,rows,n", [(100, 501, 600_011), (257, 40, 60_013)])
+def test_wide_hot_rows_against_float64(dtype, width, rows, n):
+    """The wide kernels with hot rows (``hot=32``): indices from 0..k, where the plan lists
+    the k + 1 rows for k under 32 and ``_hot`` sums them (``_scatter`` adds a row the
+    plan's sample skipped), and from every row (the plan as without); eager and in a CUDA
+    graph, three calls each, int64 and int32 indices, against float64, no worse than
+    torch's own scatter; an infinity and a NaN stay in their elements; an index out of
+    range poisons."""
+    from commrt.fx.scatter_kernels import HOT_AT, HOT_SAMPLE, partitioned_index_add
+
+    g = torch.Generator(device="cuda").manual_seed(width + rows)
+    step = n // HOT_SAMPLE.value
+
+    def call(base, i, vals, state):
+        return partitioned_index_add(base, i, vals, 32, hot=32, state=state)
+
+    for k in (0, 7, 31, rows - 1):
+        base = torch.randn(rows, width, device="cuda", generator=g).to(dtype)
+        idx = torch.randint(0, k + 1, (n,), device="cuda", generator=g)
+        idx[1::step][::9] = rows - 1  # never in the plan's strided sample
+        idx[::5] -= rows  # negative indices count from the end
+        vals = torch.randn(n, width, device="cuda", generator=g).to(dtype)
+        ref = base.double().index_add(0, idx % rows, vals.double())
+        scale = base.double().abs().index_add(0, idx % rows, vals.double().abs()).norm()
+        torch_err = float((base.index_add(0, idx % rows, vals).double() - ref).norm() / scale)
+        for itype in (torch.int64, torch.int32):
+            state = torch.empty(HOT_AT.value + 33, device="cuda", dtype=torch.int32)
+            for out in _eager_and_graph(call, (base, idx.to(itype), vals, state), 3):
+                err = float((out.double() - ref).norm() / scale)
+                assert out.dtype == dtype and err < max(TOL[dtype], 1.5 * torch_err), (
+                    k, itype, err, torch_err)
+            assert int(state[HOT_AT.value]) == (k + 1 if k < 32 else 0), (k, state)
+        if k == 7:
+            vals[1000, 3], vals[n // 3, width - 1] = float("inf"), float("nan")
+            idx[1000], idx[n // 3] = 1, 2
+            ref = base.double().index_add(0, idx % rows, vals.double())
+            bound = 5 * max(1e-5, finite_error(base.index_add(0, idx % rows, vals), ref))
+            state = torch.empty(HOT_AT.value + 33, device="cuda", dtype=torch.int32)
+            assert finite_error(call(base, idx, vals, state), ref) < bound
+            assert int(state[HOT_AT.value]) == 8, state
+            idx[n // 2] = rows
+            assert call(base, idx, vals, state).isnan().all()
+
+
 def _wide_plan_adds(idx: torch.Tensor, rows: int, n: int) -> float:
     """The adds an address the wide plan expects with ``own_adds``: equal pairs of
     OWN_SAMPLE strided indices with OWN_SHIFTS shifts of them, at least an even spread's."""

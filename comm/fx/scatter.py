@@ -78,6 +78,7 @@ from .scatter_rule import (
     spread,
     spread_busy,
     spread_copies,
+    wide_hot,
     wide_on_one_copy,
     wide_own_adds,
 )
@@ -204,6 +205,9 @@ def _routes(rows: int, width: int, n: int, dtype: torch.dtype, out_dtype: torch.
     # fp16/bf16 in their dtype where the plan finds few adds an address
     if out_dtype == dtype and (switch := wide_own_adds(rows, width, n, dtype)):
         return (*first, functools.partial(partitioned_index_add, own_adds=switch))
+    # hot rows as products where the plan finds few distinct rows
+    if out_dtype == dtype and (hot := wide_hot(rows, width, n, dtype)):
+        return (*first, functools.partial(partitioned_index_add, hot=hot))
     return (*first, partitioned_index_add)
 
 

@@ -1,6 +1,6 @@
 """Triton kernels behind ``commrt::partitioned_index_put`` on CUDA.
 
-Three launches, no host sync:
+Three launches (four with hot rows, below), no host sync:
 
 1. ``_prepare``: program 0 estimates contention from a strided sample of the indices
    (the share of equal pairs between ``SAMPLE`` indices and ``SHIFTS`` shifts of them;
@@ -27,6 +27,13 @@ Three launches, no host sync:
    output is fp32, ``_scatter``'s programs let it launch once they have seen the plan, it
    returns without waiting where ``p == 1``, and ``_scatter`` poisons copy 0 itself.
 
+With ``hot`` rows (``scatter_rule.wide_hot``) ``_prepare``'s program 0 also reads a strided
+sample of ``HOT_SAMPLE`` indices; where it holds at most ``hot`` distinct rows, it lists
+them in the state and takes one copy, ``_hot`` (launched after ``_prepare``) sums each
+program's share of the values of those rows as one-hot products into a ``[hot, columns]``
+partial that it adds once (and, in a second pass, any of its rows that the sample did not
+hold), and ``_scatter`` does nothing.
+
 With ``OWN_ADDS`` (fp16/bf16 values and output) ``_prepare`` copies ``self`` into the
 output as well, and where the plan expects at most ``OWN_ADDS`` adds an address
 ``_scatter`` adds the values in their dtype straight into it (as Inductor's scatter does)
@@ -40,7 +47,7 @@ import torch
 import triton
 import triton.language as tl
 
-from commrt.dispatch.profile import has_pdl
+from commrt.dispatch.profile import has_pdl, sm_count
 from commrt.symm_mem.launch import Launcher, cdiv, next_pow2, replay_call
 
 from .scatter_rule import (
@@ -55,17 +62,48 @@ from .scatter_rule import (
 )
 from .scatter_scratch import zeroed
 
+HOT_AT = tl.constexpr(4)  # state[HOT_AT]: the hot rows' count (0: none), then the rows
+HOT_SAMPLE = tl.constexpr(512)  # indices the plan reads for hot rows
+
+
+@triton.jit
+def _hot_plan(idx, state, n, rows, HOT: tl.constexpr, S: tl.constexpr):
+    """Where ``S`` strided indices hold at most ``HOT`` distinct rows (in range), store
+    them in ascending order at ``state + HOT_AT + 1`` (-1 after the last) and their count at
+    ``state + HOT_AT``; else store 0 there. Returns the count stored."""
+    step = tl.maximum(n // S, 1)
+    pos = tl.arange(0, S)
+    valid = pos * step < n
+    s = tl.load(idx + pos * step, mask=valid, other=0)
+    s = tl.where(s < 0, s + rows, s)
+    s = tl.where(valid & (s >= 0) & (s < rows), s, rows)  # rows: none
+    last = tl.min(s) - 1
+    count = 0
+    for h in tl.static_range(HOT):  # the next distinct row, HOT times
+        m = tl.min(tl.where(s > last, s, rows))
+        tl.store(state + HOT_AT + 1 + h, tl.where(m < rows, m, -1).to(tl.int32))
+        count += (m < rows).to(tl.int32)
+        last = tl.where(m < rows, m, last)
+    held = tl.max(((s > last) & (s < rows)).to(tl.int32)) == 0
+    count = tl.where(held & (n > 0), count, 0)
+    tl.store(state + HOT_AT, count)
+    return count
+
 
 @triton.jit
 def _prepare(self_ptr, acc, idx, state, n, rows, plane, P: tl.constexpr,
              SAMPLE: tl.constexpr, SHIFTS: tl.constexpr, PER_ADDRESS: tl.constexpr,
              MIN_COPIES: tl.constexpr, R: tl.constexpr, LEADERS: tl.constexpr,
              BLOCK: tl.constexpr, PDL: tl.constexpr, OWN: tl.constexpr = 0, out=None,
-             WAIT: tl.constexpr = False):
+             WAIT: tl.constexpr = False, HOT: tl.constexpr = 0,
+             HOT_SAMPLE: tl.constexpr = HOT_SAMPLE):
     # Program 0 estimates p, every other program copies a block of self into acc (fp32).
     # OWN > 0 (fp16/bf16): self is copied into out too, and the plan adds in out's dtype
     # (state[3] = 1) where an address expects at most OWN adds. WAIT: launched as a
     # programmatic dependent of the launch before it, whose results it waits for first.
+    # HOT > 0: where HOT_SAMPLE strided indices hold at most HOT distinct rows, those rows
+    # go to state[HOT_AT + 1 ...] and their count to state[HOT_AT] (else 0), for _hot, and
+    # the plan takes one copy.
     if WAIT:
         tl.extra.cuda.gdc_wait()
     if PDL:  # _scatter's programs may start (they load their indices, then wait)
@@ -121,6 +159,9 @@ def _prepare(self_ptr, acc, idx, state, n, rows, plane, P: tl.constexpr,
             p *= 2
         if adds <= PER_ADDRESS:  # one copy takes it: plain atomics
             p = 1
+        if HOT > 0:
+            if _hot_plan(idx, state, n, rows, HOT, HOT_SAMPLE) > 0:
+                p = 1  # _hot adds a partial a program, and the rows no sample held
         tl.store(state, p)
         tl.store(state + 1, 0)
         tl.store(state + 2, contended.to(tl.int32))
@@ -185,7 +226,25 @@ def _scatter(acc, extra, idx, vals, state, n, rows, D: tl.constexpr, R: tl.const
              BD: tl.constexpr, LEADERS: tl.constexpr, PARTS: tl.constexpr,
              WIDE: tl.constexpr, PDL: tl.constexpr, TRIGGER: tl.constexpr = False,
              EARLY: tl.constexpr = False, OWN: tl.constexpr = False, out=None,
-             ALIGN: tl.constexpr = 1, HALF: tl.constexpr = False):
+             ALIGN: tl.constexpr = 1, HALF: tl.constexpr = False, HOT: tl.constexpr = False):
+    # HOT: nothing to do where the plan found hot rows (_hot, launched before, added every
+    # row); else as _rows
+    if HOT:
+        if PDL:
+            tl.extra.cuda.gdc_wait()
+        if tl.load(state + HOT_AT) == 0:
+            _rows(acc, extra, idx, vals, state, n, rows, D, R, BD, LEADERS, PARTS, WIDE, PDL,
+                  TRIGGER, EARLY, OWN, out, ALIGN, HALF)
+    else:
+        _rows(acc, extra, idx, vals, state, n, rows, D, R, BD, LEADERS, PARTS, WIDE, PDL,
+              TRIGGER, EARLY, OWN, out, ALIGN, HALF)
+
+
+@triton.jit
+def _rows(acc, extra, idx, vals, state, n, rows, D: tl.constexpr, R: tl.constexpr,
+          BD: tl.constexpr, LEADERS: tl.constexpr, PARTS: tl.constexpr, WIDE: tl.constexpr,
+          PDL: tl.constexpr, TRIGGER: tl.constexpr, EARLY: tl.constexpr, OWN: tl.constexpr,
+          out, ALIGN: tl.constexpr, HALF: tl.constexpr):
     # D is a compile-time constant; offsets are int32 unless an operand holds 2**31
     # elements or more (WIDE). LEADERS < 0: never combine. PDL: launched while _prepare
     # runs; the indices load (written before it) before waiting for it, the values after
@@ -253,6 +312,99 @@ def _scatter(acc, extra, idx, vals, state, n, rows, D: tl.constexpr, R: tl.const
         else:
             tl.atomic_add(dst[:, None] + c[None, :], v,
                           mask=ok[:, None] & cm[None, :], sem="relaxed")
+
+
+@triton.jit
+def _hot(acc, idx, vals, state, n, rows, chunk, D: tl.constexpr, H: tl.constexpr,
+         SUB: tl.constexpr, BD: tl.constexpr, PARTS: tl.constexpr, HALF: tl.constexpr,
+         WIDE: tl.constexpr, PDL: tl.constexpr, EARLY: tl.constexpr):
+    # Where the plan found hot rows (state[HOT_AT] > 0; else nothing): program g sums its
+    # chunk of value rows into a [H, BD] partial of the hot rows (one-hot products, as the
+    # combined rows in _scatter) and adds it to acc (the one copy the plan then chose);
+    # where its chunk held rows of no hot row (the hot rows' hits, counted, fall short), a
+    # second pass adds those with atomics. An infinity or NaN makes its column NaN in every
+    # row of a product (0 * inf): where the partial is not finite, the chunk is summed
+    # again a hot row at a time. An index out of range sets state[1] (and with EARLY poisons acc:
+    # _sum may not run). PDL: launched while _prepare runs.
+    if PDL:
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()  # _scatter waits for this grid to finish
+    nh = tl.load(state + HOT_AT)
+    if nh > 0:
+        hh = tl.arange(0, H)
+        hot = tl.load(state + HOT_AT + 1 + hh, mask=hh < nh, other=-1)
+        c = tl.program_id(1) * BD + tl.arange(0, BD)
+        cm = c < D
+        lo = tl.program_id(0) * chunk
+        if WIDE:
+            lo = lo.to(tl.int64)
+        hi = tl.minimum(lo + chunk, n)
+        s = tl.zeros([H, BD], tl.float32)
+        bad_any = tl.zeros([SUB], tl.int32)
+        hits = tl.zeros([H, SUB], tl.int32)  # counts, no reduction a step
+        held = tl.zeros([SUB], tl.int32)
+        for start in range(lo, hi, SUB):
+            r = start + tl.arange(0, SUB)
+            i, ok, bad = _rows_of(idx, r, hi, rows, WIDE)
+            bad_any |= bad.to(tl.int32)
+            hit = (hot[:, None] == i[None, :]) & ok[None, :]
+            hits += hit.to(tl.int32)
+            held += ok.to(tl.int32)
+            vn = tl.load(vals + r[:, None] * D + c[None, :],
+                         mask=(r < hi)[:, None] & cm[None, :], other=0)
+            onehot = tl.where(hit, 1.0, 0.0)
+            # each step's sums added to s in fp32, not accumulated in the product: a
+            # tensor core's accumulator keeps fewer bits, and errors grew with the chunk
+            if HALF:  # fp16/bf16: products in their own dtype (exact), fp32 sums
+                s += tl.dot(onehot.to(vn.dtype), vn)
+            else:
+                s += _add_in_parts(tl.zeros([H, BD], tl.float32), onehot, vn.to(tl.float32),
+                                   PARTS)
+        if tl.max(bad_any) > 0:
+            tl.store(state + 1, 1)
+            if EARLY:
+                poison(acc, rows * D)
+        else:
+            if tl.max(((tl.abs(s) == float("inf")) | (s != s)).to(tl.int32)) > 0:
+                s = _hot_sums(idx, vals, hot, lo, hi, rows, c, cm, D, H, SUB, BD, WIDE)
+            if tl.sum(hits) < tl.sum(held):  # rows of no hot row: a second pass adds them
+                _cold_rows(acc, idx, vals, hot, lo, hi, rows, c, cm, D, SUB, WIDE)
+        tl.atomic_add(acc + (hot * D)[:, None] + c[None, :], s,
+                      mask=(hot >= 0)[:, None] & cm[None, :], sem="relaxed")
+
+
+@triton.jit
+def _cold_rows(acc, idx, vals, hot, lo, hi, rows, c, cm, D: tl.constexpr, SUB: tl.constexpr,
+               WIDE: tl.constexpr):
+    # the value rows lo..hi of no hot row, added with atomics to acc (_hot's rare way out)
+    for start in range(lo, hi, SUB):
+        r = start + tl.arange(0, SUB)
+        i, ok, bad = _rows_of(idx, r, hi, rows, WIDE)
+        cold = ok & (tl.max((hot[:, None] == i[None, :]).to(tl.int32), axis=0) == 0)
+        m = cold[:, None] & cm[None, :]
+        v = tl.load(vals + r[:, None] * D + c[None, :], mask=m, other=0)
+        tl.atomic_add(acc + (i * D)[:, None] + c[None, :], v.to(tl.float32), mask=m,
+                      sem="relaxed")
+
+
+@triton.jit
+def _hot_sums(idx, vals, hot, lo, hi, rows, c, cm, D: tl.constexpr, H: tl.constexpr,
+              SUB: tl.constexpr, BD: tl.constexpr, WIDE: tl.constexpr):
+    """[H, BD] sums of the value rows lo..hi into each hot row, a hot row at a time in
+    fp32 (_hot's rare way out, in few registers)."""
+    hh = tl.arange(0, H)
+    s = tl.zeros([H, BD], tl.float32)
+    for h in range(0, H):
+        row = tl.sum(tl.where(hh == h, hot, 0))
+        t = tl.zeros([SUB, BD], tl.float32)
+        for start in range(lo, hi, SUB):
+            r = start + tl.arange(0, SUB)
+            i, ok, bad = _rows_of(idx, r, hi, rows, WIDE)
+            v = tl.load(vals + r[:, None] * D + c[None, :],
+                        mask=(ok & (i == row))[:, None] & cm[None, :], other=0)
+            t += v.to(tl.float32)
+        s = tl.where(hh[:, None] == h, tl.sum(t, axis=0)[None, :], s)
+    return s
 
 
 @triton.jit
@@ -324,6 +476,7 @@ def _sum_wait_and_add(acc, extra, out, state, plane, SAME: tl.constexpr, BLOCK: 
 
 # the launches, without Triton's per-call argument binding (symm_mem.launch)
 run_prepare, run_scatter, run_sum = Launcher(_prepare), Launcher(_scatter), Launcher(_sum)
+run_hot = Launcher(_hot)
 SCATTER_WARPS = 4  # warps a _scatter program
 SUM_PROGRAMS = 2048  # the most _sum programs (each loops over the plane)
 # output elements of a _sum program's step, and copies read a step: on the seed
@@ -333,6 +486,9 @@ SUM_PROGRAMS = 2048  # the most _sum programs (each loops over the plane)
 # probe_seed_ab_variants_NVIDIA_H200.json, d76bcc1)
 SUM_BLOCK, SUM_CP = 256, 32
 PREPARE_BLOCK = 4096  # elements of self a _prepare program copies
+# _hot's launch: value bytes a step an SM, programs an SM, warps a program
+HOT_SM_BYTES, HOT_PROGRAMS, HOT_WARPS = 65536, 2, 4
+INTERPRETER_SMS = 8  # SMs assumed under Triton's interpreter
 # tf32 pieces of a value in _add_in_parts. fp32 in two, not three (exact, the form before,
 # in git at aa11b3b): on one H200, 4M
 # values, µs (benchmarks/results/probe_few_products_parts_NVIDIA_H200.json, 8400188), rows
@@ -375,7 +531,7 @@ def partitioned_index_add(self: torch.Tensor, index: torch.Tensor, values: torch
                           state: torch.Tensor | None = None,
                           sum_pdl: bool = True, sum_early: bool = True,
                           own_adds: int = 0, wait_first: bool = True,
-                          half_products: bool | None = None,
+                          half_products: bool | None = None, hot: int = 0,
                           replay: list | None = None) -> torch.Tensor:
     """``self.index_add(0, index, values)`` (a new tensor) with the scheme above.
 
@@ -391,7 +547,10 @@ def partitioned_index_add(self: torch.Tensor, index: torch.Tensor, values: torch
     programmatic dependent of the launch before it, where the GPU has it (it waits for it
     before reading anything; False: a plain launch); ``half_products``: fp16/bf16 rows
     combine as products in their dtype (None: on a GPU; Triton's interpreter multiplies
-    bf16 wrongly), else in tf32; ``replay``: a list that receives this call's replay
+    bf16 wrongly), else in tf32; ``hot``: where a sample of the indices holds at most this
+    many distinct rows (a power of two, 16 or more; 0: never looked for), ``_hot`` sums
+    each program's values of those rows as one-hot products into a partial it adds once,
+    and ``_scatter`` does nothing; ``replay``: a list that receives this call's replay
     (``launch.replay_call``).
     """
     rows, n, D = scatter_shape(self, index, values, partitions, tuple(PARTS),
@@ -401,6 +560,9 @@ def partitioned_index_add(self: torch.Tensor, index: torch.Tensor, values: torch
         raise ValueError(f"partitioned_index_add: own_adds takes fp16/bf16 values into an "
                          f"output of their dtype, at most per_address={per_address} adds; got "
                          f"{values.dtype} into {self.dtype}, own_adds={own_adds}")
+    if hot and (hot < 16 or hot & (hot - 1) or own_adds):
+        raise ValueError(f"partitioned_index_add: hot must be a power of two of 16 or more, "
+                         f"without own_adds; got hot={hot}, own_adds={own_adds}")
     out = torch.empty_like(self)
     if out.numel() == 0:
         return out
@@ -409,35 +571,42 @@ def partitioned_index_add(self: torch.Tensor, index: torch.Tensor, values: torch
     acc = out if same else torch.empty(plane, device=self.device, dtype=torch.float32)
     # the extra copies: zero on entry, and _sum leaves them zero
     extra = zeroed(self.device, (partitions - 1) * plane)
-    need = 4 if own_adds else 3
+    need = HOT_AT.value + 1 + hot if hot else 4 if own_adds else 3
     if state is None:
         state = torch.empty(need, device=self.device, dtype=torch.int32)
     elif state.numel() < need:
         raise ValueError(f"partitioned_index_add: state holds {state.numel()} entries, needs "
-                         f"{need} (own_adds={own_adds})")
-    prepare, scatter, total = _launches(
+                         f"{need} (own_adds={own_adds}, hot={hot})")
+    prepare, hots, scatter, total = _launches(
         rows, n, D, values.dtype, same, partitions, per_address, min_copies, leaders,
         has_pdl(self.device), sum_pdl, sum_early, own_adds, wait_first,
         row_alignment(D * 4, acc, extra),
-        self.device.type == "cuda" if half_products is None else half_products)
+        self.device.type == "cuda" if half_products is None else half_products, hot,
+        sm_count(self.device) or INTERPRETER_SMS)
+    chunk = hots[1] if hots is not None else 0
     prepare(self, acc, index, state, n, rows, plane, out)
+    if hots is not None:
+        hots[0](acc, index, values, state, n, rows, chunk)
     if scatter is not None:
         scatter(acc, extra, index, values, state, n, rows, out)
     total(acc, extra, out, state, plane)
     if replay is not None:
         go = replay_call((prepare, (self, acc, index, state, n, rows, plane, out)),
+                         (hots and hots[0], (acc, index, values, state, n, rows, chunk)),
                          (scatter, (acc, extra, index, values, state, n, rows, out)),
                          (total, (acc, extra, out, state, plane)))
         if go is not None:
             replay.append(_replay(go, n, rows, plane, 0 if same else plane,
-                                  (partitions - 1) * plane, state.numel()))
+                                  (partitions - 1) * plane, state.numel(), chunk))
     return out
 
 
-def _replay(go, n: int, rows: int, plane: int, acc_n: int, extra_n: int, state_n: int):
+def _replay(go, n: int, rows: int, plane: int, acc_n: int, extra_n: int, state_n: int,
+            chunk: int):
     """``partitioned_index_add`` of one shape again (see ``replay``): ``acc_n`` fp32
-    elements of ``acc`` (0: the output is ``acc``), ``extra_n`` of the zeroed copies."""
-    prepare, scatter, total = go
+    elements of ``acc`` (0: the output is ``acc``), ``extra_n`` of the zeroed copies,
+    ``chunk``: value rows a ``_hot`` program."""
+    prepare, hots, scatter, total = go
     f32, i32 = torch.float32, torch.int32
 
     def again(self, index, values):
@@ -447,6 +616,8 @@ def _replay(go, n: int, rows: int, plane: int, acc_n: int, extra_n: int, state_n
         extra = zeroed(dev, extra_n)
         state = torch.empty(state_n, device=dev, dtype=i32)
         prepare(self, acc, index, state, n, rows, plane, out)
+        if hots is not None:
+            hots(acc, index, values, state, n, rows, chunk)
         if scatter is not None:
             scatter(acc, extra, index, values, state, n, rows, out)
         total(acc, extra, out, state, plane)
@@ -459,13 +630,14 @@ def _replay(go, n: int, rows: int, plane: int, acc_n: int, extra_n: int, state_n
 def _launches(rows: int, n: int, D: int, dtype: torch.dtype, same: bool, partitions: int,
               per_address: int, min_copies: int, leaders: int, pdl: bool, sum_pdl: bool,
               sum_early: bool, own_adds: int, wait_first: bool, align: int,
-              half_products: bool) -> tuple:
-    """``partitioned_index_add``'s three launches for one shape and set of options
+              half_products: bool, hot: int, sms: int) -> tuple:
+    """``partitioned_index_add``'s launches for one shape and set of options
     (``same``: the output is fp32; ``pdl``: the GPU has programmatic dependent launch;
     ``align``: ``row_alignment`` of the copies; ``half_products``: fp16/bf16 rows combine
-    as products in their dtype), each ``Launcher.prepare``'d
-    (``_scatter`` None where there are no values). Cached: a call of a shape seen before
-    computes none of it."""
+    as products in their dtype; ``hot``: its ``hot``; ``sms``: the GPU's), each
+    ``Launcher.prepare``'d: (``_prepare``, (``_hot``, value rows a program) or None,
+    ``_scatter`` (None where there are no values), ``_sum``). Cached: a call of a shape
+    seen before computes none of it."""
     plane = rows * D
     cfg = dict(scatter_config(D, dtype), LEADERS=leaders)
     # wait_first: fp32 rows of 100 into 1,024 rows, uniform, 9.47 against 10.06 µs in a
@@ -474,7 +646,8 @@ def _launches(rows: int, n: int, D: int, dtype: torch.dtype, same: bool, partiti
         (1 + cdiv(plane, PREPARE_BLOCK),), 4, pdl and wait_first, P=partitions,
         SAMPLE=OWN_SAMPLE if own_adds else SAMPLE, SHIFTS=OWN_SHIFTS if own_adds else SHIFTS,
         PER_ADDRESS=per_address, MIN_COPIES=min(min_copies, partitions), R=cfg["R"],
-        LEADERS=leaders, BLOCK=PREPARE_BLOCK, PDL=pdl, OWN=own_adds, WAIT=pdl and wait_first)
+        LEADERS=leaders, BLOCK=PREPARE_BLOCK, PDL=pdl, OWN=own_adds, WAIT=pdl and wait_first,
+        HOT=hot)
     # _sum a programmatic dependent, as the narrow kernels' is: on one H200 every cell the
     # wide kernels take ran 0.3-0.6 µs faster so (cf70dce,
     # benchmarks/results/probe_sum_grid_NVIDIA_H200.json: fp32 rows of 100 into 1,024
@@ -492,8 +665,18 @@ def _launches(rows: int, n: int, D: int, dtype: torch.dtype, same: bool, partiti
         scatter = run_scatter.prepare((cdiv(n, cfg["R"]),), SCATTER_WARPS, pdl, WIDE=wide,
                                       PDL=pdl, TRIGGER=sum_pdl, EARLY=early, OWN=own_adds > 0,
                                       ALIGN=align, HALF=half_products and cfg["PARTS"] == 1,
-                                      **cfg)
+                                      HOT=hot > 0, **cfg)
     total = run_sum.prepare((min(cdiv(plane, SUM_BLOCK), SUM_PROGRAMS),), 4, sum_pdl,
                             SAME=same, BLOCK=SUM_BLOCK, CP=SUM_CP, PDL=sum_pdl,
                             OWN=3 if own_adds else 0, EARLY=early)
-    return prepare, scatter, total
+    hots = None
+    if hot and n * D:
+        bd = max(16, min(128, next_pow2(D)))
+        sub = max(16, HOT_SM_BYTES // (HOT_PROGRAMS * bd * dtype.itemsize))
+        programs = min(HOT_PROGRAMS * sms, cdiv(n, sub))
+        hots = (run_hot.prepare((programs, cdiv(D, bd)), HOT_WARPS, pdl, D=D, H=hot, SUB=sub,
+                                BD=bd, PARTS=cfg["PARTS"],
+                                HALF=half_products and cfg["PARTS"] == 1,
+                                WIDE=max(n * D, plane) >= 1 << 31, PDL=pdl, EARLY=early),
+                cdiv(n, programs))
+    return prepare, hots, scatter, total

@@ -40,7 +40,9 @@ Wide rows go to commrt's kernels where enough values land on each output row to 
 ``WIDE_MIN_VALUES`` value elements, where Inductor's partitions won, but for
 half-precision rows with a few tens of values a row, which the kernels add in their dtype
 where the plan finds few adds an address (``wide_own_adds``); fp32 rows with tens
-of values a row and many indices go to them too (a hot row is found on the GPU);
+of values a row and many indices go to them too (a hot row is found on the GPU); on large
+scatters of fp32 rows with over a thousand values a row the plan also looks for a few
+distinct rows, which it then sums as products (``wide_hot``);
 elsewhere to Inductor: partitioned where every output row takes many values, plain
 elsewhere.
 """
@@ -313,6 +315,13 @@ OWN_ADDS, OWN_ADDS_PLANE = 32, 1 << 22
 # the probe (its autotuner draws). WIDE_OWN_ADDS at twice WIDE_OWN_PER_ROW: the plan's
 # sample of 1,024 pairs sees about one equal pair where the indices are uniform.
 WIDE_OWN_ADDS, WIDE_OWN_PER_ROW = 128, 64
+# fp32 rows of WIDE_ROW or more with WIDE_HOT_PER_ROW values a row or more on scatters of
+# WIDE_HOT_VALUES value elements or more (wide_hot; the seed benchmark's shape: 1,996 a
+# row, 100M values): the wide kernels' plan also looks for at most WIDE_HOT distinct rows
+# in a sample of the indices, and where it finds no more, _hot sums each program's values
+# of them as one-hot products into a partial it adds once
+# (benchmarks/results/probe_seed_hot_NVIDIA_H200.json).
+WIDE_HOT, WIDE_HOT_PER_ROW, WIDE_HOT_VALUES = 32, 1024, 1 << 24
 # ... and so, with hot rows as ``one_copy``'s, rows of up to ONE_COPY_ROW on outputs of
 # ONE_COPY_PLANE elements or more (half_copy), fewer indices than rows included: there is
 # no fp32 copy of the output, and the plan hides behind the copy of it. On one H200
@@ -409,6 +418,10 @@ def decide(rows: int, width: int, n: int, dtype: torch.dtype, index_put: bool = 
             return COMMRT, f"{dtype} rows of {width} summed in fp32, {per_row:.0f} a row"
         if dtype not in HALF and width >= WIDE_ROW:
             if per_row >= FP32_CONTENDED and not (small and index_put):
+                if hot := wide_hot(rows, width, n, dtype):
+                    return COMMRT, (f"rows of {width} with {per_row:.0f} values a row: up to "
+                                    f"{hot} hot rows as products where the GPU finds no "
+                                    "more")
                 return COMMRT, f"rows of {width} with {per_row:.0f} values a row"
             if FP32_SPREAD_PER_ROW <= per_row < INDUCTOR_CONTENDED and \
                     n >= FP32_SPREAD_INDICES:
@@ -500,6 +513,15 @@ def wide_own_adds(rows: int, width: int, n: int, dtype: torch.dtype) -> int:
     added in their dtype (0: always through the fp32 copies)."""
     if dtype in HALF and width >= WIDE_ROW and MIN_INDICES <= n <= WIDE_OWN_PER_ROW * rows:
         return WIDE_OWN_ADDS
+    return 0
+
+
+def wide_hot(rows: int, width: int, n: int, dtype: torch.dtype) -> int:
+    """The most distinct rows for which commrt's wide kernels sum hot rows as products
+    (``partitioned_index_add(hot=...)``; 0: they never look for them)."""
+    if dtype == torch.float32 and width >= WIDE_ROW and n >= WIDE_HOT_PER_ROW * rows and \
+            n * width >= WIDE_HOT_VALUES:
+        return WIDE_HOT
     return 0
 
 

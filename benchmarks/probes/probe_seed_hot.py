@@ -1,0 +1,93 @@
+"""Do the wide kernels run the seed benchmark's contended cells faster where a sample of the
+indices holds few distinct rows, by summing each program's values of those rows as one-hot
+products into a partial it adds once (``partitioned_index_add(hot=...)``: ``_hot``)?
+
+One GPU. The seed's shape (``bench_scatter.py``: fp32 rows of 100, 1M indices drawn from
+0..k, into 501 rows), one of its three scatters. µs a call in a CUDA graph of 20 calls
+(median of ``ROUNDS`` rounds taken in turn) and each kernel's µs (profiler, median of 20
+eager calls): the op as the pass calls it ("shipped"); the wide kernels without hot rows
+and with ``hot`` rows (16 or 32) on
+``_hot``'s launch shapes (``VARIANTS``); Inductor's partitioned
+scatter. Every column of ours checked against float64 first (relative error under 5e-5: a
+sum of 1M values into one row at k = 0 reads 2e-5 in fp32, Inductor's too).
+
+    python benchmarks/probes/probe_seed_hot.py --out probe.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import torch
+from probe_narrow_costs import (
+    checked_errors,
+    inductor_columns,
+    kernel_us,
+    meta,
+    rounds,
+    with_constants,
+)
+
+import commrt.fx.scatter_kernels as wide
+from commrt.fx import scatter as pass_scatter
+
+DEV = torch.device("cuda")
+N, D, ROWS = 1_000_000, 100, 501
+KS = (0, 3, 7, 15, 31, 63, 500)
+ROUNDS = 5
+# (name, constants): _hot's value bytes a step an SM and programs an SM
+VARIANTS = (("hot 32", {}), ("hot 32, 32 KB x 2", {"HOT_SM_BYTES": 32768}))
+
+
+def _hot(hot: int):
+    return lambda o, i, v, P: wide.partitioned_index_add(o, i, v, P, hot=hot)
+
+
+def variants() -> dict:
+    """The hot rows on each launch shape (name: ``fn(out, idx, vals, P)``)."""
+    out = {"no hot rows": with_constants(wide, _hot(0)), "hot 16": with_constants(wide, _hot(16))}
+    for name, constants in VARIANTS:
+        out[name] = with_constants(wide, _hot(32), **constants)
+    return out
+
+
+def cell(k: int) -> dict:
+    g = torch.Generator(device=DEV).manual_seed(k)
+    out = torch.randn(ROWS, D, device=DEV, generator=g)
+    vals = torch.randn(N, D, device=DEV, generator=g)
+    idx = torch.randint(0, k + 1, (N,), device=DEV, generator=g)
+    ref = out.double().index_add(0, idx, vals.double())
+    P = pass_scatter.copies(ROWS, D, N, torch.float32,
+                            torch.cuda.get_device_properties(DEV).total_memory)
+    _, parted = inductor_columns(out, idx, vals)
+    ours = {"shipped": lambda: torch.ops.commrt.partitioned_index_put(out, idx, vals, P)}
+    for name, fn in variants().items():
+        ours[name] = lambda fn=fn: fn(out, idx, vals, P)
+    calls = {**ours, "inductor partitioned": lambda: parted(out, idx, vals)}
+    state = torch.zeros(wide.HOT_AT.value + 33, device=DEV, dtype=torch.int32)
+    wide.partitioned_index_add(out, idx, vals, P, hot=32, state=state)
+    row = {"k": k, "partitions": P, "hot rows found (of 32)": int(state[wide.HOT_AT.value]),
+           "err": checked_errors(calls, ref, 5e-5, lambda name: name in ours)}
+    row.update(rounds(calls, ROUNDS))
+    row["kernels"] = {name: kernel_us(fn, names=None) for name, fn in calls.items()
+                      if name in ("no hot rows", "hot 32", "inductor partitioned")}
+    print(json.dumps(row), flush=True)
+    return row
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default="probe_seed_hot.json")
+    args = ap.parse_args()
+    result = {"meta": meta("python benchmarks/probes/probe_seed_hot.py",
+                           "µs a call (median of rounds, each a CUDA graph of 20 calls); "
+                           "kernels: µs, profiler, median of 20 eager calls"), "cells": []}
+    for k in KS:
+        result["cells"].append(cell(k))
+        with open(args.out, "w") as f:
+            json.dump(result, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
