@@ -7,6 +7,7 @@ from kernel_cases import finite_error
 
 from commrt.fx import scatter_scratch
 from commrt.fx.scatter_kernels import partitioned_index_add
+from commrt.fx.scatter_rule import WIDE_HOT_SAMPLE
 
 
 def main() -> None:
@@ -90,12 +91,12 @@ def main() -> None:
             got = partitioned_index_add(base.to(dtype), idx, vals, *rule, half_products=half)
             err = finite_error(got, ref, (dtype, rule, half))
             assert err < TOL[dtype], (dtype, rule, half, err)
-    # hot rows (hot=16): where the strided sample of 512 indices holds at most 16 distinct
+    # hot rows (hot=16): where the plan's strided sample of indices holds at most 16 distinct
     # rows, _hot sums them as products and _scatter adds the rows the sample skipped (row
     # rows - 1 here, at places the sample never reads); elsewhere the plan as before
     for rows, d, n, k in ((40, 20, 3000, 5), (40, 130, 1500, 0), (40, 20, 3000, 15),
                           (40, 20, 3000, 39)):
-        step = n // 512
+        step = n // WIDE_HOT_SAMPLE
         for dtype in TOL:
             for itype in (torch.int64, torch.int32):
                 base = torch.randn(rows, d, generator=g).to(dtype)

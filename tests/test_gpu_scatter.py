@@ -542,10 +542,11 @@ def test_wide_hot_rows_against_float64(dtype, width, rows, n):
     graph, three calls each, int64 and int32 indices, against float64, no worse than
     torch's own scatter; an infinity and a NaN stay in their elements; an index out of
     range poisons."""
-    from commrt.fx.scatter_kernels import HOT_AT, HOT_SAMPLE, partitioned_index_add
+    from commrt.fx.scatter_kernels import HOT_AT, partitioned_index_add
+    from commrt.fx.scatter_rule import WIDE_HOT_SAMPLE
 
     g = torch.Generator(device="cuda").manual_seed(width + rows)
-    step = n // HOT_SAMPLE.value
+    step = n // WIDE_HOT_SAMPLE
 
     def call(base, i, vals, state):
         return partitioned_index_add(base, i, vals, 32, hot=32, state=state)

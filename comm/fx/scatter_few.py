@@ -28,7 +28,14 @@ import triton.language as tl
 from commrt.dispatch.profile import has_pdl, sm_count
 from commrt.symm_mem.launch import Launcher, cdiv, next_pow2, replay_call
 
-from .scatter_kernels import PARTS, _add_in_parts, _rows_of, _wrapped, scatter_shape
+from .scatter_kernels import (
+    INTERPRETER_SMS,
+    PARTS,
+    _add_in_parts,
+    _rows_of,
+    _wrapped,
+    scatter_shape,
+)
 from .scatter_rule import FEW_PRODUCTS_MAX_ROW, FEW_ROWS, FEW_WIDTH, few_half_products
 
 # Launch shape of the selects, from benchmarks/results/probe_few_total_NVIDIA_H200.json
@@ -40,7 +47,6 @@ from .scatter_rule import FEW_PRODUCTS_MAX_ROW, FEW_ROWS, FEW_WIDTH, few_half_pr
 # 10.1 (into 16 rows 17.8 against 14.1), 1-D values 18.3 against 18.9, bf16 rows of 16
 # 10.1 against 11.5; 8 programs an SM 1.1-2.8 slower; _total as a programmatic dependent
 # 0.5-0.7 faster.
-INTERPRETER_SMS = 8  # SMs assumed under the interpreter
 PROGRAMS_PER_SM = 4  # _partial programs an SM
 WARPS = 4  # a _partial program's
 TILE = 4096  # accumulator elements of a _partial program ([rows, indices, columns])

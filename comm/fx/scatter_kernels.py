@@ -28,7 +28,7 @@ Three launches (four with hot rows, below), no host sync:
    returns without waiting where ``p == 1``, and ``_scatter`` poisons copy 0 itself.
 
 With ``hot`` rows (``scatter_rule.wide_hot``) ``_prepare``'s program 0 also reads a strided
-sample of ``HOT_SAMPLE`` indices; where it holds at most ``hot`` distinct rows, it lists
+sample of ``WIDE_HOT_SAMPLE`` indices; where it holds at most ``hot`` distinct rows, it lists
 them in the state and takes one copy, ``_hot`` (launched after ``_prepare``) sums each
 program's share of the values of those rows as one-hot products into a ``[hot, columns]``
 partial that it adds once (and, in a second pass, any of its rows that the sample did not
@@ -59,11 +59,11 @@ from .scatter_rule import (
     PER_ADDRESS,
     SAMPLE,
     SHIFTS,
+    WIDE_HOT_SAMPLE,
 )
 from .scatter_scratch import zeroed
 
 HOT_AT = tl.constexpr(4)  # state[HOT_AT]: the hot rows' count (0: none), then the rows
-HOT_SAMPLE = tl.constexpr(512)  # indices the plan reads for hot rows
 
 
 @triton.jit
@@ -96,7 +96,7 @@ def _prepare(self_ptr, acc, idx, state, n, rows, plane, P: tl.constexpr,
              MIN_COPIES: tl.constexpr, R: tl.constexpr, LEADERS: tl.constexpr,
              BLOCK: tl.constexpr, PDL: tl.constexpr, OWN: tl.constexpr = 0, out=None,
              WAIT: tl.constexpr = False, HOT: tl.constexpr = 0,
-             HOT_SAMPLE: tl.constexpr = HOT_SAMPLE):
+             HOT_SAMPLE: tl.constexpr = 0):
     # Program 0 estimates p, every other program copies a block of self into acc (fp32).
     # OWN > 0 (fp16/bf16): self is copied into out too, and the plan adds in out's dtype
     # (state[3] = 1) where an address expects at most OWN adds. WAIT: launched as a
@@ -324,8 +324,8 @@ def _hot(acc, idx, vals, state, n, rows, chunk, D: tl.constexpr, H: tl.constexpr
     # where its chunk held rows of no hot row (the hot rows' hits, counted, fall short), a
     # second pass adds those with atomics. An infinity or NaN makes its column NaN in every
     # row of a product (0 * inf): where the partial is not finite, the chunk is summed
-    # again a hot row at a time. An index out of range sets state[1] (and with EARLY poisons acc:
-    # _sum may not run). PDL: launched while _prepare runs.
+    # again a hot row at a time. An index out of range sets state[1] (and with EARLY
+    # poisons acc: _sum may not run). PDL: launched while _prepare runs.
     if PDL:
         tl.extra.cuda.gdc_wait()
         tl.extra.cuda.gdc_launch_dependents()  # _scatter waits for this grid to finish
@@ -488,7 +488,7 @@ SUM_BLOCK, SUM_CP = 256, 32
 PREPARE_BLOCK = 4096  # elements of self a _prepare program copies
 # _hot's launch: value bytes a step an SM, programs an SM, warps a program
 HOT_SM_BYTES, HOT_PROGRAMS, HOT_WARPS = 65536, 2, 4
-INTERPRETER_SMS = 8  # SMs assumed under Triton's interpreter
+INTERPRETER_SMS = 8  # SMs assumed under Triton's interpreter (the scatter kernels')
 # tf32 pieces of a value in _add_in_parts. fp32 in two, not three (exact, the form before,
 # in git at aa11b3b): on one H200, 4M
 # values, µs (benchmarks/results/probe_few_products_parts_NVIDIA_H200.json, 8400188), rows
@@ -647,7 +647,7 @@ def _launches(rows: int, n: int, D: int, dtype: torch.dtype, same: bool, partiti
         SAMPLE=OWN_SAMPLE if own_adds else SAMPLE, SHIFTS=OWN_SHIFTS if own_adds else SHIFTS,
         PER_ADDRESS=per_address, MIN_COPIES=min(min_copies, partitions), R=cfg["R"],
         LEADERS=leaders, BLOCK=PREPARE_BLOCK, PDL=pdl, OWN=own_adds, WAIT=pdl and wait_first,
-        HOT=hot)
+        HOT=hot, HOT_SAMPLE=WIDE_HOT_SAMPLE)
     # _sum a programmatic dependent, as the narrow kernels' is: on one H200 every cell the
     # wide kernels take ran 0.3-0.6 µs faster so (cf70dce,
     # benchmarks/results/probe_sum_grid_NVIDIA_H200.json: fp32 rows of 100 into 1,024

@@ -318,13 +318,14 @@ WIDE_OWN_ADDS, WIDE_OWN_PER_ROW = 128, 64
 # fp32 rows of WIDE_ROW or more with WIDE_HOT_PER_ROW values a row or more on scatters of
 # WIDE_HOT_VALUES value elements or more (wide_hot; the seed benchmark's shape: 1,996 a
 # row, 100M values): the wide kernels' plan also looks for at most WIDE_HOT distinct rows
-# in a sample of the indices, and where it finds no more, _hot sums each program's values
-# of them as one-hot products into a partial it adds once. On one H200, one scatter of
-# that shape with indices from 0..k took 178-179 µs at k = 0 to 31 against 245-261 without
-# and Inductor's partitions' 248-332; where the sample holds more rows, the plan costs
-# about 12 µs (k = 63: 225 against 213; k = 500: 208 against 197)
+# in a strided sample of WIDE_HOT_SAMPLE indices, and where it finds no more, _hot sums
+# each program's values of them as one-hot products into a partial it adds once. On one
+# H200, one scatter of that shape with indices from 0..k took 178-179 µs at k = 0 to 31
+# against 245-261 without and Inductor's partitions' 248-332; where the sample holds more
+# rows, the plan costs about 12 µs (k = 63: 225 against 213; k = 500: 208 against 197)
 # (benchmarks/results/probe_seed_hot_NVIDIA_H200.json, 5147216).
 WIDE_HOT, WIDE_HOT_PER_ROW, WIDE_HOT_VALUES = 32, 1024, 1 << 24
+WIDE_HOT_SAMPLE = 512  # strided indices the plan reads for them
 # ... and so, with hot rows as ``one_copy``'s, rows of up to ONE_COPY_ROW on outputs of
 # ONE_COPY_PLANE elements or more (half_copy), fewer indices than rows included: there is
 # no fp32 copy of the output, and the plan hides behind the copy of it. On one H200

@@ -39,10 +39,9 @@ from commrt.dispatch.profile import shared_memory_per_sm, sm_count
 from commrt.symm_mem.launch import Launcher, cdiv, next_pow2, replay_call
 
 from .scatter_few import run_total
-from .scatter_kernels import PARTS, _rows_of, _wrapped, scatter_shape
+from .scatter_kernels import INTERPRETER_SMS, PARTS, _rows_of, _wrapped, scatter_shape
 from .scatter_rule import SHARED_PLANE, SHARED_WINDOWS
 
-INTERPRETER_SMS = 8  # SMs assumed without a GPU
 INTERPRETER_SHARED = 228 * 1024  # shared memory an SM is assumed to have without a GPU
 SHARED_SHARE = 0.875  # of an SM's shared memory, for the programs' sums (H200: 200 KB)
 PROGRAMS_PER_SM = 4  # at most, where their sums fit
