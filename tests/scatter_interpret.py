@@ -113,7 +113,21 @@ def main() -> None:
                 hot = state[5:5 + found].tolist()
                 assert int(state[4]) == found and hot == list(range(found)), (k, state)
                 assert int(state[0]) == 1 or not found, (k, state)
+                # 40 rows fill 40 of the hash's bins: the quick no, no list written
+                assert found or (state[5:] == -2).all(), (k, state)
                 cases += 1
+    # 20 rows in two of the hash's 128 bins pass the quick check; the list then finds
+    # more than 16 rows: none hot, the sum as before
+    bin_of = lambda r: ((r * 2654435761) >> 25) & 127  # noqa: E731
+    crowded = torch.tensor([r for r in range(1500) if bin_of(r) in (3, 77)][:20])
+    idx = crowded[torch.randint(0, 20, (3000,), generator=g)]
+    vals, base = torch.randn(3000, 20, generator=g), torch.randn(1500, 20, generator=g)
+    state = torch.full((21,), -2, dtype=torch.int32)
+    got = partitioned_index_add(base, idx, vals, 8, hot=16, state=state)
+    assert finite_error(got, base.double().index_add(0, idx, vals.double()),
+                        "crowded bins") < TOL[torch.float32]
+    assert int(state[4]) == 0 and state[5:].tolist() == crowded[:16].tolist(), state
+    cases += 1
     vals = torch.randn(3000, 20, generator=g)
     vals[5, 2], vals[9, 4], vals[700, 0] = float("inf"), float("nan"), float("-inf")
     idx = torch.randint(0, 6, (3000,), generator=g)

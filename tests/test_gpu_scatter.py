@@ -538,7 +538,8 @@ def test_wide_kernels_against_float64(dtype, width, rows, n, copies, sum_pdl):
 def test_wide_hot_rows_against_float64(dtype, width, rows, n):
     """The wide kernels with hot rows (``hot=32``): indices from 0..k, where the plan lists
     the k + 1 rows for k under 32 and ``_hot`` sums them (``_scatter`` adds a row the
-    plan's sample skipped), and from every row (the plan as without); eager and in a CUDA
+    plan's sample skipped), from every row (the plan's quick check says no), and from 40
+    rows that share two of its hash bins (its list says no); eager and in a CUDA
     graph, three calls each, int64 and int32 indices, against float64, no worse than
     torch's own scatter; an infinity and a NaN stay in their elements; an index out of
     range poisons."""
@@ -551,22 +552,33 @@ def test_wide_hot_rows_against_float64(dtype, width, rows, n):
     def call(base, i, vals, state):
         return partitioned_index_add(base, i, vals, 32, hot=32, state=state)
 
-    for k in (0, 7, 31, rows - 1):
+    bin_of = lambda r: ((r * 2654435761) >> 25) & 127  # noqa: E731 (the plan's hash)
+    crowded = torch.tensor([r for r in range(4000) if bin_of(r) in (3, 77)][:40])
+    for k in (0, 7, 31, rows - 1, "crowded"):
+        if k == "crowded":  # 40 rows in two hash bins: the list holds 32 of them, none hot
+            rows, k = 4000, 32
+            idx = crowded.cuda()[torch.randint(0, 40, (n,), device="cuda", generator=g)]
+        else:
+            idx = torch.randint(0, k + 1, (n,), device="cuda", generator=g)
+            idx[1::step][::9] = rows - 1  # never in the plan's strided sample
         base = torch.randn(rows, width, device="cuda", generator=g).to(dtype)
-        idx = torch.randint(0, k + 1, (n,), device="cuda", generator=g)
-        idx[1::step][::9] = rows - 1  # never in the plan's strided sample
         idx[::5] -= rows  # negative indices count from the end
         vals = torch.randn(n, width, device="cuda", generator=g).to(dtype)
         ref = base.double().index_add(0, idx % rows, vals.double())
         scale = base.double().abs().index_add(0, idx % rows, vals.double().abs()).norm()
         torch_err = float((base.index_add(0, idx % rows, vals).double() - ref).norm() / scale)
         for itype in (torch.int64, torch.int32):
-            state = torch.empty(HOT_AT.value + 33, device="cuda", dtype=torch.int32)
+            state = torch.full((HOT_AT.value + 33,), -2, device="cuda", dtype=torch.int32)
             for out in _eager_and_graph(call, (base, idx.to(itype), vals, state), 3):
                 err = float((out.double() - ref).norm() / scale)
                 assert out.dtype == dtype and err < max(TOL[dtype], 1.5 * torch_err), (
                     k, itype, err, torch_err)
             assert int(state[HOT_AT.value]) == (k + 1 if k < 32 else 0), (k, state)
+            listed = state[HOT_AT.value + 1:].tolist()
+            if rows == 4000:  # the quick check passed them, the list found too many
+                assert listed == crowded[:32].tolist(), state
+            elif k == rows - 1:  # every row: the hash's bins say no, no list written
+                assert listed == [-2] * 32, state
         if k == 7:
             vals[1000, 3], vals[n // 3, width - 1] = float("inf"), float("nan")
             idx[1000], idx[n // 3] = 1, 2

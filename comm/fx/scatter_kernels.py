@@ -28,7 +28,8 @@ Three launches (four with hot rows, below), no host sync:
    returns without waiting where ``p == 1``, and ``_scatter`` poisons copy 0 itself.
 
 With ``hot`` rows (``scatter_rule.wide_hot``) ``_prepare``'s program 0 also reads a strided
-sample of ``WIDE_HOT_SAMPLE`` indices; where it holds at most ``hot`` distinct rows, it lists
+sample of ``WIDE_HOT_SAMPLE`` indices; where it holds at most ``hot`` distinct rows (hashed
+into 128 bins first, a quick no where they fill more than ``hot + 1``), it lists
 them in the state and takes one copy, ``_hot`` (launched after ``_prepare``) sums each
 program's share of the values of those rows as one-hot products into a ``[hot, columns]``
 partial that it adds once (and, in a second pass, any of its rows that the sample did not
@@ -67,6 +68,24 @@ HOT_AT = tl.constexpr(4)  # state[HOT_AT]: the hot rows' count (0: none), then t
 
 
 @triton.jit
+def _bit_or(a, b):
+    return a | b
+
+
+@triton.jit
+def _few_bins(s, HOT: tl.constexpr):
+    """Whether the rows ``s`` fill at most ``HOT + 1`` of 128 hash bins: false where they
+    hold more than ``HOT`` distinct rows and one other value. Two reductions, where telling
+    apart the rows themselves takes ``HOT``: the plan's quick no."""
+    h = ((s.to(tl.int64) * 2654435761) >> 25) & 127  # Fibonacci hash: near rows part
+    bit = (h * 0 + 1) << (h & 63)
+    lo = tl.reduce(tl.where(h < 64, bit, 0), 0, _bit_or)
+    hi = tl.reduce(tl.where(h >= 64, bit, 0), 0, _bit_or)
+    j = tl.arange(0, 64).to(tl.int64)
+    return tl.sum(((lo >> j) & 1) + ((hi >> j) & 1)) <= HOT + 1
+
+
+@triton.jit
 def _hot_plan(idx, state, n, rows, HOT: tl.constexpr, S: tl.constexpr):
     """Where ``S`` strided indices hold at most ``HOT`` distinct rows (in range), store
     them in ascending order at ``state + HOT_AT + 1`` (-1 after the last) and their count at
@@ -77,15 +96,16 @@ def _hot_plan(idx, state, n, rows, HOT: tl.constexpr, S: tl.constexpr):
     s = tl.load(idx + pos * step, mask=valid, other=0)
     s = tl.where(s < 0, s + rows, s)
     s = tl.where(valid & (s >= 0) & (s < rows), s, rows)  # rows: none
-    last = tl.min(s) - 1
-    count = 0
-    for h in tl.static_range(HOT):  # the next distinct row, HOT times
-        m = tl.min(tl.where(s > last, s, rows))
-        tl.store(state + HOT_AT + 1 + h, tl.where(m < rows, m, -1).to(tl.int32))
-        count += (m < rows).to(tl.int32)
-        last = tl.where(m < rows, m, last)
-    held = tl.max(((s > last) & (s < rows)).to(tl.int32)) == 0
-    count = tl.where(held & (n > 0), count, 0)
+    count = tl.full([], 0, tl.int32)
+    if _few_bins(s, HOT):  # else more than HOT rows: no list
+        last = tl.min(s) - 1
+        for h in tl.static_range(HOT):  # the next distinct row, HOT times
+            m = tl.min(tl.where(s > last, s, rows))
+            tl.store(state + HOT_AT + 1 + h, tl.where(m < rows, m, -1).to(tl.int32))
+            count += (m < rows).to(tl.int32)
+            last = tl.where(m < rows, m, last)
+        held = tl.max(((s > last) & (s < rows)).to(tl.int32)) == 0
+        count = tl.where(held & (n > 0), count, 0)
     tl.store(state + HOT_AT, count)
     return count
 
