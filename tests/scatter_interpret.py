@@ -6,7 +6,7 @@ from kernel_cases import SCATTER_TOL as TOL
 from kernel_cases import finite_error
 
 from commrt.fx import scatter_scratch
-from commrt.fx.scatter_kernels import partitioned_index_add
+from commrt.fx.scatter_kernels import hot_bin, partitioned_index_add
 from commrt.fx.scatter_rule import WIDE_HOT_SAMPLE
 
 
@@ -92,8 +92,8 @@ def main() -> None:
             err = finite_error(got, ref, (dtype, rule, half))
             assert err < TOL[dtype], (dtype, rule, half, err)
     # hot rows (hot=16): where the plan's strided sample of indices holds at most 16 distinct
-    # rows, _hot sums them as products and _scatter adds the rows the sample skipped (row
-    # rows - 1 here, at places the sample never reads); elsewhere the plan as before
+    # rows, _hot sums them as products and, in a second pass, the rows the sample skipped
+    # (row rows - 1 here, at places the sample never reads); elsewhere the plan as before
     for rows, d, n, k in ((40, 20, 3000, 5), (40, 130, 1500, 0), (40, 20, 3000, 15),
                           (40, 20, 3000, 39)):
         step = n // WIDE_HOT_SAMPLE
@@ -118,8 +118,7 @@ def main() -> None:
                 cases += 1
     # 20 rows in two of the hash's 128 bins pass the quick check; the list then finds
     # more than 16 rows: none hot, the sum as before
-    bin_of = lambda r: ((r * 2654435761) >> 25) & 127  # noqa: E731
-    crowded = torch.tensor([r for r in range(1500) if bin_of(r) in (3, 77)][:20])
+    crowded = torch.tensor([r for r in range(1500) if hot_bin(r) in (3, 77)][:20])
     idx = crowded[torch.randint(0, 20, (3000,), generator=g)]
     vals, base = torch.randn(3000, 20, generator=g), torch.randn(1500, 20, generator=g)
     state = torch.full((21,), -2, dtype=torch.int32)

@@ -537,13 +537,13 @@ def test_wide_kernels_against_float64(dtype, width, rows, n, copies, sum_pdl):
 @pytest.mark.parametrize("width,rows,n", [(100, 501, 600_011), (257, 40, 60_013)])
 def test_wide_hot_rows_against_float64(dtype, width, rows, n):
     """The wide kernels with hot rows (``hot=32``): indices from 0..k, where the plan lists
-    the k + 1 rows for k under 32 and ``_hot`` sums them (``_scatter`` adds a row the
+    the k + 1 rows for k under 32 and ``_hot`` sums them (and, in a second pass, a row the
     plan's sample skipped), from every row (the plan's quick check says no), and from 40
     rows that share two of its hash bins (its list says no); eager and in a CUDA
     graph, three calls each, int64 and int32 indices, against float64, no worse than
     torch's own scatter; an infinity and a NaN stay in their elements; an index out of
     range poisons."""
-    from commrt.fx.scatter_kernels import HOT_AT, partitioned_index_add
+    from commrt.fx.scatter_kernels import HOT_AT, hot_bin, partitioned_index_add
     from commrt.fx.scatter_rule import WIDE_HOT_SAMPLE
 
     g = torch.Generator(device="cuda").manual_seed(width + rows)
@@ -552,8 +552,7 @@ def test_wide_hot_rows_against_float64(dtype, width, rows, n):
     def call(base, i, vals, state):
         return partitioned_index_add(base, i, vals, 32, hot=32, state=state)
 
-    bin_of = lambda r: ((r * 2654435761) >> 25) & 127  # noqa: E731 (the plan's hash)
-    crowded = torch.tensor([r for r in range(4000) if bin_of(r) in (3, 77)][:40])
+    crowded = torch.tensor([r for r in range(4000) if hot_bin(r) in (3, 77)][:40])
     for k in (0, 7, 31, rows - 1, "crowded"):
         if k == "crowded":  # 40 rows in two hash bins: the list holds 32 of them, none hot
             rows, k = 4000, 32

@@ -65,6 +65,14 @@ from .scatter_rule import (
 from .scatter_scratch import zeroed
 
 HOT_AT = tl.constexpr(4)  # state[HOT_AT]: the hot rows' count (0: none), then the rows
+# the hot plan's hash of a row into 128 bins: bits 25..31 of row * 2**32 / golden ratio
+# (Fibonacci hashing: rows next to each other fall in different bins)
+HOT_HASH, HOT_SHIFT = tl.constexpr(2654435761), tl.constexpr(25)
+
+
+def hot_bin(row: int) -> int:
+    """The bin of ``row`` (of 128) in the hot plan's quick check (``_few_bins``)."""
+    return ((row * HOT_HASH.value) >> HOT_SHIFT.value) & 127
 
 
 @triton.jit
@@ -74,10 +82,10 @@ def _bit_or(a, b):
 
 @triton.jit
 def _few_bins(s, HOT: tl.constexpr):
-    """Whether the rows ``s`` fill at most ``HOT + 1`` of 128 hash bins: false where they
-    hold more than ``HOT`` distinct rows and one other value. Two reductions, where telling
-    apart the rows themselves takes ``HOT``: the plan's quick no."""
-    h = ((s.to(tl.int64) * 2654435761) >> 25) & 127  # Fibonacci hash: near rows part
+    """Whether the rows ``s`` fill at most ``HOT + 1`` of 128 bins (``hot_bin``): false
+    only where they hold more than ``HOT`` distinct rows and one other value. Two
+    reductions, where telling the rows apart takes ``HOT``: the plan's quick no."""
+    h = ((s.to(tl.int64) * HOT_HASH) >> HOT_SHIFT) & 127
     bit = (h * 0 + 1) << (h & 63)
     lo = tl.reduce(tl.where(h < 64, bit, 0), 0, _bit_or)
     hi = tl.reduce(tl.where(h >= 64, bit, 0), 0, _bit_or)
@@ -249,13 +257,12 @@ def _scatter(acc, extra, idx, vals, state, n, rows, D: tl.constexpr, R: tl.const
              ALIGN: tl.constexpr = 1, HALF: tl.constexpr = False, HOT: tl.constexpr = False):
     # HOT: nothing to do where the plan found hot rows (_hot, launched before, added every
     # row); else as _rows
+    go = True
     if HOT:
         if PDL:
             tl.extra.cuda.gdc_wait()
-        if tl.load(state + HOT_AT) == 0:
-            _rows(acc, extra, idx, vals, state, n, rows, D, R, BD, LEADERS, PARTS, WIDE, PDL,
-                  TRIGGER, EARLY, OWN, out, ALIGN, HALF)
-    else:
+        go = tl.load(state + HOT_AT) == 0
+    if go:
         _rows(acc, extra, idx, vals, state, n, rows, D, R, BD, LEADERS, PARTS, WIDE, PDL,
               TRIGGER, EARLY, OWN, out, ALIGN, HALF)
 
