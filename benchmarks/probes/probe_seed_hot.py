@@ -6,10 +6,10 @@ One GPU. The seed's shape (``bench_scatter.py``: fp32 rows of 100, 1M indices dr
 0..k, into 501 rows), one of its three scatters. µs a call in a CUDA graph of 20 calls
 (median of ``ROUNDS`` rounds taken in turn) and each kernel's µs (profiler, median of 20
 eager calls): the op as the pass calls it ("shipped"); the wide kernels without hot rows
-and with ``hot`` rows (16 or 32) on
-``_hot``'s launch shapes (``VARIANTS``); Inductor's partitioned
-scatter. Every column of ours checked against float64 first (relative error under 5e-5: a
-sum of 1M values into one row at k = 0 reads 2e-5 in fp32, Inductor's too).
+and with ``hot`` rows (16 or 32) on ``_hot``'s launch shapes and ``_scatter``'s blocks a
+program (``VARIANTS``); Inductor's partitioned scatter. Every column of ours checked against
+float64 first (relative error under 5e-5: a sum of 1M values into one row at k = 0 reads
+2e-5 in fp32, Inductor's too).
 
     python benchmarks/probes/probe_seed_hot.py --out probe.json
 """
@@ -36,8 +36,13 @@ DEV = torch.device("cuda")
 N, D, ROWS = 1_000_000, 100, 501
 KS = (0, 3, 7, 15, 31, 63, 500)
 ROUNDS = 5
-# (name, constants): _hot's value bytes a step an SM and programs an SM
-VARIANTS = (("hot 32", {}), ("hot 32, 32 KB x 2", {"HOT_SM_BYTES": 32768}))
+# (name, constants): _hot's value bytes a step an SM and programs an SM; _scatter's blocks
+# of value rows a program
+VARIANTS = (("hot 32", {}), ("hot 32, 32 KB x 2", {"HOT_SM_BYTES": 32768}),
+            *((f"hot 32, _scatter {b} blocks a program", {"HOT_BLOCKS": b}) for b in (2, 4, 8)))
+# the columns whose kernels are timed apart
+KERNELS = ("no hot rows", "hot 32", "hot 32, _scatter 4 blocks a program",
+           "inductor partitioned")
 
 
 def _hot(hot: int):
@@ -71,7 +76,7 @@ def cell(k: int) -> dict:
            "err": checked_errors(calls, ref, 5e-5, lambda name: name in ours)}
     row.update(rounds(calls, ROUNDS))
     row["kernels"] = {name: kernel_us(fn, names=None) for name, fn in calls.items()
-                      if name in ("no hot rows", "hot 32", "inductor partitioned")}
+                      if name in KERNELS}
     print(json.dumps(row), flush=True)
     return row
 
