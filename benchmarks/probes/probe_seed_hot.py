@@ -7,11 +7,12 @@ One GPU. The seed's shape (``bench_scatter.py``: fp32 rows of 100, 1M indices dr
 (median of ``ROUNDS`` rounds taken in turn) and each kernel's µs (profiler, median of 20
 eager calls): the op as the pass calls it ("shipped"); the wide kernels without hot rows
 and with ``hot`` rows (16 or 32) on ``_hot``'s launch shapes and ``_scatter``'s blocks a
-program (``VARIANTS``); Inductor's partitioned scatter. Every column of ours checked against
+program, on as many registers as it takes or capped (``VARIANTS``); Inductor's partitioned
+scatter. Every column of ours checked against
 float64 first (relative error under 5e-5: a sum of 1M values into one row at k = 0 reads
 2e-5 in fp32, Inductor's too).
 
-    python benchmarks/probes/probe_seed_hot.py --out probe.json
+    python benchmarks/probes/probe_seed_hot.py [--ks 0,31,63,500] --out probe.json
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from probe_narrow_costs import (
     rounds,
     with_constants,
 )
+from probe_scatter_forms import Capped
 
 import commrt.fx.scatter_kernels as wide
 from commrt.fx import scatter as pass_scatter
@@ -37,12 +39,16 @@ N, D, ROWS = 1_000_000, 100, 501
 KS = (0, 3, 7, 15, 31, 63, 500)
 ROUNDS = 5
 # (name, constants): _hot's value bytes a step an SM and programs an SM; _scatter's blocks
-# of value rows a program
+# of value rows a program, and its registers a thread (None: as compiled; 92 at 2 blocks or
+# more, against 64 at one, on sm_90)
 VARIANTS = (("hot 32", {}), ("hot 32, 32 KB x 2", {"HOT_SM_BYTES": 32768}),
-            *((f"hot 32, _scatter {b} blocks a program", {"HOT_BLOCKS": b}) for b in (2, 4, 8)))
+            *((f"hot 32, _scatter {b} blocks a program", {"HOT_BLOCKS": b}) for b in (2, 4, 8)),
+            *((f"hot 32, _scatter {b} blocks a program, {regs} registers",
+               {"HOT_BLOCKS": b, "run_scatter": Capped(wide._scatter, regs)})
+              for b in (4, 8) for regs in (64, 72)))
 # the columns whose kernels are timed apart
 KERNELS = ("no hot rows", "hot 32", "hot 32, _scatter 4 blocks a program",
-           "inductor partitioned")
+           "hot 32, _scatter 4 blocks a program, 64 registers", "inductor partitioned")
 
 
 def _hot(hot: int):
@@ -84,11 +90,12 @@ def cell(k: int) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="probe_seed_hot.json")
+    ap.add_argument("--ks", default=",".join(map(str, KS)), help="the cells' k, comma-separated")
     args = ap.parse_args()
     result = {"meta": meta("python benchmarks/probes/probe_seed_hot.py",
                            "µs a call (median of rounds, each a CUDA graph of 20 calls); "
                            "kernels: µs, profiler, median of 20 eager calls"), "cells": []}
-    for k in KS:
+    for k in map(int, args.ks.split(",")):
         result["cells"].append(cell(k))
         with open(args.out, "w") as f:
             json.dump(result, f, indent=1)
