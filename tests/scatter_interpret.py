@@ -5,7 +5,7 @@ import torch
 from kernel_cases import SCATTER_TOL as TOL
 from kernel_cases import finite_error
 
-from commrt.fx import scatter_kernels, scatter_scratch
+from commrt.fx import scatter_scratch
 from commrt.fx.scatter_kernels import hot_bin, partitioned_index_add
 from commrt.fx.scatter_rule import WIDE_HOT_SAMPLE
 
@@ -127,24 +127,6 @@ def main() -> None:
                         "crowded bins") < TOL[torch.float32]
     assert int(state[4]) == 0 and state[5:].tolist() == crowded[:16].tolist(), state
     cases += 1
-    # with hot rows, _scatter programs of 3 blocks each (the last one short) where the plan
-    # refuses: 40 rows, and the crowded ones
-    kept = scatter_kernels.HOT_BLOCKS
-    scatter_kernels.HOT_BLOCKS = 3
-    scatter_kernels._launches.cache_clear()
-    try:
-        for rows, k in ((40, 39), (1500, None)):
-            idx = torch.randint(0, 40, (3000,), generator=g) if k else idx
-            vals, base = torch.randn(3000, 20, generator=g), torch.randn(rows, 20, generator=g)
-            state = torch.full((21,), -2, dtype=torch.int32)
-            got = partitioned_index_add(base, idx, vals, 8, hot=16, state=state)
-            assert finite_error(got, base.double().index_add(0, idx, vals.double()),
-                                ("blocks", rows)) < TOL[torch.float32]
-            assert int(state[4]) == 0, state
-            cases += 1
-    finally:
-        scatter_kernels.HOT_BLOCKS = kept
-        scatter_kernels._launches.cache_clear()
     vals = torch.randn(3000, 20, generator=g)
     vals[5, 2], vals[9, 4], vals[700, 0] = float("inf"), float("nan"), float("-inf")
     idx = torch.randint(0, 6, (3000,), generator=g)

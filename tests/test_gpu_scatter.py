@@ -535,26 +535,17 @@ def test_wide_kernels_against_float64(dtype, width, rows, n, copies, sum_pdl):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("width,rows,n", [(100, 501, 600_011), (257, 40, 60_013)])
-@pytest.mark.parametrize("blocks", [None, 3])
-def test_wide_hot_rows_against_float64(dtype, width, rows, n, blocks, monkeypatch, request):
+def test_wide_hot_rows_against_float64(dtype, width, rows, n):
     """The wide kernels with hot rows (``hot=32``): indices from 0..k, where the plan lists
     the k + 1 rows for k under 32 and ``_hot`` sums them (and, in a second pass, a row the
     plan's sample skipped), from every row (the plan's quick check says no), and from 40
     rows that share two of its hash bins (its list says no); eager and in a CUDA
     graph, three calls each, int64 and int32 indices, against float64, no worse than
     torch's own scatter; an infinity and a NaN stay in their elements; an index out of
-    range poisons. ``blocks``: ``_scatter``'s blocks a program (None: as shipped; 3, fp32
-    only: the last program's short)."""
-    from commrt.fx import scatter_kernels
+    range poisons."""
     from commrt.fx.scatter_kernels import HOT_AT, hot_bin, partitioned_index_add
     from commrt.fx.scatter_rule import WIDE_HOT_SAMPLE
 
-    if blocks is not None:
-        if dtype != torch.float32:
-            pytest.skip("blocks a program: fp32 only")
-        monkeypatch.setattr(scatter_kernels, "HOT_BLOCKS", blocks)
-        scatter_kernels._launches.cache_clear()
-        request.addfinalizer(scatter_kernels._launches.cache_clear)  # the shipped ones after
     g = torch.Generator(device="cuda").manual_seed(width + rows)
     step = n // WIDE_HOT_SAMPLE
 

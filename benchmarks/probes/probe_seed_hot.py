@@ -6,11 +6,9 @@ One GPU. The seed's shape (``bench_scatter.py``: fp32 rows of 100, 1M indices dr
 0..k, into 501 rows), one of its three scatters. µs a call in a CUDA graph of 20 calls
 (median of ``ROUNDS`` rounds taken in turn) and each kernel's µs (profiler, median of 20
 eager calls): the op as the pass calls it ("shipped"); the wide kernels without hot rows
-and with ``hot`` rows (16 or 32) on ``_hot``'s launch shapes and ``_scatter``'s blocks a
-program, on as many registers as it takes or capped (``VARIANTS``); Inductor's partitioned
-scatter. Every column of ours checked against
-float64 first (relative error under 5e-5: a sum of 1M values into one row at k = 0 reads
-2e-5 in fp32, Inductor's too).
+and with ``hot`` rows (16 or 32) on ``_hot``'s launch shapes (``VARIANTS``); Inductor's
+partitioned scatter. Every column of ours checked against float64 first (relative error
+under 5e-5: a sum of 1M values into one row at k = 0 reads 2e-5 in fp32, Inductor's too).
 
     python benchmarks/probes/probe_seed_hot.py [--ks 0,31,63,500] --out probe.json
 """
@@ -29,7 +27,6 @@ from probe_narrow_costs import (
     rounds,
     with_constants,
 )
-from probe_scatter_forms import Capped
 
 import commrt.fx.scatter_kernels as wide
 from commrt.fx import scatter as pass_scatter
@@ -38,17 +35,12 @@ DEV = torch.device("cuda")
 N, D, ROWS = 1_000_000, 100, 501
 KS = (0, 3, 7, 15, 31, 63, 500)
 ROUNDS = 5
-# (name, constants): _hot's value bytes a step an SM and programs an SM; _scatter's blocks
-# of value rows a program, and its registers a thread (None: as compiled; 92 at 2 blocks or
-# more, against 64 at one, on sm_90)
-VARIANTS = (("hot 32", {}), ("hot 32, 32 KB x 2", {"HOT_SM_BYTES": 32768}),
-            *((f"hot 32, _scatter {b} blocks a program", {"HOT_BLOCKS": b}) for b in (2, 4, 8)),
-            *((f"hot 32, _scatter {b} blocks a program, {regs} registers",
-               {"HOT_BLOCKS": b, "run_scatter": Capped(wide._scatter, regs)})
-              for b in (4, 8) for regs in (64, 72)))
+# (name, constants): _hot's value bytes a step an SM and programs an SM. _scatter taking 2,
+# 4 or 8 blocks of value rows a program on the hot route (its registers as compiled, or
+# capped at 64 or 72) was measured at 7cb0938, not kept.
+VARIANTS = (("hot 32", {}), ("hot 32, 32 KB x 2", {"HOT_SM_BYTES": 32768}))
 # the columns whose kernels are timed apart
-KERNELS = ("no hot rows", "hot 32", "hot 32, _scatter 4 blocks a program",
-           "hot 32, _scatter 4 blocks a program, 64 registers", "inductor partitioned")
+KERNELS = ("no hot rows", "hot 32", "inductor partitioned")
 
 
 def _hot(hot: int):
@@ -92,7 +84,8 @@ def main() -> None:
     ap.add_argument("--out", default="probe_seed_hot.json")
     ap.add_argument("--ks", default=",".join(map(str, KS)), help="the cells' k, comma-separated")
     args = ap.parse_args()
-    result = {"meta": meta("python benchmarks/probes/probe_seed_hot.py",
+    ks = "" if args.ks == ap.get_default("ks") else f" --ks {args.ks}"
+    result = {"meta": meta(f"python benchmarks/probes/probe_seed_hot.py{ks}",
                            "µs a call (median of rounds, each a CUDA graph of 20 calls); "
                            "kernels: µs, profiler, median of 20 eager calls"), "cells": []}
     for k in map(int, args.ks.split(",")):

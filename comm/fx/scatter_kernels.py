@@ -254,29 +254,24 @@ def _scatter(acc, extra, idx, vals, state, n, rows, D: tl.constexpr, R: tl.const
              BD: tl.constexpr, LEADERS: tl.constexpr, PARTS: tl.constexpr,
              WIDE: tl.constexpr, PDL: tl.constexpr, TRIGGER: tl.constexpr = False,
              EARLY: tl.constexpr = False, OWN: tl.constexpr = False, out=None,
-             ALIGN: tl.constexpr = 1, HALF: tl.constexpr = False, HOT: tl.constexpr = False,
-             BLOCKS: tl.constexpr = 1):
+             ALIGN: tl.constexpr = 1, HALF: tl.constexpr = False, HOT: tl.constexpr = False):
     # HOT: nothing to do where the plan found hot rows (_hot, launched before, added every
-    # row); else as _rows, BLOCKS blocks of R value rows a program, one after another (fewer
-    # programs to start where they have nothing to do)
+    # row); else as _rows
+    go = True
     if HOT:
         if PDL:
             tl.extra.cuda.gdc_wait()
-        if tl.load(state + HOT_AT) == 0:
-            for b in range(BLOCKS):
-                _rows(acc, extra, idx, vals, state, n, rows, D, R, BD, LEADERS, PARTS, WIDE,
-                      PDL, TRIGGER, EARLY, OWN, out, ALIGN, HALF,
-                      tl.program_id(0) * BLOCKS + b)
-    else:
+        go = tl.load(state + HOT_AT) == 0
+    if go:
         _rows(acc, extra, idx, vals, state, n, rows, D, R, BD, LEADERS, PARTS, WIDE, PDL,
-              TRIGGER, EARLY, OWN, out, ALIGN, HALF, tl.program_id(0))
+              TRIGGER, EARLY, OWN, out, ALIGN, HALF)
 
 
 @triton.jit
 def _rows(acc, extra, idx, vals, state, n, rows, D: tl.constexpr, R: tl.constexpr,
           BD: tl.constexpr, LEADERS: tl.constexpr, PARTS: tl.constexpr, WIDE: tl.constexpr,
           PDL: tl.constexpr, TRIGGER: tl.constexpr, EARLY: tl.constexpr, OWN: tl.constexpr,
-          out, ALIGN: tl.constexpr, HALF: tl.constexpr, pid):
+          out, ALIGN: tl.constexpr, HALF: tl.constexpr):
     # D is a compile-time constant; offsets are int32 unless an operand holds 2**31
     # elements or more (WIDE). LEADERS < 0: never combine. PDL: launched while _prepare
     # runs; the indices load (written before it) before waiting for it, the values after
@@ -286,10 +281,10 @@ def _rows(acc, extra, idx, vals, state, n, rows, D: tl.constexpr, R: tl.constexp
     # with OWN). OWN: where the plan says so (state[3]), add into out in its fp16/bf16
     # dtype instead (the plan then chose one copy, no combining). ALIGN: the bytes every
     # row of acc and extra starts on (row_alignment). HALF (fp16/bf16 values): rows
-    # combine as products in the values' dtype, not in PARTS tf32 parts. pid: the block of
-    # value rows.
+    # combine as products in the values' dtype, not in PARTS tf32 parts.
     if TRIGGER and not EARLY:
         tl.extra.cuda.gdc_launch_dependents()
+    pid = tl.program_id(0)
     j = tl.arange(0, R)
     r = pid * R + j
     if WIDE:
@@ -520,7 +515,6 @@ SUM_BLOCK, SUM_CP = 256, 32
 PREPARE_BLOCK = 4096  # elements of self a _prepare program copies
 # _hot's launch: value bytes a step an SM, programs an SM, warps a program
 HOT_SM_BYTES, HOT_PROGRAMS, HOT_WARPS = 65536, 2, 4
-HOT_BLOCKS = 1  # blocks of value rows a _scatter program takes, one after another, with hot
 INTERPRETER_SMS = 8  # SMs assumed under Triton's interpreter (the scatter kernels')
 # tf32 pieces of a value in _add_in_parts. fp32 in two, not three (exact, the form before,
 # in git at aa11b3b): on one H200, 4M
@@ -695,12 +689,10 @@ def _launches(rows: int, n: int, D: int, dtype: torch.dtype, same: bool, partiti
         # into 8 rows 24.11 / 14.15 against 24.16 / 15.08 uniform / hot; fp32 within 0.03
         # (benchmarks/results/probe_scatter_forms_products_NVIDIA_H200.json, 97d441b)
         wide = max(n * D, partitions * plane) >= 1 << 31
-        blocks = HOT_BLOCKS if hot else 1
-        scatter = run_scatter.prepare((cdiv(n, cfg["R"] * blocks),), SCATTER_WARPS, pdl,
-                                      WIDE=wide, PDL=pdl, TRIGGER=sum_pdl, EARLY=early,
-                                      OWN=own_adds > 0, ALIGN=align,
-                                      HALF=half_products and cfg["PARTS"] == 1, HOT=hot > 0,
-                                      BLOCKS=blocks, **cfg)
+        scatter = run_scatter.prepare((cdiv(n, cfg["R"]),), SCATTER_WARPS, pdl, WIDE=wide,
+                                      PDL=pdl, TRIGGER=sum_pdl, EARLY=early, OWN=own_adds > 0,
+                                      ALIGN=align, HALF=half_products and cfg["PARTS"] == 1,
+                                      HOT=hot > 0, **cfg)
     total = run_sum.prepare((min(cdiv(plane, SUM_BLOCK), SUM_PROGRAMS),), 4, sum_pdl,
                             SAME=same, BLOCK=SUM_BLOCK, CP=SUM_CP, PDL=sum_pdl,
                             OWN=3 if own_adds else 0, EARLY=early)
