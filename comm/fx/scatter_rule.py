@@ -320,11 +320,11 @@ WIDE_OWN_ADDS, WIDE_OWN_PER_ROW = 128, 64
 # row, 100M values): the wide kernels' plan also looks for at most WIDE_HOT distinct rows
 # in a strided sample of WIDE_HOT_SAMPLE indices, and where it finds no more, _hot sums
 # each program's values of them as one-hot products into a partial it adds once. On one
-# H200, one scatter of that shape with indices from 0..k took 178-179 µs at k = 0 to 31
-# against 245-261 without and Inductor's partitions' 248-332; where the sample holds more
-# rows, the plan costs about 12 µs (k = 63: 225 against 213; k = 500: 208 against 197)
-# (benchmarks/results/probe_seed_hot_NVIDIA_H200.json, 5147216; 8.6 of them its list,
-# which a quick check has skipped since, not yet timed: docs/decisions.md, 2026-12-04).
+# H200, one scatter of that shape with indices from 0..k took 178-180 µs at k = 0 and 31
+# against 246-257 without and Inductor's partitions' 245-300; where the sample holds more
+# rows, the plan costs 4-5 µs, its quick check saying no (k = 63: 217.5 against 212.4;
+# k = 500: 200.1 against 196.3) (benchmarks/results/probe_seed_hot_NVIDIA_H200.json,
+# 7cb0938; about 12 µs before the quick check, at 5147216: docs/decisions.md, 2026-12-04).
 WIDE_HOT, WIDE_HOT_PER_ROW, WIDE_HOT_VALUES = 32, 1024, 1 << 24
 WIDE_HOT_SAMPLE = 512  # strided indices the plan reads for them
 # ... and so, with hot rows as ``one_copy``'s, rows of up to ONE_COPY_ROW on outputs of
