@@ -6,7 +6,7 @@ One GPU. The seed's shape (``bench_scatter.py``: fp32 rows of 100, 1M indices dr
 0..k, into 501 rows), one of its three scatters. µs a call in a CUDA graph of 20 calls
 (median of ``ROUNDS`` rounds taken in turn) and each kernel's µs (profiler, median of 20
 eager calls): the op as the pass calls it ("shipped"); the wide kernels without hot rows
-and with ``hot`` rows (16 or 32) on ``_hot``'s launch shapes (``VARIANTS``); Inductor's
+and with ``hot`` rows (16, 32 or 64) on ``_hot``'s launch shapes (``VARIANTS``); Inductor's
 partitioned scatter. Every column of ours checked against float64 first (relative error
 under 5e-5: a sum of 1M values into one row at k = 0 reads 2e-5 in fp32, Inductor's too).
 
@@ -35,12 +35,23 @@ DEV = torch.device("cuda")
 N, D, ROWS = 1_000_000, 100, 501
 KS = (0, 3, 7, 15, 31, 63, 500)
 ROUNDS = 5
-# (name, constants): _hot's value bytes a step an SM and programs an SM. _scatter taking 2,
-# 4 or 8 blocks of value rows a program on the hot route (its registers as compiled, or
-# capped at 64 or 72) was measured at 7cb0938, not kept.
-VARIANTS = (("hot 32", {}), ("hot 32, 32 KB x 2", {"HOT_SM_BYTES": 32768}))
+# (name, hot rows, constants): _hot's value bytes a step an SM, programs an SM, warps and
+# columns a program. 64 hot rows (k = 63 holds 64 rows) on shapes that compile for sm_90
+# without spills: 64 columns and 32 KB a step, 128 columns and 16 KB (255 registers on 4
+# warps, two programs an SM); 64 columns and 16 KB (232); 32 columns, four programs an SM
+# (122). _scatter taking 2, 4 or 8 blocks of value rows a program on the hot route (its
+# registers as compiled, or capped at 64 or 72) was measured at 7cb0938, not kept.
+VARIANTS = (
+    ("hot 32", 32, {}),
+    ("hot 32, 32 KB x 2", 32, {"HOT_SM_BYTES": 32768}),
+    ("hot 64, 64 columns, 32 KB x 2", 64, {"HOT_COLUMNS": 64, "HOT_SM_BYTES": 32768}),
+    ("hot 64, 16 KB x 2", 64, {"HOT_SM_BYTES": 16384}),
+    ("hot 64, 64 columns, 16 KB x 2", 64, {"HOT_COLUMNS": 64, "HOT_SM_BYTES": 16384}),
+    ("hot 64, 32 columns, 16 KB x 4", 64,
+     {"HOT_COLUMNS": 32, "HOT_SM_BYTES": 16384, "HOT_PROGRAMS": 4}),
+)
 # the columns whose kernels are timed apart
-KERNELS = ("no hot rows", "hot 32", "inductor partitioned")
+KERNELS = ("no hot rows", "hot 32", "hot 64, 64 columns, 32 KB x 2", "inductor partitioned")
 
 
 def _hot(hot: int):
@@ -50,8 +61,8 @@ def _hot(hot: int):
 def variants() -> dict:
     """The hot rows on each launch shape (name: ``fn(out, idx, vals, P)``)."""
     out = {"no hot rows": with_constants(wide, _hot(0)), "hot 16": with_constants(wide, _hot(16))}
-    for name, constants in VARIANTS:
-        out[name] = with_constants(wide, _hot(32), **constants)
+    for name, hot, constants in VARIANTS:
+        out[name] = with_constants(wide, _hot(hot), **constants)
     return out
 
 
@@ -68,10 +79,12 @@ def cell(k: int) -> dict:
     for name, fn in variants().items():
         ours[name] = lambda fn=fn: fn(out, idx, vals, P)
     calls = {**ours, "inductor partitioned": lambda: parted(out, idx, vals)}
-    state = torch.zeros(wide.HOT_AT.value + 33, device=DEV, dtype=torch.int32)
-    wide.partitioned_index_add(out, idx, vals, P, hot=32, state=state)
-    row = {"k": k, "partitions": P, "hot rows found (of 32)": int(state[wide.HOT_AT.value]),
-           "err": checked_errors(calls, ref, 5e-5, lambda name: name in ours)}
+    row = {"k": k, "partitions": P}
+    for hot in (32, 64):
+        state = torch.zeros(wide.HOT_AT.value + 1 + hot, device=DEV, dtype=torch.int32)
+        wide.partitioned_index_add(out, idx, vals, P, hot=hot, state=state)
+        row[f"hot rows found (of {hot})"] = int(state[wide.HOT_AT.value])
+    row["err"] = checked_errors(calls, ref, 5e-5, lambda name: name in ours)
     row.update(rounds(calls, ROUNDS))
     row["kernels"] = {name: kernel_us(fn, names=None) for name, fn in calls.items()
                       if name in KERNELS}

@@ -513,8 +513,12 @@ SUM_PROGRAMS = 2048  # the most _sum programs (each loops over the plane)
 # probe_seed_ab_variants_NVIDIA_H200.json, d76bcc1)
 SUM_BLOCK, SUM_CP = 256, 32
 PREPARE_BLOCK = 4096  # elements of self a _prepare program copies
-# _hot's launch: value bytes a step an SM, programs an SM, warps a program
-HOT_SM_BYTES, HOT_PROGRAMS, HOT_WARPS = 65536, 2, 4
+# _hot's launch: value bytes a step an SM, programs an SM, warps a program, and the most
+# columns a program takes. Compiled for sm_90 with fp32 rows of 100, 32 hot rows take 255
+# registers and 75 KB of shared memory (120 bytes a thread spilled); 64 hot rows on this
+# shape spill 840 bytes, and fit in 255 registers unspilled on 64 columns and 32 KB a step
+# (67 KB), or 128 columns and 16 KB (33 KB); not timed, not used by the rule.
+HOT_SM_BYTES, HOT_PROGRAMS, HOT_WARPS, HOT_COLUMNS = 65536, 2, 4, 128
 INTERPRETER_SMS = 8  # SMs assumed under Triton's interpreter (the scatter kernels')
 # tf32 pieces of a value in _add_in_parts. fp32 in two, not three (exact, the form before,
 # in git at aa11b3b): on one H200, 4M
@@ -698,7 +702,7 @@ def _launches(rows: int, n: int, D: int, dtype: torch.dtype, same: bool, partiti
                             OWN=3 if own_adds else 0, EARLY=early)
     hots = None
     if hot and n * D:
-        bd = max(16, min(128, next_pow2(D)))
+        bd = max(16, min(HOT_COLUMNS, next_pow2(D)))
         sub = max(16, HOT_SM_BYTES // (HOT_PROGRAMS * bd * dtype.itemsize))
         programs = min(HOT_PROGRAMS * sms, cdiv(n, sub))
         hots = (run_hot.prepare((programs, cdiv(D, bd)), HOT_WARPS, pdl, D=D, H=hot, SUB=sub,
