@@ -514,10 +514,7 @@ SUM_PROGRAMS = 2048  # the most _sum programs (each loops over the plane)
 SUM_BLOCK, SUM_CP = 256, 32
 PREPARE_BLOCK = 4096  # elements of self a _prepare program copies
 # _hot's launch: value bytes a step an SM, programs an SM, warps a program, and the most
-# columns a program takes. Compiled for sm_90 with fp32 rows of 100, 32 hot rows take 255
-# registers and 75 KB of shared memory (120 bytes a thread spilled); 64 hot rows on this
-# shape spill 840 bytes, and fit in 255 registers unspilled on 64 columns and 32 KB a step
-# (67 KB), or 128 columns and 16 KB (33 KB); not timed, not used by the rule.
+# columns a program takes (the shapes compiled for 64 hot rows: probes/probe_seed_hot.py)
 HOT_SM_BYTES, HOT_PROGRAMS, HOT_WARPS, HOT_COLUMNS = 65536, 2, 4, 128
 INTERPRETER_SMS = 8  # SMs assumed under Triton's interpreter (the scatter kernels')
 # tf32 pieces of a value in _add_in_parts. fp32 in two, not three (exact, the form before,
