@@ -535,8 +535,10 @@ def test_wide_kernels_against_float64(dtype, width, rows, n, copies, sum_pdl):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("width,rows,n", [(100, 501, 600_011), (257, 40, 60_013)])
-def test_wide_hot_rows_against_float64(dtype, width, rows, n):
-    """The wide kernels with hot rows (``hot=32``): indices from 0..k, where the plan lists
+@pytest.mark.parametrize("hot_sorted", [False, True])
+def test_wide_hot_rows_against_float64(dtype, width, rows, n, hot_sorted):
+    """The wide kernels with hot rows (``hot=32``; the plan telling rows apart a reduction
+    each or by a sort): indices from 0..k, where the plan lists
     the k + 1 rows for k under 32 and ``_hot`` sums them (and, in a second pass, a row the
     plan's sample skipped), from every row (the plan's quick check says no), and from 40
     rows that share two of its hash bins (its list says no); eager and in a CUDA
@@ -550,7 +552,8 @@ def test_wide_hot_rows_against_float64(dtype, width, rows, n):
     step = n // WIDE_HOT_SAMPLE
 
     def call(base, i, vals, state):
-        return partitioned_index_add(base, i, vals, 32, hot=32, state=state)
+        return partitioned_index_add(base, i, vals, 32, hot=32, state=state,
+                                     hot_sorted=hot_sorted)
 
     crowded = torch.tensor([r for r in range(4000) if hot_bin(r) in (3, 77)][:40])
     for k in (0, 7, 31, rows - 1, "crowded"):
@@ -588,6 +591,40 @@ def test_wide_hot_rows_against_float64(dtype, width, rows, n):
             assert int(state[HOT_AT.value]) == 8, state
             idx[n // 2] = rows
             assert call(base, idx, vals, state).isnan().all()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("hot_sorted", [False, True])
+def test_wide_hot_64_rows_against_float64(hot_sorted):
+    """64 hot rows (the seed benchmark's k = 63): listed in order, the sum against float64
+    eager and in a CUDA graph; 65 rows refused, the sum as before."""
+    from commrt.fx.scatter_kernels import HOT_AT, partitioned_index_add
+    from commrt.fx.scatter_rule import WIDE_HOT_SAMPLE
+
+    g = torch.Generator(device="cuda").manual_seed(64)
+    rows, width, n = 501, 100, 400_009
+    for k in (63, 64):
+        r = torch.randint(0, k + 1, (n,), device="cuda", generator=g)
+        # the plan's strided sample holds every one of the k + 1 rows
+        r[::n // WIDE_HOT_SAMPLE][:WIDE_HOT_SAMPLE] = torch.arange(WIDE_HOT_SAMPLE,
+                                                                   device="cuda") % (k + 1)
+        idx = r * 7 % rows
+        base = torch.randn(rows, width, device="cuda", generator=g)
+        vals = torch.randn(n, width, device="cuda", generator=g)
+        ref = base.double().index_add(0, idx, vals.double())
+        state = torch.full((HOT_AT.value + 65,), -2, device="cuda", dtype=torch.int32)
+
+        def call(base, i, vals, state):
+            return partitioned_index_add(base, i, vals, 32, hot=64, state=state,
+                                         hot_sorted=hot_sorted)
+
+        for out in _eager_and_graph(call, (base, idx, vals, state), 2):
+            assert finite_error(out, ref) < TOL[torch.float32], k
+        listed = int(state[HOT_AT.value])
+        assert listed == (64 if k == 63 else 0), (k, state)
+        if k == 63:
+            want = sorted({r * 7 % rows for r in range(64)})
+            assert state[HOT_AT.value + 1:].tolist() == want, state
 
 
 def _wide_plan_adds(idx: torch.Tensor, rows: int, n: int) -> float:
