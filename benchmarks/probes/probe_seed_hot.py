@@ -35,16 +35,17 @@ DEV = torch.device("cuda")
 N, D, ROWS = 1_000_000, 100, 501
 KS = (0, 3, 7, 15, 31, 63, 500)
 ROUNDS = 5
-# (name, hot rows, constants): _hot's value bytes a step an SM, programs an SM, warps and
-# columns a program, and how the plan tells the sample's rows apart (HOT_SORTED: a sort,
-# one cost for 32 or 64 rows, 41 barriers in _prepare for sm_90 against 77 for 32 rows a
-# reduction each and 141 for 64). On the shipped shape (128 columns, 64 KB a step) 32 hot
-# rows compile for sm_90 to 255 registers, 120 bytes a thread spilled, 75 KB of shared
-# memory; 64 spill 840 bytes. 64 hot rows (k = 63 holds 64 rows) on shapes that compile
-# without spills: 64 columns and 32 KB a step, 128 columns and 16 KB (255 registers on 4
-# warps, two programs an SM); 64 columns and 16 KB (232); 32 columns, four programs an SM
-# (122). _scatter taking 2, 4 or 8 blocks of value rows a program on the hot route (its
-# registers as compiled, or capped at 64 or 72) was measured at 7cb0938, not kept.
+# (name, hot rows, constants): _hot's value bytes a step an SM, programs an SM, warps and columns a
+# program, and how the plan tells the sample's rows apart (HOT_SORTED: a sort, one cost for 32 or 64
+# rows; _prepare compiled for sm_90 by Triton 3.6 holds 40 barriers and 2,500 instructions so,
+# against 116 and 4,000 for 32 rows a reduction each and 212 and 6,700 for 64; 5 and 816 without hot
+# rows). On the shipped shape (128 columns, 64 KB a step) 32 hot rows compile for sm_90 to 255
+# registers, 120 bytes a thread spilled, 75 KB of shared memory; 64 spill 840 bytes. 64 hot rows (k
+# = 63 holds 64 rows) on shapes that compile without spills: 64 columns and 32 KB a step, 128
+# columns and 16 KB (255 registers on 4 warps, two programs an SM); 64 columns and 16 KB (232); 32
+# columns, four programs an SM (122). _scatter taking 2, 4 or 8 blocks of value rows a program on
+# the hot route (its registers as compiled, or capped at 64 or 72) was measured at 7cb0938, not
+# kept.
 SHAPES = (
     ("hot 32", 32, {}),
     ("hot 32, 32 KB x 2", 32, {"HOT_SM_BYTES": 32768}),
