@@ -601,6 +601,10 @@ def test_wide_hot_64_rows_against_float64(hot_sorted):
     from commrt.fx.scatter_kernels import HOT_AT, partitioned_index_add
     from commrt.fx.scatter_rule import WIDE_HOT_SAMPLE
 
+    def call(base, i, vals, state):
+        return partitioned_index_add(base, i, vals, 32, hot=64, state=state,
+                                     hot_sorted=hot_sorted)
+
     g = torch.Generator(device="cuda").manual_seed(64)
     rows, width, n = 501, 100, 400_009
     for k in (63, 64):
@@ -613,17 +617,11 @@ def test_wide_hot_64_rows_against_float64(hot_sorted):
         vals = torch.randn(n, width, device="cuda", generator=g)
         ref = base.double().index_add(0, idx, vals.double())
         state = torch.full((HOT_AT.value + 65,), -2, device="cuda", dtype=torch.int32)
-
-        def call(base, i, vals, state):
-            return partitioned_index_add(base, i, vals, 32, hot=64, state=state,
-                                         hot_sorted=hot_sorted)
-
         for out in _eager_and_graph(call, (base, idx, vals, state), 2):
             assert finite_error(out, ref) < TOL[torch.float32], k
-        listed = int(state[HOT_AT.value])
-        assert listed == (64 if k == 63 else 0), (k, state)
+        assert int(state[HOT_AT.value]) == (64 if k == 63 else 0), (k, state)
         if k == 63:
-            want = sorted({r * 7 % rows for r in range(64)})
+            want = sorted({q * 7 % rows for q in range(64)})
             assert state[HOT_AT.value + 1:].tolist() == want, state
 
 
