@@ -196,7 +196,8 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("COMMRT_FX_COPY_ENGINE", "fx_copy_engine", "0", _auto_bool,
              "commrt.fx.install(): run the graphs' hidden sum/avg all-reduces on a "
              "copy-engine group (data moved by the copy engines, not the SMs); auto: where "
-             "the group is two NCCL ranks on GPUs; off by default (docs/decisions.md)"),
+             "the group is two NCCL ranks on GPUs; off by default "
+             "(docs/decisions/2026-11-29-overlap-copy-engine-path-off-default.md)"),
     Variable("COMMRT_PATCH", "patch", "1", _bool,
              "`python -m commrt.run` patches torch's all-reduces before running the script; "
              "0 runs it unpatched through the same command (read by that launcher only)"),

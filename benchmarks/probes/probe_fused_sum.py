@@ -5,17 +5,17 @@ One GPU. Where copies are allowed or the output is not fp32, the narrow kernels 
 ``_sum`` after ``_scatter`` (a programmatic dependent): a no-op where the plan chose one
 fp32 copy or the output's own dtype, which still cost 0.6-0.7 µs a call on one H200
 (``probe_half_switch.py``), and the cells that commrt loses by a few percent to Inductor's
-plain scatter are those (fp32 1-D values into 65,536 rows, uniform: 55.6 against 52.7 µs
-in the grid at b73d91c). With ``fused_sum``, up to ``FUSED_SUM_PER_SM`` programs a
+plain scatter are those (fp32 1-D values into 65,536 rows, uniform: 55.6 against 52.7 µs in
+the grid at b73d91c). With ``fused_sum``, up to ``FUSED_SUM_PER_SM`` programs a
 multiprocessor at the end of ``_scatter``'s grid do ``_sum``'s work: where there is nothing
 to sum they return at once, else they wait for ``_scatter``'s programs to count themselves
 done. Variants: the op as the pass calls it ("op"), the same call with ``fused_sum``
-("fused"), and with 2 and 8 programs a multiprocessor ("fused 2/SM", "fused 8/SM");
-against Inductor's plain scatter ("inductor"). µs a call in a CUDA graph of 20 calls
-(median of five rounds taken in turn; spread: the least and most). ``fused_sum`` was
-removed after the grid measured it (docs/decisions.md, 2026-11-28): run the probe at
-d19ca81, whose ``_sum`` programs poll with one atomic and a pause (c649b87: atomics without
-a pause, every ``_scatter`` program counting itself done; 6eac8ef: plain loads)::
+("fused"), and with 2 and 8 programs a multiprocessor ("fused 2/SM", "fused 8/SM"); against
+Inductor's plain scatter ("inductor"). µs a call in a CUDA graph of 20 calls (median of five
+rounds taken in turn; spread: the least and most). ``fused_sum`` was removed after the grid
+measured it (docs/decisions/2026-11-28-scatter-sum-inside-scatter-grid-measured.md): run the
+probe at d19ca81, whose ``_sum`` programs poll with one atomic and a pause (c649b87: atomics
+without a pause, every ``_scatter`` program counting itself done; 6eac8ef: plain loads)::
 
     git checkout d19ca81
     python benchmarks/probes/probe_fused_sum.py [--out probe_fused_sum.json]

@@ -5,15 +5,16 @@ One GPU. bf16 ``index_put`` of rows of 4 into 65,536 rows (16 values a row) goes
 narrow kernels on one fp32 copy, summed into the output by ``_sum``: 1.13-1.17x Inductor's
 plain scatter on uniform indices in the grids at f0bd61e. Adding in bf16 straight into the
 output (``half_adds``, as the rule does up to ``HALF_ADDS_PER_ROW`` values a row) lost on
-skewed indices there (70 against 49 µs, docs/decisions.md, 2026-11-25). A plan that chose
+skewed indices there (70 against 49 µs,
+docs/decisions/2026-11-25-scatter-half-precision-rows-added-their.md). A plan that chose
 between the two on the GPU would still launch ``_sum`` (a no-op where it chose bf16), so
-bf16 adds must come well under the ceiling for it to pay. Variants: the op as the pass
-calls it ("op": from 0c7eba3 on with that choice, ``own_adds``), the one fp32 copy ("fp32
-copy": the op before), ``half_adds`` with the pass's hot rows ("half adds") and without
-them ("half adds, no hot"), and the op without its ``_sum`` launch ("op, no _sum", a
-no-op where the plan adds in bf16: where it does not, as on skewed and hot indices, this
-variant is wrong and dropped); against Inductor's plain scatter ("inductor"). µs a call in a
-CUDA graph of 20 calls (median of five rounds taken in turn; spread: the least and most)::
+bf16 adds must come well under the ceiling for it to pay. Variants: the op as the pass calls
+it ("op": from 0c7eba3 on with that choice, ``own_adds``), the one fp32 copy ("fp32 copy":
+the op before), ``half_adds`` with the pass's hot rows ("half adds") and without them ("half
+adds, no hot"), and the op without its ``_sum`` launch ("op, no _sum", a no-op where the
+plan adds in bf16: where it does not, as on skewed and hot indices, this variant is wrong
+and dropped); against Inductor's plain scatter ("inductor"). µs a call in a CUDA graph of 20
+calls (median of five rounds taken in turn; spread: the least and most)::
 
     python benchmarks/probes/probe_half_switch.py [--out probe_half_switch.json]
 """

@@ -3,17 +3,18 @@ programs?
 
 One GPU. The rule left fp32 rows of 1024 into 1,024 rows (4 values a row) to Inductor's
 plain scatter, which a hot row slows 3x; block-local sums (``narrow_index_add(local=...)``,
-one copy, no plan) took 9.5-9.7 µs there against its 8.7-8.8 uniform (docs/decisions.md,
-2026-11-25), on 256 programs of 16 whole rows. Here a ``_scatter`` block holds 128 columns
-of 32 rows (``columns``, a row's blocks launched one after another) on 1, 2 or 4 warps, or
-128 columns of 64 rows, against whole rows of 16 on 8 warps ("rows w8"); and the op as the
-pass calls it ("op": with the copies the pass gives the cell). On grid cells (4M value
-elements a cell) of rows of 1024 into 1,024 and 8 rows, bf16 (added in its own dtype)
-too, and rows of 100 and 256 into 1,024 rows: µs a call in a CUDA graph of 20 calls
-(median of five rounds taken in turn; spread: the least and most of the rounds), with
-Inductor's plain scatter (``index_put``, compiled) and its partitioned scatter in the same
-rounds; each variant's error against float64 is checked first (a variant over the bound is
-left out of the cell, its error under "dropped")::
+one copy, no plan) took 9.5-9.7 µs there against its 8.7-8.8 uniform
+(docs/decisions/2026-11-25-scatter-fp32-rows-65-256-few.md), on 256 programs of 16 whole
+rows. Here a ``_scatter`` block holds 128 columns of 32 rows (``columns``, a row's blocks
+launched one after another) on 1, 2 or 4 warps, or 128 columns of 64 rows, against whole
+rows of 16 on 8 warps ("rows w8"); and the op as the pass calls it ("op": with the copies
+the pass gives the cell). On grid cells (4M value elements a cell) of rows of 1024 into
+1,024 and 8 rows, bf16 (added in its own dtype) too, and rows of 100 and 256 into 1,024
+rows: µs a call in a CUDA graph of 20 calls (median of five rounds taken in turn; spread:
+the least and most of the rounds), with Inductor's plain scatter (``index_put``, compiled)
+and its partitioned scatter in the same rounds; each variant's error against float64 is
+checked first (a variant over the bound is left out of the cell, its error under
+"dropped")::
 
     python benchmarks/probes/probe_local_columns.py [--out probe_local_columns.json]
 """

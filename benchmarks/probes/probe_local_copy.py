@@ -3,10 +3,11 @@ copy engines or on SMs, and does it leave gaps in a compute stream it overlaps?
 
 One GPU (a second one adds the peer rows). The copy-engine path of ``commrt.fx`` as an
 all-gather made two local copies per gathered bucket, and rank 0's traces of the training
-step showed 16-28 us compute-stream gaps lined up with them (2026-11-23). Answer, on
-H200: a local copy runs on the copy engines but crawls while the SMs are full and leaves
-gaps as an SM copy does; a read from the peer leaves none
-(``benchmarks/results/probe_local_copy_sm90-h200.json``, ``docs/decisions.md``).
+step showed 16-28 us compute-stream gaps lined up with them (2026-11-23). Answer, on H200: a
+local copy runs on the copy engines but crawls while the SMs are full and leaves gaps as an
+SM copy does; a read from the peer leaves none
+(``benchmarks/results/probe_local_copy_sm90-h200.json``,
+``docs/decisions/2026-11-23-overlap-same-device-copies-copy-engine.md``).
 
 1. blocked: a kernel that fills every SM (two 32-warp programs per SM) spins for a few ms
    on one stream; a 64 MiB local copy on a high-priority stream is issued 3 ms later. A copy

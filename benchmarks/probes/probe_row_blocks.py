@@ -1,12 +1,12 @@
 """Which block of rows should a narrow ``_scatter`` program take for rows of 4 or more?
 
-One GPU. ``ROW_BLOCKS`` (value elements a block, blocks a program, warps) was chosen on
-fp32 rows (docs/decisions.md, 2026-11-25), before fp16/bf16 rows were added in their own
-dtype. On grid cells of rows of 4 to 100 (4M value elements a cell): µs a call in a CUDA
-graph of 20 calls (median of five rounds taken in turn; spread: the least and most of the
-rounds) of ``commrt::partitioned_index_put`` with the copies the pass gives it, under each
-``ROW_BLOCKS`` below, and Inductor's plain scatter (``index_put``, compiled) in the same
-rounds; each variant's error against float64 is checked first::
+One GPU. ``ROW_BLOCKS`` (value elements a block, blocks a program, warps) was chosen on fp32
+rows (docs/decisions/2026-11-25-scatter-narrow-rows-4-more-take.md), before fp16/bf16 rows
+were added in their own dtype. On grid cells of rows of 4 to 100 (4M value elements a cell):
+µs a call in a CUDA graph of 20 calls (median of five rounds taken in turn; spread: the
+least and most of the rounds) of ``commrt::partitioned_index_put`` with the copies the pass
+gives it, under each ``ROW_BLOCKS`` below, and Inductor's plain scatter (``index_put``,
+compiled) in the same rounds; each variant's error against float64 is checked first::
 
     python benchmarks/probes/probe_row_blocks.py [--out probe_row_blocks.json]
 """

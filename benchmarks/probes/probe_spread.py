@@ -3,20 +3,21 @@ to fp32 copy j % p, no zeroing launch) run as fast as Inductor's own at its fast
 
 One GPU. Where the rule hands narrow rows with many values a row to Inductor's partitions,
 Inductor's autotuner picks the scatter kernel's config by a coin toss, and the slower one
-costs up to 18% (docs/decisions.md, 2026-11-28). Here ``spread_index_add`` with Inductor's
-partition count, on blocks of whole rows (1,024 elements a block on 4 warps,
-``_spread_sum`` a programmatic dependent: "blocks"), and so with the rows that a few
-candidates of a block take summed first where enough of its rows take them ("hot k of m": k
-candidates, m rows; element-wise blocks as Inductor's kernel, with and without PDL, ran at
-93b0b4a, and with bf16 and wide rows at fe1ff21); the op as the pass calls it with its
-copies ("op": the narrow kernels, or from f0bd61e on ``scatter_spread`` where the rule
-gives it); against Inductor's partitioned scatter compiled with its defaults ("inductor
-partitioned") and with pointwise autotuning off ("partitioned first": its first config) and
-its plain scatter ("inductor"). fp32 grid cells (4M value elements a cell) where the rule
-gives Inductor's partitions or the narrow kernels lose to them: µs a call in a CUDA graph
-of 20 calls (median of five rounds taken in turn; spread: the least and most of the
-rounds); each variant's error against float64 is checked first (a variant over the bound is
-left out, its error under "dropped")::
+costs up to 18%
+(docs/decisions/2026-11-28-scatter-two-speeds-inductor-partitioned-graph.md). Here
+``spread_index_add`` with Inductor's partition count, on blocks of whole rows (1,024
+elements a block on 4 warps, ``_spread_sum`` a programmatic dependent: "blocks"), and so
+with the rows that a few candidates of a block take summed first where enough of its rows
+take them ("hot k of m": k candidates, m rows; element-wise blocks as Inductor's kernel,
+with and without PDL, ran at 93b0b4a, and with bf16 and wide rows at fe1ff21); the op as the
+pass calls it with its copies ("op": the narrow kernels, or from f0bd61e on
+``scatter_spread`` where the rule gives it); against Inductor's partitioned scatter compiled
+with its defaults ("inductor partitioned") and with pointwise autotuning off ("partitioned
+first": its first config) and its plain scatter ("inductor"). fp32 grid cells (4M value
+elements a cell) where the rule gives Inductor's partitions or the narrow kernels lose to
+them: µs a call in a CUDA graph of 20 calls (median of five rounds taken in turn; spread:
+the least and most of the rounds); each variant's error against float64 is checked first (a
+variant over the bound is left out, its error under "dropped")::
 
     python benchmarks/probes/probe_spread.py [--out probe_spread.json]
 

@@ -122,9 +122,10 @@ def _partitioned_index_put(self: torch.Tensor, index: torch.Tensor, values: torc
 
 
 # A CUDA call of a shape seen before (its launches all direct, symm_mem.launch.Prepared)
-# replays the route's allocations and launches (its ``replay``) without the rule, the
-# checks or the launch keys. On one H200's host an eager call of the op took 20-52 µs so
-# against 38-89 with every launch keyed a call (docs/decisions.md, 2026-12-03;
+# replays the route's allocations and launches (its ``replay``) without the rule, the checks
+# or the launch keys. On one H200's host an eager call of the op took 20-52 µs so against
+# 38-89 with every launch keyed a call
+# (docs/decisions/2026-12-03-scatter-op-replays-shape-has-seen.md;
 # benchmarks/results/probe_grid_gap_host_NVIDIA_H200.json, bcb97b9, and at ea6f585 in git)
 REPLAYS = 1024  # shapes kept; more clear them all
 _replays: dict = {}
@@ -198,7 +199,8 @@ def _routes(rows: int, width: int, n: int, dtype: torch.dtype, out_dtype: torch.
         columns, warps = local_blocks(rows, width, own)
         # the shared rows found before waiting for _init, and no hot-row loop, where the
         # blocks run on one warp (fp16/bf16 adds, fp32 into a few rows); fp32 blocks on 2
-        # warps ran about 1 µs slower so (docs/decisions.md, 2026-11-28)
+        # warps ran about 1 µs slower so
+        # (docs/decisions/2026-11-28-scatter-blocks-plan-themselves-measured-dropped.md)
         return (*first, functools.partial(narrow_index_add, hot=0, local=local,
                                           columns=columns, warps=warps, half_adds=own,
                                           local_early=warps == 1))

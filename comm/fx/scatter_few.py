@@ -158,8 +158,8 @@ def _partial(idx, vals, part, n, rows, chunk, D: tl.constexpr, R: tl.constexpr,
     # values' fp16/bf16). An infinity or a NaN among the values makes its column NaN in
     # every row of a product (0 * inf); where acc is not finite, and no index was out of
     # range, the chunk is summed again a row at a time. The values are not checked in the
-    # loop: element-wise flags there cost more than the products (docs/decisions.md,
-    # 2026-11-29).
+    # loop: element-wise flags there cost more than the products
+    # (docs/decisions/2026-11-29-scatter-rows-65-128-into-few.md).
     if PDL:  # _total's programs may start (they wait for this grid to finish)
         tl.extra.cuda.gdc_launch_dependents()
     g = tl.program_id(0)

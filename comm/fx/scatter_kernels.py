@@ -292,16 +292,16 @@ def _rows(acc, extra, idx, vals, state, n, rows, D: tl.constexpr, R: tl.constexp
           BD: tl.constexpr, LEADERS: tl.constexpr, PARTS: tl.constexpr, WIDE: tl.constexpr,
           PDL: tl.constexpr, TRIGGER: tl.constexpr, EARLY: tl.constexpr, OWN: tl.constexpr,
           out, ALIGN: tl.constexpr, HALF: tl.constexpr):
-    # D is a compile-time constant; offsets are int32 unless an operand holds 2**31
-    # elements or more (WIDE). LEADERS < 0: never combine. PDL: launched while _prepare
-    # runs; the indices load (written before it) before waiting for it, the values after
-    # (docs/decisions.md, 2026-11-28: before, uniform indices ran slower). TRIGGER: _sum,
-    # a programmatic dependent, may launch once every program has started (EARLY: once
-    # every program has seen the plan, and an index out of range poisons acc here, and out
-    # with OWN). OWN: where the plan says so (state[3]), add into out in its fp16/bf16
-    # dtype instead (the plan then chose one copy, no combining). ALIGN: the bytes every
-    # row of acc and extra starts on (row_alignment). HALF (fp16/bf16 values): rows
-    # combine as products in the values' dtype, not in PARTS tf32 parts.
+    # D is a compile-time constant; offsets are int32 unless an operand holds 2**31 elements
+    # or more (WIDE). LEADERS < 0: never combine. PDL: launched while _prepare runs; the
+    # indices load (written before it) before waiting for it, the values after
+    # (docs/decisions/2026-11-28-scatter-bf16-index-put-wide-rows.md: before, uniform
+    # indices ran slower). TRIGGER: _sum, a programmatic dependent, may launch once every
+    # program has started (EARLY: once every program has seen the plan, and an index out of
+    # range poisons acc here, and out with OWN). OWN: where the plan says so (state[3]), add
+    # into out in its fp16/bf16 dtype instead (the plan then chose one copy, no combining).
+    # ALIGN: the bytes every row of acc and extra starts on (row_alignment). HALF (fp16/bf16
+    # values): rows combine as products in the values' dtype, not in PARTS tf32 parts.
     if TRIGGER and not EARLY:
         tl.extra.cuda.gdc_launch_dependents()
     pid = tl.program_id(0)

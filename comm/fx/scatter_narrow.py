@@ -73,28 +73,32 @@ from .scatter_scratch import zeroed
 
 BLOCK = 2048  # elements a step of an _init or _sum program
 # ... of an _init program that copies a 16-bit output (half_adds): in an A/B on one H200
-# (docs/decisions.md, 2026-11-25) bf16 rows of 16 into 1M rows took 23.4 µs so against 26.4,
-# rows of 100 and 1024 into 65,536 rows 8.9 and 73.6 against 10.2 and 81.2; fp32 rows of
-# 1024 on 65,536 rows were 2% slower with it.
+# (docs/decisions/2026-11-25-scatter-half-precision-rows-few-values.md) bf16 rows of 16 into
+# 1M rows took 23.4 µs so against 26.4, rows of 100 and 1024 into 65,536 rows 8.9 and 73.6
+# against 10.2 and 81.2; fp32 rows of 1024 on 65,536 rows were 2% slower with it.
 HALF_BLOCK = 8192
 # warps of an _init program: its plan (program 0) took 3.7 µs on 4 warps against 4.4 on 8
-# with 64 registers a thread (docs/decisions.md, 2026-11-25); HALF_BLOCK was measured on 8.
-# With one sample on an output under ONE_SAMPLE_PLANE elements, 2 (INIT_WARPS_ONE): on one
-# H200 (benchmarks/results/probe_plan_cost_NVIDIA_H200.json) fp32 rows of 16 into 65,536
-# rows took 9.6 µs so against 10.1, bf16 7.3 against 7.4; rows of 16 into 1M rows 0.3%
-# longer (the copy of 16M elements), and sorted two samples 0.3-0.7 µs longer.
+# with 64 registers a thread
+# (docs/decisions/2026-11-25-scatter-narrow-plan-compares-elementwise-4.md); HALF_BLOCK was
+# measured on 8. With one sample on an output under ONE_SAMPLE_PLANE elements, 2
+# (INIT_WARPS_ONE): on one H200 (benchmarks/results/probe_plan_cost_NVIDIA_H200.json) fp32
+# rows of 16 into 65,536 rows took 9.6 µs so against 10.1, bf16 7.3 against 7.4; rows of 16
+# into 1M rows 0.3% longer (the copy of 16M elements), and sorted two samples 0.3-0.7 µs
+# longer.
 INIT_WARPS, INIT_WARPS_ONE, ONE_SAMPLE_PLANE = 4, 2, 1 << 22
 SUM_COPIES, SUM_TILE = 128, 8192  # _sum with copies: copies a step, and elements a step
 # ... but where the plan chose at most SUM_FIT + 1 copies, those in one tile: on one H200
 # (benchmarks/results/probe_sum_tiles_twins_NVIDIA_H200.json) fp32 rows of 16 into 1,024
 # rows, uniform (16 copies), took 11.3 µs so against 11.8, bf16 11.8 against 12.9; more
-# copies within the rounds' spread (docs/decisions.md, 2026-11-28).
+# copies within the rounds' spread
+# (docs/decisions/2026-11-28-scatter-sum-reads-copies-plan-chose.md).
 SUM_FIT = 32
 # _scatter's blocks (SUB rows of DP columns): (value elements a block, blocks a program,
-# warps). Rows of ROW_BLOCKS_FROM elements or more take one block of 4,096 on 8 warps (a
-# hot row's sum once a program): in an A/B on one H200 (docs/decisions.md, 2026-11-25)
-# rows of 4 and 16 with a hot row ran 1.24-1.48x faster, others from 4% faster to 2%
-# slower; 1-D values ran up to 4% slower so, and keep four blocks of 1,024 on 4 warps.
+# warps). Rows of ROW_BLOCKS_FROM elements or more take one block of 4,096 on 8 warps (a hot
+# row's sum once a program): in an A/B on one H200
+# (docs/decisions/2026-11-25-scatter-narrow-rows-4-more-take.md) rows of 4 and 16 with a hot
+# row ran 1.24-1.48x faster, others from 4% faster to 2% slower; 1-D values ran up to 4%
+# slower so, and keep four blocks of 1,024 on 4 warps.
 VALUE_BLOCKS = (1024, 4, 4)
 ROW_BLOCKS, ROW_BLOCKS_FROM = (4096, 1, 8), 4
 LOCAL_SUB = 64  # the most rows a block for which _scatter sums rows that share an index
@@ -144,11 +148,12 @@ def _plan(a, first, scr, n, rows, W: tl.constexpr, P: tl.constexpr, H: tl.conste
     entries (``first``: those of its first sample). ``PAIRS``: ``a``'s second half is a
     second sample (``_sample``), whose pairs with the first count too; the entries are
     sorted, each tagged with its sample, and two segmented scans (forward and back) count
-    each row's entries of each. Else each entry is compared with shifted loads of a copy
-    of ``a`` at ``scr`` (2 * W int32 the program owns; ``a`` twice, so that a shift is an
-    offset). On one H200 (docs/decisions.md, 2026-11-27) the sort took 0.4-1.1 µs less
-    than the shifted loads of both samples, the shifted loads of one sample 1.9-2.4 µs
-    less than its sort."""
+    each row's entries of each. Else each entry is compared with shifted loads of a copy of
+    ``a`` at ``scr`` (2 * W int32 the program owns; ``a`` twice, so that a shift is an
+    offset). On one H200
+    (docs/decisions/2026-11-27-scatter-narrow-plan-sorts-two-samples.md) the sort took
+    0.4-1.1 µs less than the shifted loads of both samples, the shifted loads of one sample
+    1.9-2.4 µs less than its sort."""
     sampled = tl.maximum(tl.sum(first.to(tl.int32)), 1).to(tl.float32)
     if PAIRS:  # row * 2 + tag: a row's entries of both samples sort next to each other
         half = tl.arange(0, W) >= W // 2
@@ -590,7 +595,8 @@ def _launches(rows: int, n: int, D: int, out_dtype: torch.dtype, dtype: torch.dt
     blk = HALF_BLOCK if half_adds else BLOCK
     # wait_first: 0.3-0.6 µs a call faster on one H200, alone and in a compiled graph, once
     # _scatter stopped letting it launch early where no _sum follows (it then ran up to 2 µs
-    # slower) (benchmarks/results/probe_init_pdl_NVIDIA_H200.json, 88639d1; docs/decisions.md)
+    # slower) (benchmarks/results/probe_init_pdl_NVIDIA_H200.json, 88639d1;
+    # docs/decisions/2026-11-30-scatter-kernels-first-launch-programmatic-dependent.md)
     init = run_init.prepare((1 + cdiv(plane, blk),),
                             INIT_WARPS_ONE if W == NARROW_SAMPLE and plane < ONE_SAMPLE_PLANE
                             else INIT_WARPS, pdl and wait_first, **plan, BLOCK=blk, WIDE=wide,
@@ -599,16 +605,17 @@ def _launches(rows: int, n: int, D: int, out_dtype: torch.dtype, dtype: torch.dt
     # ... only where _sum may have nothing to do (fp32 output, or the plan's own dtype)
     has_sum = partitions > 1 or not (same or half_adds)
     early = pdl and sum_early and n > 0 and has_sum and (same or own_adds > 0)
-    # no hot row looked for only with local_early: fp32 blocks of 128 columns on 2 warps
-    # ran about 1 µs slower without the (empty) hot-row loop in the grids at 518175c and
-    # 3c5ebb3, on 1 warp (into 8 rows) 0.8 µs faster at 9851a2e (docs/decisions.md,
-    # 2026-11-28)
+    # no hot row looked for only with local_early: fp32 blocks of 128 columns on 2 warps ran
+    # about 1 µs slower without the (empty) hot-row loop in the grids at 518175c and
+    # 3c5ebb3, on 1 warp (into 8 rows) 0.8 µs faster at 9851a2e
+    # (docs/decisions/2026-11-28-scatter-blocks-plan-themselves-measured-dropped.md)
     local_early = local_early and local > 0 and hot == 0
     scatter = total = None
     if n:
         grid = (cdiv(n, sub * iters), cdiv(D, DP))
         # a row's column blocks next to each other in launch order where the rows' programs
-        # fit axis 1 (docs/decisions.md, 2026-11-27: skewed rows of 1024 up to 1.18x faster)
+        # fit axis 1 (docs/decisions/2026-11-27-scatter-block-local-sums-take-fp32.md:
+        # skewed rows of 1024 up to 1.18x faster)
         cols_first = grid[1] > 1 and grid[0] <= MAX_GRID_Y
         if cols_first:
             grid = grid[::-1]

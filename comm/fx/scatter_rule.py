@@ -86,17 +86,18 @@ HOT_SHARE = 5  # ... or, where they take a fifth of the sample, on one copy
 NARROW_PER_ADDRESS = 128
 NARROW_COPIES_PER_ROW = 32
 # ... and once on copies, as many as bring the adds an address takes under NARROW_SPREAD, up
-# to twice the values a row (docs/decisions.md, 2026-11-25): fp32 values of rows of 1 on
-# 65,536 rows, skewed, took 122 µs so against 143 with copies for 128 adds and at most the
-# values a row (Inductor's partitions 132), bf16 103 against 148, and 1-D values on 1,024
-# rows, uniform, 59-64 against 74-75; other narrow cells within 5%.
+# to twice the values a row
+# (docs/decisions/2026-11-25-scatter-narrow-copies-more-them-once.md): fp32 values of rows
+# of 1 on 65,536 rows, skewed, took 122 µs so against 143 with copies for 128 adds and at
+# most the values a row (Inductor's partitions 132), bf16 103 against 148, and 1-D values on
+# 1,024 rows, uniform, 59-64 against 74-75; other narrow cells within 5%.
 NARROW_SPREAD = 64
 # ... estimated, where copies are allowed, also from the pairs of the sample with a second
 # strided sample of NARROW_PAIR_SAMPLE indices (at least NARROW_SAMPLE, so that no entry is
 # in both). With 64 alone, 90% of 4M indices into 1% of 65,536 rows showed no pair in 19 of
 # 200 draws, and one copy took 494 µs where copies took 120 (bf16 rows of 1 in the grid at
 # 99ac2a4); with 64 more, in none of 200, for about 1.2 µs a call; with 256, 5-9 µs
-# (docs/decisions.md, 2026-11-25).
+# (docs/decisions/2026-11-25-scatter-narrow-copies-more-them-once.md).
 NARROW_PAIR_SAMPLE = 64
 # ... on outputs of more than NARROW_PAIR_ROWS rows only (pair_sample). On fewer, a
 # contended set that 64 random indices are likely to miss (under one pair expected: over
@@ -192,27 +193,29 @@ INDUCTOR_MIN_INDICES = 4096  # Inductor's partitioned_scatter_min_index_size
 INDUCTOR_MEMORY = 0.10  # Inductor's partitioned_scatter_memory_budget
 # fp32 rows wider than NARROW_ROW that the narrow kernels take with one copy (one_copy):
 # under FP32_SPREAD_PER_ROW values a row, outputs of ONE_COPY_PLANE elements or more, rows
-# of up to ONE_COPY_ROW. Measured on one H200 against Inductor (docs/decisions.md,
-# 2026-11-25): rows of 64 and 100 on 65,536 rows ran 0.88-0.98x its plain scatter uniform
-# and skewed and 0.18-0.32x its partitions with one hot row; rows of 1024 on 65,536 rows
-# 1.00x and 0.88x; rows of 1024 on 1,024 rows (1M elements) 1.08-1.17x: the plan no longer
-# hides behind the copy.
+# of up to ONE_COPY_ROW. Measured on one H200 against Inductor
+# (docs/decisions/2026-11-25-scatter-fp32-rows-up-1-024.md): rows of 64 and 100 on 65,536
+# rows ran 0.88-0.98x its plain scatter uniform and skewed and 0.18-0.32x its partitions
+# with one hot row; rows of 1024 on 65,536 rows 1.00x and 0.88x; rows of 1024 on 1,024 rows
+# (1M elements) 1.08-1.17x: the plan no longer hides behind the copy.
 ONE_COPY_ROW, ONE_COPY_PLANE = 1024, 1 << 22
 # ... their hot rows: up to ONE_COPY_HOT rows that take ONE_COPY_HOT_MIN of NARROW_SAMPLE (a
 # quarter): with ten rows of 9% each, rows of 100 on 65,536 rows took 138 µs as ten hot
-# rows, 49 µs with none, Inductor's scatter 46 µs (docs/decisions.md, 2026-11-25).
+# rows, 49 µs with none, Inductor's scatter 46 µs
+# (docs/decisions/2026-11-25-scatter-fp32-rows-up-1-024.md).
 ONE_COPY_HOT, ONE_COPY_HOT_MIN = 4, 16
-# fp32 rows of LOCAL_ROW to LOCAL_MAX_ROW elements with at most LOCAL_PER_ROW values a row on
-# outputs under ONE_COPY_PLANE (local_sums): the narrow kernels with one copy and no plan
+# fp32 rows of LOCAL_ROW to LOCAL_MAX_ROW elements with at most LOCAL_PER_ROW values a row
+# on outputs under ONE_COPY_PLANE (local_sums): the narrow kernels with one copy and no plan
 # (it no longer hides behind the copy of a small output), each block summing the rows that
-# share an index, where LOCAL_MIN of them do, and adding each sum once. On one H200
-# (whole rows of 16 a block on rows of over 128; docs/decisions.md,
-# 2026-11-25), index_put, µs with uniform / skewed / one hot row, against Inductor's plain
-# scatter in the same run: rows of 256 into 1,024 rows 8.5 / 19.8 / 16.1 against 8.1 /
-# 21.4 / 82.2 (commrt's wide kernels 12.5 / 23.1 / 23.3); rows of 100 into 4,096 rows 8.6 /
-# 17.8 / 19.6 against 9.1 / 18.3 / 117.6, into 16,384 rows 9.8 / 11.9 / 21.0 against 9.9 /
-# 11.9 / 112.3. Left where they were: rows of 100 into 1,024 rows (41 a row, skewed: 54
-# against 47, the wide kernels 20). Fewer sharing rows (2, 3 on blocks of 32) cost more.
+# share an index, where LOCAL_MIN of them do, and adding each sum once. On one H200 (whole
+# rows of 16 a block on rows of over 128;
+# docs/decisions/2026-11-25-scatter-fp32-rows-65-256-few.md), index_put, µs with uniform /
+# skewed / one hot row, against Inductor's plain scatter in the same run: rows of 256 into
+# 1,024 rows 8.5 / 19.8 / 16.1 against 8.1 / 21.4 / 82.2 (commrt's wide kernels 12.5 / 23.1
+# / 23.3); rows of 100 into 4,096 rows 8.6 / 17.8 / 19.6 against 9.1 / 18.3 / 117.6, into
+# 16,384 rows 9.8 / 11.9 / 21.0 against 9.9 / 11.9 / 112.3. Left where they were: rows of
+# 100 into 1,024 rows (41 a row, skewed: 54 against 47, the wide kernels 20). Fewer sharing
+# rows (2, 3 on blocks of 32) cost more.
 LOCAL_ROW, LOCAL_PER_ROW = 65, 16
 LOCAL_MIN = 4
 # ... and rows of over LOCAL_WIDE to LOCAL_MAX_ROW elements, also into at most
@@ -282,11 +285,12 @@ FEW_HALF_PRODUCTS_ROW = 9
 # fp16/bf16 narrow rows with one copy (half_adds): rows of HALF_ADDS_ROW elements or more,
 # with at most HALF_ADDS_PER_ROW values a row, add in the output's dtype (as Inductor's
 # scatter does; hot rows still summed in fp32), not in an fp32 copy converted at the end.
-# Measured on one H200 against the fp32 copy (docs/decisions.md, 2026-11-25): bf16 rows of
-# 4 on 1M rows (1 a row) 16.6 against 27.6 µs uniform, rows of 16 on 65,536 rows (4 a row)
-# 8.4 against 13.2 uniform and 12.0 against 17.9 skewed; but rows of 4 on 65,536 rows (16
-# a row), skewed (about 1,400 adds an address), 70 against 49; 1-D values lost 2.3-12x
-# (one bf16 add an element, contended).
+# Measured on one H200 against the fp32 copy
+# (docs/decisions/2026-11-25-scatter-half-precision-rows-added-their.md): bf16 rows of 4 on
+# 1M rows (1 a row) 16.6 against 27.6 µs uniform, rows of 16 on 65,536 rows (4 a row) 8.4
+# against 13.2 uniform and 12.0 against 17.9 skewed; but rows of 4 on 65,536 rows (16 a
+# row), skewed (about 1,400 adds an address), 70 against 49; 1-D values lost 2.3-12x (one
+# bf16 add an element, contended).
 HALF_ADDS_ROW, HALF_ADDS_PER_ROW = 4, 8
 # ... and past HALF_ADDS_PER_ROW, narrow fp16/bf16 rows of HALF_ADDS_ROW or more on one copy
 # (under NARROW_COPIES_PER_ROW values a row) on outputs under OWN_ADDS_PLANE elements
@@ -316,39 +320,40 @@ OWN_ADDS, OWN_ADDS_PLANE = 32, 1 << 22
 # sample of 1,024 pairs sees about one equal pair where the indices are uniform.
 WIDE_OWN_ADDS, WIDE_OWN_PER_ROW = 128, 64
 # fp32 rows of WIDE_ROW or more with WIDE_HOT_PER_ROW values a row or more on scatters of
-# WIDE_HOT_VALUES value elements or more (wide_hot; the seed benchmark's shape: 1,996 a
-# row, 100M values): the wide kernels' plan also looks for at most WIDE_HOT distinct rows
-# in a strided sample of WIDE_HOT_SAMPLE indices, and where it finds no more, _hot sums
-# each program's values of them as one-hot products into a partial it adds once. On one
-# H200, one scatter of that shape with indices from 0..k took 178-180 µs at k = 0 and 31
-# against 246-257 without and Inductor's partitions' 245-300; where the sample holds more
-# rows, the plan costs 4-5 µs, its quick check saying no (k = 63: 217.5 against 212.4;
-# k = 500: 200.1 against 196.3) (benchmarks/results/probe_seed_hot_NVIDIA_H200.json,
-# 7cb0938; about 12 µs before the quick check, at 5147216: docs/decisions.md, 2026-12-04).
+# WIDE_HOT_VALUES value elements or more (wide_hot; the seed benchmark's shape: 1,996 a row,
+# 100M values): the wide kernels' plan also looks for at most WIDE_HOT distinct rows in a
+# strided sample of WIDE_HOT_SAMPLE indices, and where it finds no more, _hot sums each
+# program's values of them as one-hot products into a partial it adds once. On one H200, one
+# scatter of that shape with indices from 0..k took 178-180 µs at k = 0 and 31 against
+# 246-257 without and Inductor's partitions' 245-300; where the sample holds more rows, the
+# plan costs 4-5 µs, its quick check saying no (k = 63: 217.5 against 212.4; k = 500: 200.1
+# against 196.3) (benchmarks/results/probe_seed_hot_NVIDIA_H200.json, 7cb0938; about 12 µs
+# before the quick check, at 5147216:
+# docs/decisions/2026-12-04-scatter-hot-rows-products-seed-benchmark.md).
 WIDE_HOT, WIDE_HOT_PER_ROW, WIDE_HOT_VALUES = 32, 1024, 1 << 24
 WIDE_HOT_SAMPLE = 512  # strided indices the plan reads for them
 # ... and so, with hot rows as ``one_copy``'s, rows of up to ONE_COPY_ROW on outputs of
-# ONE_COPY_PLANE elements or more (half_copy), fewer indices than rows included: there is
-# no fp32 copy of the output, and the plan hides behind the copy of it. On one H200
-# (docs/decisions.md, 2026-11-25), against Inductor's index_put: bf16 rows of 16 into 1M
-# rows 23.4 against 24.3 µs uniform, 27.7 against 283 with one row hot; rows of 100 into
-# 65,536 rows 8.9 against 9.6 and 23.0 against 81.5; rows of 1024 into 65,536 rows 73.6
-# against 72.3 and 77.7 against 89.9. Inductor keeps bf16's index_add as aten's kernel,
-# which took 0.10-0.52 ms there (scatter_grid at 4a6025b).
-# 1-D values (and rows of 1) into more than FEW_ROWS and at most SHARED_PLANE rows
-# (shared_sums: scatter_shared, every output element summed in shared memory a program):
-# on one H200 into 1,024 rows, fp32, 28 µs uniform and 27 with a hot row, against
-# Inductor's partitions' 54 and 85 (scatter_grid_NVIDIA_H200.md, 4a6025b); against the
-# narrow kernels, 4M values into 32 to 16,384 rows: 23-56 µs, against 33-134 (16,384 rows
-# uniform: 52.7 against 58.9; docs/decisions.md, 2026-11-25). Wider rows lost there:
+# ONE_COPY_PLANE elements or more (half_copy), fewer indices than rows included: there is no
+# fp32 copy of the output, and the plan hides behind the copy of it. On one H200
+# (docs/decisions/2026-11-25-scatter-half-precision-rows-few-values.md), against Inductor's
+# index_put: bf16 rows of 16 into 1M rows 23.4 against 24.3 µs uniform, 27.7 against 283
+# with one row hot; rows of 100 into 65,536 rows 8.9 against 9.6 and 23.0 against 81.5; rows
+# of 1024 into 65,536 rows 73.6 against 72.3 and 77.7 against 89.9. Inductor keeps bf16's
+# index_add as aten's kernel, which took 0.10-0.52 ms there (scatter_grid at 4a6025b). 1-D
+# values (and rows of 1) into more than FEW_ROWS and at most SHARED_PLANE rows (shared_sums:
+# scatter_shared, every output element summed in shared memory a program): on one H200 into
+# 1,024 rows, fp32, 28 µs uniform and 27 with a hot row, against Inductor's partitions' 54
+# and 85 (scatter_grid_NVIDIA_H200.md, 4a6025b); against the narrow kernels, 4M values into
+# 32 to 16,384 rows: 23-56 µs, against 33-134 (16,384 rows uniform: 52.7 against 58.9;
+# docs/decisions/2026-11-25-scatter-single-values-into-up-16.md). Wider rows lost there:
 # Hopper adds fp32 in shared memory with a compare-and-swap loop, about one element a cycle
 # an SM, where L2's atomics add a row of 16 in one (rows of 4 into 1,024 rows: 32-41 µs,
-# Inductor's partitions 16-28; rows of 16 into 8 rows: 15-22 µs against 12-15).
-# Up to 32,768 rows (one program an SM on 16 warps past 16,384), against Inductor's best
-# of its two scatters, on one H200: 56.6 / 57.7 / 53.9 µs uniform / skewed / hot against
-# 64.1 / 112.6 / 106.3, where the narrow kernels took 69.8 / 122.1 / 41.1. Into 65,536
-# rows, in two windows of rows whose programs each read every index, they lost uniform
-# and hot (88 and 83 µs against 55 and 36 for the narrow kernels; skewed 88 against 123)
+# Inductor's partitions 16-28; rows of 16 into 8 rows: 15-22 µs against 12-15). Up to 32,768
+# rows (one program an SM on 16 warps past 16,384), against Inductor's best of its two
+# scatters, on one H200: 56.6 / 57.7 / 53.9 µs uniform / skewed / hot against 64.1 / 112.6 /
+# 106.3, where the narrow kernels took 69.8 / 122.1 / 41.1. Into 65,536 rows, in two windows
+# of rows whose programs each read every index, they lost uniform and hot (88 and 83 µs
+# against 55 and 36 for the narrow kernels; skewed 88 against 123)
 # (benchmarks/results/probe_shared_windows_NVIDIA_H200.json).
 SHARED_PLANE = 32768
 # fp32 single values into up to SHARED_WINDOWS * SHARED_PLANE rows: summed in windows of

@@ -6,8 +6,9 @@ pay, and fp16/bf16 rows of 4 that Inductor would not partition) behind
 The scheme of Inductor's partitioned scatter (value ``j`` to copy ``j % P``), with its
 launch shape fixed instead of autotuned (Inductor's autotuner picks one of two configs by
 timings about ten times the kernel's, so that its speed changes from one compile to the
-next: docs/decisions.md, 2026-11-28), no launch to zero the copies, a block's hot rows
-summed first, and an index out of range caught. Two launches, no plan, no host sync:
+next: docs/decisions/2026-11-28-scatter-two-speeds-inductor-partitioned-graph.md), no launch
+to zero the copies, a block's hot rows summed first, and an index out of range caught. Two
+launches, no plan, no host sync:
 
 1. ``_spread``: a program takes a block of ``R`` value rows. The rows at ``HOT`` evenly
    spaced places of the block are candidates; the block's rows that hit a candidate, where
