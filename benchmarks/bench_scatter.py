@@ -54,7 +54,8 @@ def parser() -> argparse.ArgumentParser:
                     help=f"output rows (default {SEED_ROWS}; --grid: a list, default every size)")
     ap.add_argument("--ops", default=",".join(GRID_OPS),
                     help=f"--grid: ops, of {', '.join(OPS)}")
-    ap.add_argument("--dtypes", default=",".join(DTYPES), help="--grid: value dtypes")
+    ap.add_argument("--dtypes", default=",".join(DTYPES),
+                    help=f"--grid: value dtypes, of {', '.join(ALL_DTYPES)} (integers apart)")
     ap.add_argument("--update", action="store_true",
                     help="--grid: keep the other cells of the grid file already there")
     ap.add_argument("--force", action="store_true",
@@ -136,6 +137,11 @@ WIDTHS = (0, 1, 4, 16, 100, 1024, 4096)
 ROWS = (8, 1024, 65536, 1 << 20)
 DISTS = ("uniform", "skewed", "hot")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+# Integer values (token counts, histograms): asked for by --dtypes, written to a file of
+# their own (``scatter_int_grid_<device>``); every column must sum them exactly
+INT_DTYPES = {"int32": torch.int32, "int64": torch.int64}
+ALL_DTYPES = {**DTYPES, **INT_DTYPES}
+INT_VALUES = 8  # integer values drawn from -8..8, the output from -1024..1024
 OPS = {"index_add": lambda o, i, v: o.index_add(0, i, v),
        "index_put": lambda o, i, v: o.index_put((i,), v, accumulate=True),
        "scatter_add": lambda o, i, v: o.scatter_add(
@@ -156,7 +162,8 @@ UNRUN = {(op, "bfloat16", w, 8): _STUCK for op in ("index_put", "scatter_add") f
 GRAPHS = 5
 GRAPH_MS, GRAPH_CALLS, SIZING_CALLS = 2.0, 50, 5  # a graph's device time, its most calls
 SLOW_MS = 1000.0  # a call this slow is not timed again: its call while compiling stands
-TOL = {"float32": 1e-4, "bfloat16": 2e-2}  # commrt's error: at most this or 1.5x compiled's
+# commrt's error: at most this or 1.5x compiled's (integers: none)
+TOL = {"float32": 1e-4, "bfloat16": 2e-2, **dict.fromkeys(INT_DTYPES, 0.0)}
 # ... or 3x where the commrt column is the compiled column's own graph (the rule left the
 # scatter to Inductor), whose atomics add in another order each call: two calls of one bf16
 # graph on a hot row differed 1.6x (scatter_grid_NVIDIA_H200.md, 2026-11-25), as in
@@ -178,7 +185,13 @@ def grid_groups(ops=GRID_OPS, dtypes=tuple(DTYPES), widths=WIDTHS,
 def selected_groups(args) -> list[tuple]:
     """The groups that ``--ops``/``--dtypes``/``--widths``/``--rows`` select."""
     rows = tuple(int(r) for r in args.rows.split(",")) if args.rows else ROWS
-    return grid_groups(tuple(args.ops.split(",")), tuple(args.dtypes.split(",")),
+    dtypes = tuple(args.dtypes.split(","))
+    if unknown := [d for d in dtypes if d not in ALL_DTYPES]:
+        raise SystemExit(f"--dtypes: {', '.join(unknown)} not one of {', '.join(ALL_DTYPES)}")
+    if len({d in INT_DTYPES for d in dtypes}) > 1:
+        raise SystemExit("--dtypes: integer and floating dtypes go to files of their own; "
+                         "run them apart")
+    return grid_groups(tuple(args.ops.split(",")), dtypes,
                        tuple(int(w) for w in args.widths.split(",")), rows)
 
 
@@ -250,11 +263,17 @@ def _rel_err(got: torch.Tensor, ref: torch.Tensor) -> float:
 def group_data(group: tuple) -> tuple:
     """A group's output, values and indices of each distribution (seeded by the group)."""
     op, dt, width, rows = group
-    dtype, n = DTYPES[dt], VALUES // max(1, width)
+    dtype, n = ALL_DTYPES[dt], VALUES // max(1, width)
     g = torch.Generator(device="cuda").manual_seed(zlib.crc32(repr(group).encode()))
     shape = (rows,) if width == 0 else (rows, width)
-    out = torch.randn(shape, device="cuda", generator=g).to(dtype)
-    vals = torch.randn((n, *shape[1:]), device="cuda", generator=g).to(dtype)
+    if dt in INT_DTYPES:
+        out = torch.randint(-128 * INT_VALUES, 128 * INT_VALUES + 1, shape, device="cuda",
+                            generator=g, dtype=dtype)
+        vals = torch.randint(-INT_VALUES, INT_VALUES + 1, (n, *shape[1:]), device="cuda",
+                             generator=g, dtype=dtype)
+    else:
+        out = torch.randn(shape, device="cuda", generator=g).to(dtype)
+        vals = torch.randn((n, *shape[1:]), device="cuda", generator=g).to(dtype)
     return out, vals, {d: grid_indices(d, rows, n, g) for d in DISTS}
 
 
@@ -334,8 +353,8 @@ def _static_choice(group: tuple) -> tuple[str, str]:
     n = VALUES // max(1, width)
     # after decomposition both ops reach the pass as index_put, save Inductor's aten
     # fallback for a half-precision index_add; scatter_add stays one (not partitioned)
-    index_put = op != "index_add" or DTYPES[dt] not in (torch.bfloat16, torch.float16)
-    return decide(rows, max(1, width), n, DTYPES[dt], index_put,
+    index_put = op != "index_add" or ALL_DTYPES[dt] not in (torch.bfloat16, torch.float16)
+    return decide(rows, max(1, width), n, ALL_DTYPES[dt], index_put,
                   index_put and op != "scatter_add")
 
 
@@ -588,9 +607,11 @@ def grid_meta(args, columns: tuple, start: float, groups: list) -> dict:
 
 
 def grid_file(groups: list) -> str:
-    """The result file's stem: ``scatter_grid`` for the grid's ops, else the other ops'."""
+    """The result file's stem: ``scatter_grid`` for the grid's ops, else the other ops'
+    (``scatter_add_grid``); ``_int_grid`` for integer values."""
     other = sorted({g[0] for g in groups} - set(GRID_OPS))
-    return "_".join(other) + "_grid" if other else "scatter_grid"
+    kind = "_int_grid" if any(g[1] in INT_DTYPES for g in groups) else "_grid"
+    return ("_".join(other) if other else "scatter") + kind
 
 
 def grid_line(item: dict) -> str:

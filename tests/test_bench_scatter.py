@@ -35,6 +35,19 @@ def test_scatter_add_runs_the_same_grid_into_a_file_of_its_own():
         assert torch.allclose(bench.OPS["scatter_add"](o, idx, v), o.index_add(0, idx, v))
 
 
+def test_integer_values_run_apart_into_a_file_of_their_own():
+    args = bench.parser().parse_args(["--grid", "--dtypes", "int32,int64"])
+    groups = bench.selected_groups(args)
+    assert {g[1] for g in groups} == {"int32", "int64"} and len(groups) == len(
+        bench.grid_groups(dtypes=("int32", "int64")))
+    assert bench.grid_file(groups) == "scatter_int_grid"
+    assert bench.grid_file([("scatter_add", "int32", 4, 8)]) == "scatter_add_int_grid"
+    assert bench.TOL["int32"] == bench.TOL["int64"] == 0.0  # summed exactly, or wrong
+    for dtypes, says in (("float32,int32", "run them apart"), ("int8", "int8 not one of")):
+        with pytest.raises(SystemExit, match=says):
+            bench.selected_groups(bench.parser().parse_args(["--grid", "--dtypes", dtypes]))
+
+
 def test_autotune_log_records_each_autotuned_kernel_and_puts_the_method_back():
     from torch._inductor.runtime import triton_heuristics as th
 
