@@ -67,9 +67,8 @@ def scatter_calls() -> None:
                     # rows combined as products in their dtype, as on a GPU
                     partitioned_index_add(self, idx, vals, 8, leaders=16, half_products=True)
                 # hot rows summed as products (_hot), in the values' dtype as on a GPU
-                for hot, hot_sorted in ((32, False), (32, True), (64, True)):
+                for hot in (32, 64):
                     partitioned_index_add(self, idx, vals, 8, leaders=16, hot=hot,
-                                          hot_sorted=hot_sorted,
                                           half_products=dtype != torch.float32)
             for shape in ((), (3,), (16,)):
                 self, vals = torch.zeros(64, *shape, dtype=dtype), torch.zeros(1000, *shape,

@@ -1,8 +1,6 @@
 """Run under TRITON_INTERPRET=1 (``test_fx_scatter`` starts it): the CUDA kernels of
 ``commrt::partitioned_index_put`` on CPU tensors against a float64 index_add."""
 
-import itertools
-
 import torch
 from kernel_cases import SCATTER_TOL as TOL
 from kernel_cases import finite_error
@@ -96,13 +94,12 @@ def main() -> None:
     # hot rows (hot=16): where the plan's strided sample of indices holds at most 16 distinct
     # rows, _hot sums them as products and, in a second pass, the rows the sample skipped
     # (row rows - 1 here, at places the sample never reads); elsewhere the plan as before
-    # (the plan tells the rows apart a reduction a row, or by a sort: hot_sorted)
     for rows, d, n, k, hot in ((40, 20, 3000, 5, 16), (40, 130, 1500, 0, 16),
                                (40, 20, 3000, 15, 16), (40, 20, 3000, 39, 16),
                                (70, 20, 3000, 31, 32)):
         step = n // WIDE_HOT_SAMPLE
         for dtype in TOL:
-            for itype, sorted_ in itertools.product((torch.int64, torch.int32), (False, True)):
+            for itype in (torch.int64, torch.int32):
                 base = torch.randn(rows, d, generator=g).to(dtype)
                 idx = torch.randint(0, k + 1, (n,), generator=g)
                 idx[1::step][::9] = rows - 1  # skipped by the sample
@@ -110,32 +107,29 @@ def main() -> None:
                 vals = torch.randn(n, d, generator=g).to(dtype)
                 ref = base.double().index_add(0, idx % rows, vals.double())
                 state = torch.full((5 + hot,), -2, dtype=torch.int32)
-                got = partitioned_index_add(base, idx.to(itype), vals, 8, hot=hot, state=state,
-                                            hot_sorted=sorted_)
+                got = partitioned_index_add(base, idx.to(itype), vals, 8, hot=hot, state=state)
                 err = float((got.double() - ref).norm() / ref.norm())
                 assert got.dtype == dtype and err < TOL[dtype], (rows, d, k, dtype, itype, err)
                 found = k + 1 if k < hot else 0
                 listed = state[5:].tolist()
-                assert int(state[4]) == found, (k, sorted_, state)
-                assert listed[:found] == list(range(found)), (k, sorted_, state)
+                assert int(state[4]) == found, (k, state)
+                assert listed[:found] == list(range(found)), (k, state)
                 assert int(state[0]) == 1 or not found, (k, state)
                 # 40 rows fill 40 of the hash's bins: the quick no, no list written;
                 # else -1 after the last row listed
-                assert listed[found:] == [-2 if not found else -1] * (hot - found), (
-                    k, sorted_, state)
+                assert listed[found:] == [-2 if not found else -1] * (hot - found), (k, state)
                 cases += 1
     # 20 rows in two of the hash's 128 bins pass the quick check; the list then finds
     # more than 16 rows: none hot, the sum as before
     crowded = torch.tensor([r for r in range(1500) if hot_bin(r) in (3, 77)][:20])
     idx = crowded[torch.randint(0, 20, (3000,), generator=g)]
     vals, base = torch.randn(3000, 20, generator=g), torch.randn(1500, 20, generator=g)
-    for sorted_ in (False, True):
-        state = torch.full((21,), -2, dtype=torch.int32)
-        got = partitioned_index_add(base, idx, vals, 8, hot=16, state=state, hot_sorted=sorted_)
-        assert finite_error(got, base.double().index_add(0, idx, vals.double()),
-                            "crowded bins") < TOL[torch.float32]
-        assert int(state[4]) == 0 and state[5:].tolist() == crowded[:16].tolist(), state
-        cases += 1
+    state = torch.full((21,), -2, dtype=torch.int32)
+    got = partitioned_index_add(base, idx, vals, 8, hot=16, state=state)
+    assert finite_error(got, base.double().index_add(0, idx, vals.double()),
+                        "crowded bins") < TOL[torch.float32]
+    assert int(state[4]) == 0 and state[5:].tolist() == crowded[:16].tolist(), state
+    cases += 1
     vals = torch.randn(3000, 20, generator=g)
     vals[5, 2], vals[9, 4], vals[700, 0] = float("inf"), float("nan"), float("-inf")
     idx = torch.randint(0, 6, (3000,), generator=g)

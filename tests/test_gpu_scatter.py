@@ -535,10 +535,8 @@ def test_wide_kernels_against_float64(dtype, width, rows, n, copies, sum_pdl):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("width,rows,n", [(100, 501, 600_011), (257, 40, 60_013)])
-@pytest.mark.parametrize("hot_sorted", [False, True])
-def test_wide_hot_rows_against_float64(dtype, width, rows, n, hot_sorted):
-    """The wide kernels with hot rows (``hot=32``; the plan telling rows apart a reduction
-    each or by a sort): indices from 0..k, where the plan lists
+def test_wide_hot_rows_against_float64(dtype, width, rows, n):
+    """The wide kernels with hot rows (``hot=32``): indices from 0..k, where the plan lists
     the k + 1 rows for k under 32 and ``_hot`` sums them (and, in a second pass, a row the
     plan's sample skipped), from every row (the plan's quick check says no), and from 40
     rows that share two of its hash bins (its list says no); eager and in a CUDA
@@ -552,8 +550,7 @@ def test_wide_hot_rows_against_float64(dtype, width, rows, n, hot_sorted):
     step = n // WIDE_HOT_SAMPLE
 
     def call(base, i, vals, state):
-        return partitioned_index_add(base, i, vals, 32, hot=32, state=state,
-                                     hot_sorted=hot_sorted)
+        return partitioned_index_add(base, i, vals, 32, hot=32, state=state)
 
     crowded = torch.tensor([r for r in range(4000) if hot_bin(r) in (3, 77)][:40])
     for k in (0, 7, 31, rows - 1, "crowded"):
@@ -593,17 +590,16 @@ def test_wide_hot_rows_against_float64(dtype, width, rows, n, hot_sorted):
             assert call(base, idx, vals, state).isnan().all()
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-@pytest.mark.parametrize("hot_sorted", [False, True])
-def test_wide_hot_64_rows_against_float64(hot_sorted):
+def test_wide_hot_64_rows_against_float64():
     """64 hot rows (the seed benchmark's k = 63): listed in order, the sum against float64
     eager and in a CUDA graph; 65 rows refused, the sum as before."""
     from commrt.fx.scatter_kernels import HOT_AT, partitioned_index_add
     from commrt.fx.scatter_rule import WIDE_HOT_SAMPLE
 
     def call(base, i, vals, state):
-        return partitioned_index_add(base, i, vals, 32, hot=64, state=state,
-                                     hot_sorted=hot_sorted)
+        return partitioned_index_add(base, i, vals, 32, hot=64, state=state)
 
     g = torch.Generator(device="cuda").manual_seed(64)
     rows, width, n = 501, 100, 400_009

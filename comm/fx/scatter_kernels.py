@@ -30,7 +30,7 @@ Three launches (four with hot rows, below), no host sync:
 With ``hot`` rows (``scatter_rule.wide_hot``) ``_prepare``'s program 0 also reads a strided
 sample of ``WIDE_HOT_SAMPLE`` indices; where it holds at most ``hot`` distinct rows (hashed
 into 128 bins first, a quick no where they fill more than ``hot + 1``), it lists them in
-the state (told apart a reduction a row, or by a sort: ``HOT_SORTED``) and takes one copy,
+the state (told apart a reduction a row) and takes one copy,
 ``_hot`` (launched after ``_prepare``) sums each program's share of the values of those
 rows as one-hot products into a ``[hot, columns]`` partial that it adds once (and, in a
 second pass, any of its rows that the sample did not hold), and ``_scatter`` does
@@ -95,19 +95,12 @@ def _few_bins(s, HOT: tl.constexpr):
 
 
 @triton.jit
-def _runs(af, al, an, bf, bl, bn):
-    # (first, last, distinct values) of two ascending runs, the first before the second
-    return af, bl, an + bn - (al == bf).to(tl.int32)
-
-
-@triton.jit
-def _hot_plan(idx, state, n, rows, HOT: tl.constexpr, S: tl.constexpr,
-              SORTED: tl.constexpr = False):
+def _hot_plan(idx, state, n, rows, HOT: tl.constexpr, S: tl.constexpr):
     """Where ``S`` strided indices hold at most ``HOT`` distinct rows (in range), store
     them in ascending order at ``state + HOT_AT + 1`` (-1 after the last) and their count at
     ``state + HOT_AT``; else store 0 there. Returns the count stored. The rows are told
-    apart by ``HOT`` reductions, each the next row up; ``SORTED``: by sorting the sample
-    and numbering its runs (one scan), whatever ``HOT``."""
+    apart by ``HOT`` reductions, each the next row up (a sort of the sample instead:
+    measured, dropped; docs/decisions/2026-12-06-scatter-hot-rows-stay-32-unsorted.md)."""
     step = tl.maximum(n // S, 1)
     pos = tl.arange(0, S)
     valid = pos * step < n
@@ -116,23 +109,13 @@ def _hot_plan(idx, state, n, rows, HOT: tl.constexpr, S: tl.constexpr,
     s = tl.where(valid & (s >= 0) & (s < rows), s, rows)  # rows: none
     count = tl.full([], 0, tl.int32)
     if _few_bins(s, HOT):  # else more than HOT rows: no list
-        if SORTED:  # rows under 2**31 (partitioned_index_add)
-            t = tl.sort(s.to(tl.int32))
-            _, _, rank = tl.associative_scan((t, t, tl.full([S], 1, tl.int32)), 0, _runs)
-            ok = t < rows  # rank: 1 + the distinct rows below t
-            tl.store(state + HOT_AT + rank, t, mask=ok & (rank <= HOT))
-            count = tl.max(tl.where(ok, rank, 0))
-            h = tl.arange(0, HOT)
-            tl.store(state + HOT_AT + 1 + h, tl.full([HOT], -1, tl.int32), mask=h >= count)
-            held = count <= HOT
-        else:
-            last = tl.min(s) - 1
-            for h in tl.static_range(HOT):  # the next distinct row, HOT times
-                m = tl.min(tl.where(s > last, s, rows))
-                tl.store(state + HOT_AT + 1 + h, tl.where(m < rows, m, -1).to(tl.int32))
-                count += (m < rows).to(tl.int32)
-                last = tl.where(m < rows, m, last)
-            held = tl.max(((s > last) & (s < rows)).to(tl.int32)) == 0
+        last = tl.min(s) - 1
+        for h in tl.static_range(HOT):  # the next distinct row, HOT times
+            m = tl.min(tl.where(s > last, s, rows))
+            tl.store(state + HOT_AT + 1 + h, tl.where(m < rows, m, -1).to(tl.int32))
+            count += (m < rows).to(tl.int32)
+            last = tl.where(m < rows, m, last)
+        held = tl.max(((s > last) & (s < rows)).to(tl.int32)) == 0
         count = tl.where(held & (n > 0), count, 0)
     tl.store(state + HOT_AT, count)
     return count
@@ -144,14 +127,14 @@ def _prepare(self_ptr, acc, idx, state, n, rows, plane, P: tl.constexpr,
              MIN_COPIES: tl.constexpr, R: tl.constexpr, LEADERS: tl.constexpr,
              BLOCK: tl.constexpr, PDL: tl.constexpr, OWN: tl.constexpr = 0, out=None,
              WAIT: tl.constexpr = False, HOT: tl.constexpr = 0,
-             HOT_SAMPLE: tl.constexpr = 0, HOT_SORTED: tl.constexpr = False):
+             HOT_SAMPLE: tl.constexpr = 0):
     # Program 0 estimates p, every other program copies a block of self into acc (fp32).
     # OWN > 0 (fp16/bf16): self is copied into out too, and the plan adds in out's dtype
     # (state[3] = 1) where an address expects at most OWN adds. WAIT: launched as a
     # programmatic dependent of the launch before it, whose results it waits for first.
     # HOT > 0: where HOT_SAMPLE strided indices hold at most HOT distinct rows, those rows
     # go to state[HOT_AT + 1 ...] and their count to state[HOT_AT] (else 0), for _hot, and
-    # the plan takes one copy (HOT_SORTED: _hot_plan's SORTED).
+    # the plan takes one copy.
     if WAIT:
         tl.extra.cuda.gdc_wait()
     if PDL:  # _scatter's programs may start (they load their indices, then wait)
@@ -208,7 +191,7 @@ def _prepare(self_ptr, acc, idx, state, n, rows, plane, P: tl.constexpr,
         if adds <= PER_ADDRESS:  # one copy takes it: plain atomics
             p = 1
         if HOT > 0:
-            if _hot_plan(idx, state, n, rows, HOT, HOT_SAMPLE, HOT_SORTED) > 0:
+            if _hot_plan(idx, state, n, rows, HOT, HOT_SAMPLE) > 0:
                 p = 1  # _hot adds a partial a program, and the rows no sample held
         tl.store(state, p)
         tl.store(state + 1, 0)
@@ -536,9 +519,6 @@ PREPARE_BLOCK = 4096  # elements of self a _prepare program copies
 # _hot's launch: value bytes a step an SM, programs an SM, warps a program, and the most
 # columns a program takes (the shapes compiled for 64 hot rows: probes/probe_seed_hot.py)
 HOT_SM_BYTES, HOT_PROGRAMS, HOT_WARPS, HOT_COLUMNS = 65536, 2, 4, 128
-# the hot plan tells the sample's rows apart by a reduction a row (False) or by a sort
-# (True): not yet timed against each other (probes/probe_seed_hot.py)
-HOT_SORTED = False
 INTERPRETER_SMS = 8  # SMs assumed under Triton's interpreter (the scatter kernels')
 # tf32 pieces of a value in _add_in_parts. fp32 in two, not three (exact, the form before,
 # in git at aa11b3b): on one H200, 4M
@@ -583,7 +563,6 @@ def partitioned_index_add(self: torch.Tensor, index: torch.Tensor, values: torch
                           sum_pdl: bool = True, sum_early: bool = True,
                           own_adds: int = 0, wait_first: bool = True,
                           half_products: bool | None = None, hot: int = 0,
-                          hot_sorted: bool | None = None,
                           replay: list | None = None) -> torch.Tensor:
     """``self.index_add(0, index, values)`` (a new tensor) with the scheme above.
 
@@ -602,8 +581,7 @@ def partitioned_index_add(self: torch.Tensor, index: torch.Tensor, values: torch
     bf16 wrongly), else in tf32; ``hot``: where a sample of the indices holds at most this
     many distinct rows (a power of two, 16 or more; 0: never looked for), ``_hot`` sums
     each program's values of those rows as one-hot products into a partial it adds once,
-    and ``_scatter`` does nothing; ``hot_sorted``: the plan tells those rows apart by a
-    sort (None: ``HOT_SORTED``), else by a reduction a row; ``replay``: a list that
+    and ``_scatter`` does nothing; ``replay``: a list that
     receives this call's replay (``launch.replay_call``).
     """
     rows, n, D = scatter_shape(self, index, values, partitions, tuple(PARTS),
@@ -638,7 +616,7 @@ def partitioned_index_add(self: torch.Tensor, index: torch.Tensor, values: torch
         has_pdl(self.device), sum_pdl, sum_early, own_adds, wait_first,
         row_alignment(D * 4, acc, extra),
         self.device.type == "cuda" if half_products is None else half_products, hot,
-        HOT_SORTED if hot_sorted is None else hot_sorted, sm_count(self.device) or INTERPRETER_SMS)
+        sm_count(self.device) or INTERPRETER_SMS)
     chunk = hots[1] if hots is not None else 0
     prepare(self, acc, index, state, n, rows, plane, out)
     if hots is not None:
@@ -686,11 +664,11 @@ def _replay(go, n: int, rows: int, plane: int, acc_n: int, extra_n: int, state_n
 def _launches(rows: int, n: int, D: int, dtype: torch.dtype, same: bool, partitions: int,
               per_address: int, min_copies: int, leaders: int, pdl: bool, sum_pdl: bool,
               sum_early: bool, own_adds: int, wait_first: bool, align: int,
-              half_products: bool, hot: int, hot_sorted: bool, sms: int) -> tuple:
+              half_products: bool, hot: int, sms: int) -> tuple:
     """``partitioned_index_add``'s launches for one shape and set of options
     (``same``: the output is fp32; ``pdl``: the GPU has programmatic dependent launch;
     ``align``: ``row_alignment`` of the copies; ``half_products``: fp16/bf16 rows combine
-    as products in their dtype; ``hot``, ``hot_sorted``: its; ``sms``: the GPU's), each
+    as products in their dtype; ``hot``: its; ``sms``: the GPU's), each
     ``Launcher.prepare``'d: (``_prepare``, (``_hot``, value rows a program) or None,
     ``_scatter`` (None where there are no values), ``_sum``). Cached: a call of a shape
     seen before computes none of it."""
@@ -703,7 +681,7 @@ def _launches(rows: int, n: int, D: int, dtype: torch.dtype, same: bool, partiti
         SAMPLE=OWN_SAMPLE if own_adds else SAMPLE, SHIFTS=OWN_SHIFTS if own_adds else SHIFTS,
         PER_ADDRESS=per_address, MIN_COPIES=min(min_copies, partitions), R=cfg["R"],
         LEADERS=leaders, BLOCK=PREPARE_BLOCK, PDL=pdl, OWN=own_adds, WAIT=pdl and wait_first,
-        HOT=hot, HOT_SAMPLE=WIDE_HOT_SAMPLE, HOT_SORTED=hot_sorted)
+        HOT=hot, HOT_SAMPLE=WIDE_HOT_SAMPLE)
     # _sum a programmatic dependent, as the narrow kernels' is: on one H200 every cell the
     # wide kernels take ran 0.3-0.6 µs faster so (cf70dce,
     # benchmarks/results/probe_sum_grid_NVIDIA_H200.json: fp32 rows of 100 into 1,024
