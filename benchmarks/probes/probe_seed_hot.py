@@ -35,17 +35,17 @@ DEV = torch.device("cuda")
 N, D, ROWS = 1_000_000, 100, 501
 KS = (0, 3, 7, 15, 31, 63, 500)
 ROUNDS = 5
-# (name, hot rows, constants): _hot's value bytes a step an SM, programs an SM, warps and columns a
-# program, and how the plan tells the sample's rows apart (HOT_SORTED: a sort, one cost for 32 or 64
-# rows; _prepare compiled for sm_90 by Triton 3.6 holds 40 barriers and 2,500 instructions so,
-# against 116 and 4,000 for 32 rows a reduction each and 212 and 6,700 for 64; 5 and 816 without hot
-# rows). On the shipped shape (128 columns, 64 KB a step) 32 hot rows compile for sm_90 to 255
-# registers, 120 bytes a thread spilled, 75 KB of shared memory; 64 spill 840 bytes. 64 hot rows (k
-# = 63 holds 64 rows) on shapes that compile without spills: 64 columns and 32 KB a step, 128
-# columns and 16 KB (255 registers on 4 warps, two programs an SM); 64 columns and 16 KB (232); 32
-# columns, four programs an SM (122). _scatter taking 2, 4 or 8 blocks of value rows a program on
-# the hot route (its registers as compiled, or capped at 64 or 72) was measured at 7cb0938, not
-# kept.
+# (name, hot rows, constants): _hot's value bytes a step an SM, programs an SM, warps and columns
+# a program. The plan's rows told apart by a sort (HOT_SORTED; _prepare compiled for sm_90 by
+# Triton 3.6 held 40 barriers and 2,500 instructions so, against 116 and 4,000 for 32 rows a
+# reduction each and 212 and 6,700 for 64; 5 and 816 without hot rows) ran here at 25b8cad, its
+# columns "..., sorted list"; the kernels dropped it at 4d78067. On the shipped shape (128
+# columns, 64 KB a step) 32 hot rows compile for sm_90 to 255 registers, 120 bytes a thread
+# spilled, 75 KB of shared memory; 64 spill 840 bytes. 64 hot rows (k = 63 holds 64 rows) on
+# shapes that compile without spills: 64 columns and 32 KB a step, 128 columns and 16 KB (255
+# registers on 4 warps, two programs an SM); 64 columns and 16 KB (232); 32 columns, four programs
+# an SM (122). _scatter taking 2, 4 or 8 blocks of value rows a program on the hot route (its
+# registers as compiled, or capped at 64 or 72) was measured at 7cb0938, not kept.
 SHAPES = (
     ("hot 32", 32, {}),
     ("hot 32, 32 KB x 2", 32, {"HOT_SM_BYTES": 32768}),
@@ -55,12 +55,9 @@ SHAPES = (
     ("hot 64, 32 columns, 16 KB x 4", 64,
      {"HOT_COLUMNS": 32, "HOT_SM_BYTES": 16384, "HOT_PROGRAMS": 4}),
 )
-# each 64-row shape and the shipped 32-row one again with the sorted list
-VARIANTS = SHAPES + tuple((f"{name}, sorted list", hot, {**constants, "HOT_SORTED": True})
-                          for name, hot, constants in SHAPES if hot == 64 or not constants)
+VARIANTS = SHAPES
 # the columns whose kernels are timed apart
-KERNELS = ("no hot rows", "hot 32", "hot 32, sorted list", "hot 64, 64 columns, 32 KB x 2",
-           "hot 64, 64 columns, 32 KB x 2, sorted list", "inductor partitioned")
+KERNELS = ("no hot rows", "hot 32", "hot 64, 64 columns, 32 KB x 2", "inductor partitioned")
 
 
 def _hot(hot: int):
