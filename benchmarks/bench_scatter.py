@@ -11,6 +11,8 @@ dtype and op (``grid``), each call timed in a CUDA graph; ``--widths``/``--rows`
 ``--dtypes`` run part of it, and ``--update`` merges those cells into the grid file already there.
 ``--grid --ops scatter_add``: the same grid of ``scatter_add`` (a row index broadcast along
 the row, or 1-D values), written to its own file (``scatter_add_grid_<device>``).
+``--grid --dtypes int32,int64``: integer values (token counts, histograms), summed exactly by
+every column, in a file of their own (``scatter_int_grid_<device>``).
 """
 
 from __future__ import annotations
