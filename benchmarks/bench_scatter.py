@@ -171,6 +171,8 @@ TOL = {"float32": 1e-4, "bfloat16": 2e-2, **dict.fromkeys(INT_DTYPES, 0.0)}
 # graph on a hot row differed 1.6x (scatter_grid_NVIDIA_H200.md, 2026-11-25), as in
 # tests/test_gpu_scatter.py
 SAME_GRAPH_SLACK = 3.0
+# dtypes where every column, not commrt's alone, must meet TOL (integers: the exact sum)
+EXACT_COLUMNS = ("float32", *INT_DTYPES)
 # errors a column records a cell (its first call's, then more calls on the same data) where
 # a call takes under ERR_CALL_MS: atomics add in another order each call, so that one
 # call's error against another column's says little where they differ by a few percent
@@ -318,7 +320,7 @@ def compile_group(group: tuple, columns: tuple) -> dict:
         same = fns.get("commrt") is not None and fns.get("commrt") is fns.get("compiled")
         cell["wrong"] = not cell["failed"] and not (
             err["commrt"] <= max(TOL[dt], (SAME_GRAPH_SLACK if same else 1.5) * compiled)
-            and (dt != "float32" or max(ran) <= TOL[dt]))
+            and (dt not in EXACT_COLUMNS or max(ran) <= TOL[dt]))
     return {"group": group, "cells": cells, "fns": fns, "data": (out, vals, idxs)}
 
 
@@ -708,8 +710,9 @@ def grid_markdown(cells: list, meta: dict, elapsed: float, status: dict) -> str:
         "both " + ", ".join(f"{k} {v:g}" for k, v in TOL.items()) + " and 1.5x the "
         f"compiled column's ({SAME_GRAPH_SLACK:g}x where commrt is the compiled column's "
         "graph: its atomics add in another order each call), or an fp32 column over "
-        f"{TOL['float32']:g}. err above compiled: cells where commrt's first call's error "
-        "is over the compiled column's first call's, and where every call's of commrt is "
+        f"{TOL['float32']:g} or an integer column off the exact sum. err above compiled: "
+        "cells where commrt's first call's error is over the compiled column's first "
+        "call's, and where every call's of commrt is "
         f"over every call's of the compiled column (`errs`: up to {ERR_CALLS} calls a "
         f"column on the same data, where a call takes under {ERR_CALL_MS:g} ms; two "
         "columns of one distribution of errors part so in one cell of 252).", "",

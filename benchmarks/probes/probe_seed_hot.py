@@ -46,7 +46,7 @@ ROUNDS = 5
 # registers on 4 warps, two programs an SM); 64 columns and 16 KB (232); 32 columns, four programs
 # an SM (122). _scatter taking 2, 4 or 8 blocks of value rows a program on the hot route (its
 # registers as compiled, or capped at 64 or 72) was measured at 7cb0938, not kept.
-SHAPES = (
+VARIANTS = (
     ("hot 32", 32, {}),
     ("hot 32, 32 KB x 2", 32, {"HOT_SM_BYTES": 32768}),
     ("hot 64, 64 columns, 32 KB x 2", 64, {"HOT_COLUMNS": 64, "HOT_SM_BYTES": 32768}),
@@ -55,7 +55,6 @@ SHAPES = (
     ("hot 64, 32 columns, 16 KB x 4", 64,
      {"HOT_COLUMNS": 32, "HOT_SM_BYTES": 16384, "HOT_PROGRAMS": 4}),
 )
-VARIANTS = SHAPES
 # the columns whose kernels are timed apart
 KERNELS = ("no hot rows", "hot 32", "hot 64, 64 columns, 32 KB x 2", "inductor partitioned")
 
