@@ -154,8 +154,11 @@ def _bind(kernel, runner, calls: dict, head: tuple, kargs: tuple, cvals: tuple) 
 class Launcher:
     """One @triton.jit kernel and its compiled variants, keyed by the caller."""
 
-    def __init__(self, fn):
+    def __init__(self, fn, **options):
+        """``options``: Triton compile options for every variant (``debug=True`` keeps
+        ``tl.device_assert``)."""
         self.fn = fn
+        self.options = options
         self.compiled: dict = {}  # key -> _Bound, or the reason it takes Triton's path
         self.fast_calls = 0  # launches that skipped Triton's path (tests read it)
         self._sig: _Signature | None = None  # its parameters (_signature), for call, prepare
@@ -188,7 +191,7 @@ class Launcher:
         runtime = sig.runtime(ordered)
         grid = (*grid, 1, 1)[:3]
         if not _on_cuda(runtime):  # the interpreter's CPU tensors
-            self._jit(grid, (), (), warps, _options(pdl, stages), ordered)
+            self._jit(grid, (), (), warps, self._options(pdl, stages), ordered)
             return
         self._keyed(grid, (warps, pdl, stages, sig.consts(ordered)), runtime, ordered)
 
@@ -249,13 +252,16 @@ class Launcher:
             return
         if _recording is not None:
             _recording.append(None)
-        opts = _options(pdl, stages)
+        opts = self._options(pdl, stages)
         if not FAST or bound is not None or not _on_cuda(args or ordered):
             self._jit(grid, args, consts, warps, opts, ordered)
             return
         bound = self.compiled[key] = self._probe(grid, args, consts, warps, opts, ordered)
         if isinstance(bound, str):
             _slow(f"{self.fn.__name__}: {bound}")
+
+    def _options(self, pdl: bool, stages: int | None) -> dict:
+        return {**_options(pdl, stages), **self.options}
 
     def _signature(self) -> _Signature:
         if self._sig is None:
@@ -378,7 +384,7 @@ class Prepared:
         ordered = self.order(*runtime)
         if not _on_cuda(runtime):  # the interpreter's CPU tensors
             warps, pdl, stages, _ = self.head
-            self.lau._jit(self.grid, (), (), warps, _options(pdl, stages), ordered)
+            self.lau._jit(self.grid, (), (), warps, self.lau._options(pdl, stages), ordered)
             return
         bound = self.lau._keyed(self.grid, self.head, runtime, ordered)
         if bound is not None and _recording is None:
