@@ -24,7 +24,8 @@ assert os.environ.get("TRITON_INTERPRET", "0") in ("", "0"), "run without TRITON
 
 TARGET = GPUTarget("cuda", 90, 32)
 GPU_FLAVOUR = {"TIMER": True, "PDL": True, "TRIGGER": True, "EARLY": True}
-OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg", "launch_pdl")
+OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg", "launch_pdl", "debug",
+           "sanitize_overflow")
 calls: list = []
 
 
@@ -104,6 +105,13 @@ def scatter_calls() -> None:
                     if dtype != torch.float32:  # ... added in their dtype
                         narrow_index_add(self, idx, vals, 1, hot=0, local=4, columns=128,
                                          warps=1, half_adds=True)
+    # integers into few rows: the selects in their dtype, Triton's debug on (the assert)
+    for dtype in (torch.int32, torch.int64):
+        for itype in (torch.int64, torch.int32):
+            idx = torch.zeros(1000, dtype=itype)
+            for rows, shape in ((8, ()), (16, ()), (16, (3,)), (8, (4,)), (8, (16,))):
+                few_rows_index_add(torch.zeros(rows, *shape, dtype=dtype), idx,
+                                   torch.zeros(1000, *shape, dtype=dtype))
 
 
 def shared_calls() -> None:

@@ -41,6 +41,35 @@ def main() -> None:
                     assert got.dtype == dtype and got.shape == base.shape and \
                         err < TOL[dtype], (rows, shape, dist, dtype, itype, tile, err)
                     cases += 1
+    # integers: summed in their dtype, equal to torch's (int32 wrapping as its sums do)
+    for rows, shape, n in ((8, (), 5003), (16, (4,), 999), (5, (3,), 1500), (8, (16,), 3001),
+                           (3, (2,), 1)):
+        for dtype in (torch.int32, torch.int64):
+            for big in (False, True):
+                base = torch.randint(-1000, 1000, (rows, *shape), generator=g).to(dtype)
+                idx = torch.randint(0, rows, (n,), generator=g)
+                idx[::7] -= rows
+                lo = 1 << 30 if big else -8  # big: int32 sums past 2**31
+                vals = torch.randint(lo, lo + 17 if not big else 1 << 31, (n, *shape),
+                                     generator=g).to(dtype)
+                ref = base.index_add(0, idx % rows, vals)
+                for itype, tile in ((torch.int64, None), (torch.int32, 256)):
+                    kept = few.TILE, few.FP32_TILE
+                    if tile:
+                        few._launches.cache_clear()
+                        few.TILE = few.FP32_TILE = tile
+                    got = few_rows_index_add(base, idx.to(itype), vals)
+                    few.TILE, few.FP32_TILE = kept
+                    few._launches.cache_clear()
+                    assert got.dtype == dtype and torch.equal(got, ref), \
+                        (rows, shape, dtype, big, itype, tile)
+                    cases += 1
+    try:
+        few_rows_index_add(torch.zeros(8, 17, dtype=torch.int32), torch.tensor([0]),
+                           torch.ones(1, 17, dtype=torch.int32))
+        raise AssertionError("integer rows of 17 must be refused")
+    except ValueError as e:
+        assert "8 rows of 17" in str(e), e
     # no indices: the output is self
     base = torch.randn(8, 4, generator=g)
     empty = few_rows_index_add(base, torch.zeros(0, dtype=torch.long), torch.zeros(0, 4))

@@ -1,6 +1,9 @@
 """The partitioned-scatter pass on a GPU, one case per regime of ``scatter_rule.decide``,
 against float64 (``pytest -m gpu tests/test_gpu_scatter.py``)."""
 
+import subprocess
+import sys
+
 import pytest
 import torch
 from kernel_cases import SCATTER_TOL as TOL
@@ -253,6 +256,53 @@ def test_few_rows_kernels_against_float64(dtype, shape, rows):
             assert all(torch.equal(out, outs[0]) for out in outs), (n, dist, itype)
     idx[n // 2] = rows
     assert few_rows_index_add(base, idx, vals).isnan().all()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
+@pytest.mark.parametrize("shape", [(), (1,), (4,), (16,)])
+@pytest.mark.parametrize("rows", [1, 8, 13, 16])
+def test_few_rows_integers_equal_torch(dtype, shape, rows):
+    """Integer values into few rows on the GPU, eager and in a CUDA graph, five calls each:
+    equal to torch's index_add for every index distribution and index dtype, int32 sums
+    past 2**31 wrapping as torch's do."""
+    from commrt.fx.scatter_few import few_rows_index_add
+
+    g = torch.Generator(device="cuda").manual_seed(rows + len(shape))
+    for n, dist, big in ((1_000_003, "uniform", False), (300_007, "skewed", True),
+                         (77, "hot", False)):
+        base = torch.randint(-1000, 1000, (rows, *shape), device="cuda", generator=g).to(dtype)
+        idx = _indices(dist, rows, n, g)
+        idx[::5] -= rows
+        lo, hi = (1 << 30, 1 << 31) if big else (-8, 9)
+        vals = torch.randint(lo, hi, (n, *shape), device="cuda", generator=g).to(dtype)
+        ref = base.index_add(0, idx % rows, vals)
+        for itype in (torch.int64, torch.int32):
+            outs = _eager_and_graph(few_rows_index_add, (base, idx.to(itype), vals), 5)
+            assert all(out.dtype == dtype and torch.equal(out, ref) for out in outs), \
+                (n, dist, itype)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_few_rows_integers_refuse_an_index_out_of_range():
+    """An integer index out of range is a device-side assert (no NaN to poison the sum
+    with), as torch's own op's; in a process of its own (the assert ends its CUDA
+    context)."""
+    code = ("import torch\n"
+            "from commrt.fx.scatter_few import few_rows_index_add\n"
+            "idx = torch.randint(0, 8, (100_000,), device='cuda')\n"
+            "idx[50_000] = 8\n"
+            "v = torch.ones(100_000, dtype=torch.int32, device='cuda')\n"
+            "out = few_rows_index_add(torch.zeros(8, dtype=torch.int32, device='cuda'), idx, v)\n"
+            "torch.cuda.synchronize()\n"
+            "print('no error', out.tolist())\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode != 0 and "no error" not in r.stdout, r.stdout + r.stderr
+    assert "index out of range in a commrt scatter" in r.stderr or \
+        "device-side assert" in r.stderr, r.stderr[-2000:]
 
 
 @pytest.mark.gpu

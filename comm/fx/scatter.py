@@ -64,6 +64,7 @@ from .scatter_rule import (
     SPREAD_HOT,
     SPREAD_HOT_MIN,
     decide,
+    few_ints,
     few_products,
     few_rows,
     half_adds,
@@ -169,8 +170,9 @@ def _routes(rows: int, width: int, n: int, dtype: torch.dtype, out_dtype: torch.
             return fn(self, index, values, **options)
         return route
 
-    if dtype not in PARTS:  # the value dtypes the kernels take
-        return ()
+    if dtype not in PARTS:  # integers: into few rows the selects, else torch ops
+        return (without_partitions(few_rows_index_add),) if few_ints(rows, width, n, dtype) \
+            else ()
     if not 0 < rows < 1 << 31:
         return (partitioned_index_add,)
     if few_rows(rows, width) or few_products(rows, width, n, dtype):

@@ -8,7 +8,10 @@ deterministic:
 1. ``_partial``: program ``g`` sums the values of its share of the indices into each
    output row (selects into ``[rows, block, columns]`` accumulators, the next block loaded
    while one is summed) and stores the ``[rows, columns]`` sums as its partial. An index
-   out of range makes its partial NaN (the plain op raises a device-side assert). Rows
+   out of range makes its partial NaN (the plain op raises a device-side assert).
+   int32/int64 values (``scatter_rule.few_ints``) are summed in their own dtype, wrapping
+   as the plain op's atomics do (so exactly); an index out of range there is a
+   device-side assert (Triton's debug is on for their partials). Rows
    wider than ``FEW_WIDTH`` (``scatter_rule.few_products``), and fp16/bf16 rows of
    ``scatter_rule.few_half_products``: the same partial as one-hot products on tensor
    cores, in tf32 parts (``scatter_kernels.PARTS``) or (fp16/bf16 on a GPU) in the values'
@@ -36,7 +39,13 @@ from .scatter_kernels import (
     _wrapped,
     scatter_shape,
 )
-from .scatter_rule import FEW_PRODUCTS_MAX_ROW, FEW_ROWS, FEW_WIDTH, few_half_products
+from .scatter_rule import (
+    FEW_PRODUCTS_MAX_ROW,
+    FEW_ROWS,
+    FEW_WIDTH,
+    INT_DTYPES,
+    few_half_products,
+)
 
 # Launch shape of the selects, from benchmarks/results/probe_few_total_NVIDIA_H200.json
 # (9c6b31d; "prefetch 4096" on 4 warps, 4 programs an SM): within 4% of the fastest
@@ -114,15 +123,16 @@ def _products(idx, vals, lo, hi, rows, D: tl.constexpr, R: tl.constexpr, DP: tl.
 
 @triton.jit
 def _selects(idx, vals, lo, hi, rows, D: tl.constexpr, R: tl.constexpr, DP: tl.constexpr,
-             SUB: tl.constexpr):
+             SUB: tl.constexpr, INT: tl.constexpr = False):
     """([R, DP] sums of the values lo..hi into each output row, any index out of range):
     ``acc[k] += where(index == k, values, 0)`` over [R, SUB, DP], the next SUB value rows
-    loaded before a block is summed; one reduction at the end."""
+    loaded before a block is summed; one reduction at the end. In fp32, or (INT) in the
+    values' integer dtype: wrapping as the plain op's atomics do, so exact."""
     k = tl.arange(0, R)[:, None, None]
     c = tl.arange(0, DP)[None, None, :]
     s = tl.arange(0, SUB)[None, :, None]
     cm = c < D
-    acc = tl.zeros([R, SUB, DP], tl.float32)
+    acc = tl.zeros([R, SUB, DP], vals.dtype.element_ty if INT else tl.float32)
     bad_any = tl.zeros([1, SUB, 1], tl.int32)
     r = lo + s
     v = tl.load(vals + r * D + c, mask=(r < hi) & cm, other=0)
@@ -134,15 +144,17 @@ def _selects(idx, vals, lo, hi, rows, D: tl.constexpr, R: tl.constexpr, DP: tl.c
         i_next = tl.load(idx + r, mask=r < hi, other=0)
         i, bad = _wrapped(i, rm, rows)
         bad_any |= bad.to(tl.int32)
-        acc += tl.where(i == k, v.to(tl.float32), 0.0)
+        acc += tl.where(i == k, v.to(acc.dtype), 0)
         v, i = v_next, i_next
     return tl.sum(acc, axis=1), tl.max(bad_any) > 0
 
 
 @triton.jit
 def _store_partial(part, acc, bad, g, rows, D: tl.constexpr, R: tl.constexpr,
-                   DP: tl.constexpr):
-    if bad:  # poison: the sum of every partial is NaN
+                   DP: tl.constexpr, INT: tl.constexpr = False):
+    if INT:  # no NaN to poison with: a device-side assert, as the plain op's
+        tl.device_assert(bad == 0, "index out of range in a commrt scatter")
+    elif bad:  # poison: the sum of every partial is NaN
         acc = tl.full([R, DP], float("nan"), tl.float32)
     c = tl.arange(0, DP)
     rr = tl.arange(0, R)
@@ -153,8 +165,10 @@ def _store_partial(part, acc, bad, g, rows, D: tl.constexpr, R: tl.constexpr,
 @triton.jit
 def _partial(idx, vals, part, n, rows, chunk, D: tl.constexpr, R: tl.constexpr,
              DP: tl.constexpr, SUB: tl.constexpr, WIDE: tl.constexpr,
-             PARTS: tl.constexpr = 0, PDL: tl.constexpr = False, HALF: tl.constexpr = False):
-    # PARTS = 0: _selects (SUB value rows a step); PARTS > 0: _products (HALF: in the
+             PARTS: tl.constexpr = 0, PDL: tl.constexpr = False, HALF: tl.constexpr = False,
+             INT: tl.constexpr = False):
+    # PARTS = 0: _selects (SUB value rows a step; INT: integers, summed in their dtype, an
+    # index out of range a device-side assert); PARTS > 0: _products (HALF: in the
     # values' fp16/bf16). An infinity or a NaN among the values makes its column NaN in
     # every row of a product (0 * inf); where acc is not finite, and no index was out of
     # range, the chunk is summed again a row at a time. The values are not checked in the
@@ -172,8 +186,8 @@ def _partial(idx, vals, part, n, rows, chunk, D: tl.constexpr, R: tl.constexpr,
         if (tl.max((tl.abs(acc) == float("inf")) | (acc != acc)) > 0) & (bad == 0):
             acc = _row_sums(idx, vals, lo, hi, rows, D, R, DP, SUB, WIDE)
     else:
-        acc, bad = _selects(idx, vals, lo, hi, rows, D, R, DP, SUB)
-    _store_partial(part, acc, bad, g, rows, D, R, DP)
+        acc, bad = _selects(idx, vals, lo, hi, rows, D, R, DP, SUB, INT)
+    _store_partial(part, acc, bad, g, rows, D, R, DP, INT)
 
 
 @triton.jit
@@ -203,27 +217,30 @@ def _total(self_ptr, part, out, G, plane, PB: tl.constexpr, GB: tl.constexpr,
         tl.extra.cuda.gdc_wait()
     offs = tl.program_id(0) * PB + tl.arange(0, PB)
     m = offs < plane
-    s = tl.zeros([GB, PB], tl.float32)
+    s = tl.zeros([GB, PB], part.dtype.element_ty)  # fp32, or the integers' dtype
     for g0 in range(0, G, GB):
         g = g0 + tl.arange(0, GB)
         s += tl.load(part + g[:, None] * plane + offs[None, :],
                      mask=(g < G)[:, None] & m[None, :], other=0)
-    x = tl.sum(s, axis=0) + tl.load(self_ptr + offs, mask=m, other=0).to(tl.float32)
+    x = tl.sum(s, axis=0) + tl.load(self_ptr + offs, mask=m, other=0).to(s.dtype)
     tl.store(out + offs, x.to(out.dtype.element_ty), mask=m)
 
 
-DTYPES = tuple(PARTS)
+DTYPES = (*PARTS, *INT_DTYPES)  # integers: the selects in their own dtype
 
 
-# the launches, without Triton's per-call argument binding (symm_mem.launch)
+# the launches, without Triton's per-call argument binding (symm_mem.launch); the
+# integers' partials with Triton's debug on, which keeps their device-side assert (and
+# without its overflow checks: the sums wrap as the plain op's atomics do)
 run_partial, run_total = Launcher(_partial), Launcher(_total)
+run_int_partial = Launcher(_partial, debug=True, sanitize_overflow=False)
 
 
 def few_rows_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tensor,
                        pdl: bool = True, replay: list | None = None) -> torch.Tensor:
     """``self.index_add(0, index, values)`` (a new tensor) for at most ``FEW_ROWS`` rows of
-    at most ``FEW_WIDTH`` elements (selects), or of up to ``FEW_PRODUCTS_MAX_ROW``
-    (products).
+    at most ``FEW_WIDTH`` elements (selects; integers too), or of up to
+    ``FEW_PRODUCTS_MAX_ROW`` floating elements (products).
 
     ``self`` and ``values`` contiguous, of one of ``DTYPES``, ``values`` shaped
     ``[len(index), *self.shape[1:]]``; ``pdl``: launch ``_total`` as a programmatic
@@ -231,9 +248,10 @@ def few_rows_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Te
     call's replay (``launch.replay_call``).
     """
     rows, n, D = scatter_shape(self, index, values, 1, DTYPES, "few_rows_index_add")
-    if rows > FEW_ROWS or D > FEW_PRODUCTS_MAX_ROW:
+    widest = FEW_WIDTH if values.dtype in INT_DTYPES else FEW_PRODUCTS_MAX_ROW
+    if rows > FEW_ROWS or D > widest:
         raise ValueError(f"few_rows_index_add takes at most {FEW_ROWS} rows of at most "
-                         f"{FEW_PRODUCTS_MAX_ROW} elements, got {rows} rows of {D}")
+                         f"{widest} {values.dtype} elements, got {rows} rows of {D}")
     out = torch.empty_like(self)
     plane = rows * D
     if plane == 0:
@@ -241,7 +259,7 @@ def few_rows_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Te
     G, partial, total = _launches(rows, n, D, values.dtype,
                                   sm_count(self.device) or INTERPRETER_SMS,
                                   pdl and has_pdl(self.device), self.device.type == "cuda")
-    part = torch.empty(max(1, G * plane), device=self.device, dtype=torch.float32)
+    part = torch.empty(max(1, G * plane), device=self.device, dtype=_part_dtype(values))
     chunk = cdiv(n, G) if G else 0
     if partial is not None:
         partial(index, values, part, n, rows, chunk)
@@ -261,13 +279,18 @@ def _replay(go, n: int, rows: int, chunk: int, G: int, plane: int):
 
     def again(self, index, values):
         out = torch.empty_like(self)
-        part = torch.empty(part_n, device=self.device, dtype=torch.float32)
+        part = torch.empty(part_n, device=self.device, dtype=_part_dtype(values))
         if partial is not None:
             partial(index, values, part, n, rows, chunk)
         total(self, part, out, G, plane)
         return out
 
     return again
+
+
+def _part_dtype(values: torch.Tensor) -> torch.dtype:
+    """The partials' dtype: the integers' own, else fp32."""
+    return values.dtype if values.dtype in INT_DTYPES else torch.float32
 
 
 @functools.lru_cache(maxsize=1024)
@@ -287,15 +310,18 @@ def _launches(rows: int, n: int, D: int, dtype: torch.dtype, sms: int, pdl: bool
         sub = max(16, DOT_SM_BYTES // (per_sm * DP * dtype.itemsize))
     else:
         R, DP = next_pow2(rows), next_pow2(D)
-        tile = FP32_TILE if dtype == torch.float32 and D >= FP32_TILE_ROW else TILE
+        tile = FP32_TILE if dtype in (torch.float32, torch.int32) and D >= FP32_TILE_ROW \
+            else TILE
         sub, per_sm = max(1, tile // (R * DP)), PROGRAMS_PER_SM
     G = min(per_sm * sms, cdiv(n, sub))
     pdl = pdl and G > 0
     partial = None
     if G:
-        partial = run_partial.prepare((G,), WARPS, False, DOT_STAGES if dot else None,
-                                      D=D, R=R, DP=DP, SUB=sub, WIDE=n * D >= 1 << 31,
-                                      PARTS=PARTS[dtype] if dot else 0, PDL=pdl, HALF=half)
+        whole = dtype in INT_DTYPES
+        partial = (run_int_partial if whole else run_partial).prepare(
+            (G,), WARPS, False, DOT_STAGES if dot else None, D=D, R=R, DP=DP, SUB=sub,
+            WIDE=n * D >= 1 << 31, PARTS=PARTS[dtype] if dot else 0, PDL=pdl, HALF=half,
+            INT=whole)
     pb = min(next_pow2(plane), TOTAL_BLOCK)
     gb = max(1, min(next_pow2(G), TOTAL_TILE // pb))
     total = run_total.prepare((cdiv(plane, pb),), 4, pdl, PB=pb, GB=gb, PDL=pdl)

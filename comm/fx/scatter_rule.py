@@ -16,7 +16,9 @@ Rows of up to ``FEW_NARROW`` elements into at most ``FEW_ROWS`` output rows, and
 sums every output row a program (so do fp32 and bf16 rows of ``FEW_PRODUCTS_ROW`` to
 ``FEW_PRODUCTS_MAX_ROW`` there, as one-hot products: ``few_products``); single values into
 up to ``SHARED_PLANE`` rows (fp32: ``SHARED_WINDOWS`` times that; ``shared_sums``) to
-``scatter_shared``, which sums them in shared memory. Other narrow rows go to commrt's
+``scatter_shared``, which sums them in shared memory. int32 and int64 values into such
+few rows (``few_ints``: histograms, token counts) go to ``scatter_few`` too, summed in
+their own dtype; other integers stay with Inductor. Other narrow rows go to commrt's
 narrow kernels: whether they contend depends on the indices (one hot row among a million
 is as common as a histogram of eight bins), which only the GPU sees. Two exceptions,
 measured: rows of 4 or more (and fp32 1-D values on more than ``HOT`` rows) with
@@ -256,6 +258,9 @@ LOCAL_HALF_WARPS = 1
 # than 8 rows stay with scatter_spread.
 FEW_ROWS, FEW_NARROW = 16, 4
 FEW_WIDE_ROWS, FEW_WIDTH = 8, 16
+# Integer values into few rows (few_ints): the selects in the values' dtype, exact as the
+# plain op's atomics are, against Inductor's atomics on a few addresses.
+INT_DTYPES = (torch.int32, torch.int64)
 # fp32 and bf16 rows of FEW_PRODUCTS_ROW to FEW_PRODUCTS_MAX_ROW elements into at most
 # FEW_ROWS rows (few_products: scatter_few's one-hot products on tensor cores, a partial a
 # program, no atomics). On one H200 (benchmarks/results/probe_few_sums_NVIDIA_H200.json,
@@ -386,6 +391,9 @@ def decide(rows: int, width: int, n: int, dtype: torch.dtype, index_put: bool = 
     if few_products(rows, width, n, dtype):
         return COMMRT, (f"{dtype} rows of {width} into {rows} rows: one-hot products, a "
                         "partial a program")
+    if few_ints(rows, width, n, dtype):
+        return COMMRT, (f"{dtype} rows of {width} into {rows} rows: each summed a program, "
+                        "exactly")
     if dtype in NARROW_DTYPES and width <= NARROW_ROW and n >= MIN_INDICES:
         if few_rows(rows, width):
             return COMMRT, f"rows of {width} into {rows} rows: each summed a program"
@@ -446,6 +454,12 @@ def few_rows(rows: int, width: int) -> bool:
     """Rows of ``width`` elements into so few output rows that each is summed a program."""
     return 0 < rows <= FEW_ROWS and width <= FEW_WIDTH and \
         (width <= FEW_NARROW or rows <= FEW_WIDE_ROWS)
+
+
+def few_ints(rows: int, width: int, n: int, dtype: torch.dtype) -> bool:
+    """int32 or int64 values into so few output rows that each is summed a program, in the
+    values' dtype."""
+    return dtype in INT_DTYPES and few_rows(rows, width) and n >= MIN_INDICES
 
 
 def few_products(rows: int, width: int, n: int, dtype: torch.dtype) -> bool:
