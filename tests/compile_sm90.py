@@ -52,6 +52,7 @@ def specialisation(fn, args: tuple, kwargs: dict) -> tuple[dict, dict, dict]:
 def scatter_calls() -> None:
     from commrt.fx.scatter_few import _launches as few_launches
     from commrt.fx.scatter_few import few_rows_index_add
+    from commrt.fx.scatter_ints import int_index_add
     from commrt.fx.scatter_kernels import partitioned_index_add
     from commrt.fx.scatter_narrow import narrow_index_add
     from commrt.fx.scatter_rule import ONE_COPY_HOT, ONE_COPY_HOT_MIN
@@ -112,6 +113,10 @@ def scatter_calls() -> None:
             for rows, shape in ((8, ()), (16, ()), (16, (3,)), (8, (4,)), (8, (16,))):
                 few_rows_index_add(torch.zeros(rows, *shape, dtype=dtype), idx,
                                    torch.zeros(1000, *shape, dtype=dtype))
+            # ... and other int64 values with native atomics (int32 too, as tests call it)
+            for shape, partitions in (((), 1), ((), 8), ((4,), 1), ((100,), 4), ((1300,), 1)):
+                int_index_add(torch.zeros(1024, *shape, dtype=dtype), idx,
+                              torch.zeros(1000, *shape, dtype=dtype), partitions)
 
 
 def shared_calls() -> None:

@@ -150,11 +150,14 @@ REGIMES = [  # (rows, row width, indices, dtype, index_put, choice)
     (1 << 20, 4, 1 << 20, torch.bfloat16, True, "commrt"),  # as many indices as rows
     (65536, 4, 1 << 20, torch.float16, False, "commrt"),
     (1000, 1, 4000, torch.float32, True, "inductor"),  # too few indices
-    (8, 100, 40_000, torch.int64, True, "inductor_partitioned"),  # integers: Inductor's
-    (8, 1, 40_000, torch.int64, False, "commrt"),  # ... into few rows: summed exactly
+    (8, 100, 40_000, torch.int32, True, "inductor_partitioned"),  # int32: Inductor's
+    (17, 1, 40_000, torch.int32, False, "inductor"),
+    (8, 1, 40_000, torch.int64, False, "commrt"),  # integers into few rows: summed exactly
     (16, 4, 40_000, torch.int32, True, "commrt"),
-    (17, 1, 40_000, torch.int64, False, "inductor"),
+    (8, 100, 40_000, torch.int64, True, "commrt"),  # other int64: native atomics
+    (1 << 20, 1, 40_000, torch.int64, False, "commrt"),
     (8, 1, 4000, torch.int32, False, "inductor"),  # too few indices
+    (1024, 1, 4000, torch.int64, False, "inductor"),
     (1024, 256, 16_384, torch.bfloat16, True, "commrt"),  # ... bf16 index_put: sums too
     (1024, 100, 40_000, torch.bfloat16, True, "commrt"),  # 39 a row: bf16 where uncontended
     (1024, 100, 80_000, torch.float16, True, "inductor_partitioned"),  # 78 a row, 8M values
@@ -353,7 +356,8 @@ def test_the_pass_follows_the_rule_on_traced_graphs(rows, width, n, dtype, choic
     (1031, 100, 40_009, torch.float32, torch.float32, ["partitioned_index_add"]),
     (1031, 100, 41_947, torch.bfloat16, torch.bfloat16, ["partitioned_index_add"]),
     (0, 0, 5, torch.float32, torch.float32, ["partitioned_index_add"]),  # an empty output
-    (1024, 16, 4096, torch.int64, torch.int64, []),  # integers: torch ops
+    (1024, 16, 4096, torch.int32, torch.int32, []),  # int32: torch ops
+    (1024, 16, 4096, torch.int64, torch.int64, ["int_index_add"]),  # int64: native atomics
     (8, 4, 1 << 20, torch.int32, torch.int32, ["few_rows_index_add"]),  # ... into few rows
     (16, 1, 1 << 20, torch.int64, torch.int64, ["few_rows_index_add"]),
     (1024, 4, 1 << 20, torch.bfloat16, torch.bfloat16, ["spread_index_add"]),  # fp32 copies
@@ -751,6 +755,7 @@ def test_off_by_default_and_switched_by_the_config(monkeypatch):
 @pytest.mark.parametrize("script,cases", [("scatter_interpret.py", 191),
                                           ("scatter_narrow_interpret.py", 456),
                                           ("scatter_few_interpret.py", 184),
+                                          ("scatter_ints_interpret.py", 73),
                                           ("scatter_spread_interpret.py", 150)])
 def test_cuda_kernels_under_the_triton_interpreter(script, cases):
     """The Triton kernels the op runs on CUDA, on CPU tensors: float64-exact sums for

@@ -69,6 +69,7 @@ from .scatter_rule import (
     few_rows,
     half_adds,
     inductor_partitions,
+    int_adds,
     local_blocks,
     local_sums,
     narrow_copies,
@@ -159,6 +160,7 @@ def _routes(rows: int, width: int, n: int, dtype: torch.dtype, out_dtype: torch.
     then).
     Cached: a call of a shape seen before skips the rule."""
     from .scatter_few import few_rows_index_add
+    from .scatter_ints import int_index_add
     from .scatter_kernels import PARTS, partitioned_index_add
     from .scatter_narrow import narrow_index_add
     from .scatter_shared import shared_sums_index_add
@@ -170,9 +172,10 @@ def _routes(rows: int, width: int, n: int, dtype: torch.dtype, out_dtype: torch.
             return fn(self, index, values, **options)
         return route
 
-    if dtype not in PARTS:  # integers: into few rows the selects, else torch ops
-        return (without_partitions(few_rows_index_add),) if few_ints(rows, width, n, dtype) \
-            else ()
+    if dtype not in PARTS:  # integers: into few rows the selects, int64 native atomics
+        if few_ints(rows, width, n, dtype):
+            return (without_partitions(few_rows_index_add),)
+        return (int_index_add,) if int_adds(rows, width, n, dtype) else ()
     if not 0 < rows < 1 << 31:
         return (partitioned_index_add,)
     if few_rows(rows, width) or few_products(rows, width, n, dtype):

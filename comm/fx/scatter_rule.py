@@ -18,7 +18,9 @@ sums every output row a program (so do fp32 and bf16 rows of ``FEW_PRODUCTS_ROW`
 up to ``SHARED_PLANE`` rows (fp32: ``SHARED_WINDOWS`` times that; ``shared_sums``) to
 ``scatter_shared``, which sums them in shared memory. int32 and int64 values into such
 few rows (``few_ints``: histograms, token counts) go to ``scatter_few`` too, summed in
-their own dtype; other integers stay with Inductor. Other narrow rows go to commrt's
+their own dtype; other int64 values (``int_adds``) to ``scatter_ints``' native 64-bit
+atomics (torch's, which Inductor calls for int64, loop on compare-and-swap); other int32
+values stay with Inductor, whose atomics are the GPU's. Other narrow rows go to commrt's
 narrow kernels: whether they contend depends on the indices (one hot row among a million
 is as common as a histogram of eight bins), which only the GPU sees. Two exceptions,
 measured: rows of 4 or more (and fp32 1-D values on more than ``HOT`` rows) with
@@ -394,6 +396,9 @@ def decide(rows: int, width: int, n: int, dtype: torch.dtype, index_put: bool = 
     if few_ints(rows, width, n, dtype):
         return COMMRT, (f"{dtype} rows of {width} into {rows} rows: each summed a program, "
                         "exactly")
+    if int_adds(rows, width, n, dtype):
+        return COMMRT, (f"{dtype} rows of {width}, {per_row:.0f} values a row: native "
+                        "64-bit atomics")
     if dtype in NARROW_DTYPES and width <= NARROW_ROW and n >= MIN_INDICES:
         if few_rows(rows, width):
             return COMMRT, f"rows of {width} into {rows} rows: each summed a program"
@@ -460,6 +465,12 @@ def few_ints(rows: int, width: int, n: int, dtype: torch.dtype) -> bool:
     """int32 or int64 values into so few output rows that each is summed a program, in the
     values' dtype."""
     return dtype in INT_DTYPES and few_rows(rows, width) and n >= MIN_INDICES
+
+
+def int_adds(rows: int, width: int, n: int, dtype: torch.dtype) -> bool:
+    """int64 values that ``few_ints`` does not take: added with native 64-bit atomics."""
+    return dtype == torch.int64 and rows > 0 and n >= MIN_INDICES and \
+        not few_ints(rows, width, n, dtype)
 
 
 def few_products(rows: int, width: int, n: int, dtype: torch.dtype) -> bool:
