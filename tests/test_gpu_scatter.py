@@ -63,6 +63,18 @@ OPS = {"index_add": lambda o, i, v: o.index_add(0, i, v),
            0, i.view(-1, 1).expand_as(v) if v.dim() > 1 else i, v)}
 
 
+def _with_pass(fn, *args) -> tuple:
+    """(``fn(*args)`` compiled with the scatter pass alone, the pass's report)."""
+    import torch._inductor.config as ic
+
+    torch._dynamo.reset()
+    commrt.fx.last_reports.clear()
+    with ic.patch(fx_graph_cache=False), commrt.fx.installed(
+            fuse_rmsnorm=False, overlap=False, partitioned_scatter=True):
+        got = torch.compile(fn, dynamic=False)(*args)
+    return got, [r for k, r in commrt.fx.last_reports if k == "partitioned_scatter"][-1]
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("op,dtype,width,rows,n,choice", CASES)
@@ -87,12 +99,7 @@ def test_pass_on_gpu_against_float64(op, dtype, width, rows, n, choice, dist):
     torch._dynamo.reset()
     with ic.patch(fx_graph_cache=False):
         plain = torch.compile(fn, dynamic=False)(out, idx, vals)
-    torch._dynamo.reset()
-    commrt.fx.last_reports.clear()
-    with ic.patch(fx_graph_cache=False), commrt.fx.installed(
-            fuse_rmsnorm=False, overlap=False, partitioned_scatter=True):
-        got = torch.compile(fn, dynamic=False)(out, idx, vals)
-    rep = [r for k, r in commrt.fx.last_reports if k == "partitioned_scatter"][-1]
+    got, rep = _with_pass(fn, out, idx, vals)
     assert rep.scatters == 1 and rep.decisions[0].split(": ")[1].startswith(choice), rep
     tol = 1e-5 if dtype == torch.float32 else 1e-2
     # left to Inductor: the same graph as plain's, whose bf16 atomics add in another order
@@ -258,6 +265,23 @@ def test_few_rows_kernels_against_float64(dtype, shape, rows):
     assert few_rows_index_add(base, idx, vals).isnan().all()
 
 
+def _check_integers(fn, dist: str, rows: int, n: int, shape: tuple, dtype, big: bool, g,
+                    calls: int) -> None:
+    """``fn(self, index, values)`` on integers (``big``: int32 sums past 2**31), with
+    every fifth index negative, equal to torch's index_add with int64 and int32 indices
+    (``_eager_and_graph``, ``calls`` calls each)."""
+    base = torch.randint(-1000, 1000, (rows, *shape), device="cuda", generator=g).to(dtype)
+    idx = _indices(dist, rows, n, g)
+    idx[::5] -= rows
+    lo, hi = (1 << 30, 1 << 31) if big else (-8, 9)
+    vals = torch.randint(lo, hi, (n, *shape), device="cuda", generator=g).to(dtype)
+    ref = base.index_add(0, idx % rows, vals)
+    for itype in (torch.int64, torch.int32):
+        outs = _eager_and_graph(fn, (base, idx.to(itype), vals), calls)
+        assert all(out.dtype == dtype and torch.equal(out, ref) for out in outs), \
+            (n, dist, itype)
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
@@ -272,16 +296,7 @@ def test_few_rows_integers_equal_torch(dtype, shape, rows):
     g = torch.Generator(device="cuda").manual_seed(rows + len(shape))
     for n, dist, big in ((1_000_003, "uniform", False), (300_007, "skewed", True),
                          (77, "hot", False)):
-        base = torch.randint(-1000, 1000, (rows, *shape), device="cuda", generator=g).to(dtype)
-        idx = _indices(dist, rows, n, g)
-        idx[::5] -= rows
-        lo, hi = (1 << 30, 1 << 31) if big else (-8, 9)
-        vals = torch.randint(lo, hi, (n, *shape), device="cuda", generator=g).to(dtype)
-        ref = base.index_add(0, idx % rows, vals)
-        for itype in (torch.int64, torch.int32):
-            outs = _eager_and_graph(few_rows_index_add, (base, idx.to(itype), vals), 5)
-            assert all(out.dtype == dtype and torch.equal(out, ref) for out in outs), \
-                (n, dist, itype)
+        _check_integers(few_rows_index_add, dist, rows, n, shape, dtype, big, g, 5)
 
 
 @pytest.mark.gpu
@@ -299,18 +314,8 @@ def test_integer_atomics_equal_torch(dtype, shape, rows, partitions):
     g = torch.Generator(device="cuda").manual_seed(rows + len(shape))
     n = (1 << 20) // (shape[0] if shape else 1) + 3
     for dist, big in (("uniform", False), ("skewed", True), ("hot", False)):
-        base = torch.randint(-1000, 1000, (rows, *shape), device="cuda", generator=g).to(dtype)
-        idx = _indices(dist, rows, n, g)
-        idx[::5] -= rows
-        lo, hi = (1 << 30, 1 << 31) if big else (-8, 9)
-        vals = torch.randint(lo, hi, (n, *shape), device="cuda", generator=g).to(dtype)
-        ref = base.index_add(0, idx % rows, vals)
-        for itype in (torch.int64, torch.int32):
-            outs = _eager_and_graph(
-                lambda b, i, v: int_index_add(b, i, v, partitions),  # noqa: B023
-                (base, idx.to(itype), vals), 3)
-            assert all(out.dtype == dtype and torch.equal(out, ref) for out in outs), \
-                (dist, itype)
+        _check_integers(lambda b, i, v: int_index_add(b, i, v, partitions), dist, rows, n,
+                        shape, dtype, big, g, 3)
 
 
 @pytest.mark.gpu
@@ -329,14 +334,7 @@ def test_pass_gives_int64_scatters_to_commrt(rows, width):
     def f(o, i, v):
         return o.index_put((i,), v, accumulate=True)
 
-    import torch._inductor.config as ic
-
-    torch._dynamo.reset()
-    commrt.fx.last_reports.clear()
-    with ic.patch(fx_graph_cache=False), commrt.fx.installed(
-            fuse_rmsnorm=False, overlap=False, partitioned_scatter=True):
-        got = torch.compile(f, dynamic=False)(out, idx, vals)
-    rep = [r for k, r in commrt.fx.last_reports if k == "partitioned_scatter"][-1]
+    got, rep = _with_pass(f, out, idx, vals)
     assert rep.rewritten == 1 and rep.decisions[0].split(": ")[1].startswith("commrt"), rep
     assert torch.equal(got, f(out, idx, vals))
 
