@@ -260,8 +260,9 @@ LOCAL_HALF_WARPS = 1
 # than 8 rows stay with scatter_spread.
 FEW_ROWS, FEW_NARROW = 16, 4
 FEW_WIDE_ROWS, FEW_WIDTH = 8, 16
-# Integer values into few rows (few_ints): the selects in the values' dtype, exact as the
-# plain op's atomics are, against Inductor's atomics on a few addresses.
+# The integer values commrt's kernels take: into few rows (few_ints) the selects in the
+# values' dtype, other int64 (int_adds) native 64-bit atomics; both exact, as the plain
+# op's sums are (benchmarks/results/scatter_int_grid_*.md, 2026-12-06).
 INT_DTYPES = (torch.int32, torch.int64)
 # fp32 and bf16 rows of FEW_PRODUCTS_ROW to FEW_PRODUCTS_MAX_ROW elements into at most
 # FEW_ROWS rows (few_products: scatter_few's one-hot products on tensor cores, a partial a
