@@ -117,6 +117,12 @@ def scatter_calls() -> None:
             for shape, partitions in (((), 1), ((), 8), ((4,), 1), ((100,), 4), ((1300,), 1)):
                 int_index_add(torch.zeros(1024, *shape, dtype=dtype), idx,
                               torch.zeros(1000, *shape, dtype=dtype), partitions)
+            if dtype == torch.int32:  # ... and int32 narrow rows on the narrow kernels
+                for shape in ((), (3,), (16,)):
+                    self, vals = (torch.zeros(64, *shape, dtype=dtype),
+                                  torch.zeros(1000, *shape, dtype=dtype))
+                    for partitions, hot in ((1, 0), (1, 16), (64, 16)):
+                        narrow_index_add(self, idx, vals, partitions, hot=hot)
 
 
 def shared_calls() -> None:

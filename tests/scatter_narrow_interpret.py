@@ -284,6 +284,53 @@ def scratch_left_zero(g) -> None:
             assert not left.any(), f"{int(left.count_nonzero())} scratch elements left nonzero"
 
 
+def int32s(g) -> int:
+    """int32 values summed in int32: equal to torch's index_add (sums past 2**31 wrap as
+    its do), plain, on copies, with hot rows; the copies left zero; refused options."""
+    cases = 0
+    for rows, shape, n in ((300, (), 5003), (40, (1,), 2001), (57, (3,), 1500),
+                           (20, (16,), 999)):
+        for dist in ("uniform", "hot", "few"):
+            for big in (False, True):
+                base = torch.randint(-1000, 1000, (rows, *shape), generator=g,
+                                     dtype=torch.int32)
+                idx = indices(dist, rows, n, g)
+                idx[::7] -= rows
+                lo, hi = (1 << 30, (1 << 31) - 1) if big else (-8, 9)
+                vals = torch.randint(lo, hi, (n, *shape), generator=g, dtype=torch.int32)
+                ref = base.index_add(0, idx % rows, vals)
+                itype = torch.int32 if big else torch.int64
+                for rule in ((1, 256, 0), (8, 1, 0), (4, 1, 16), (1, 64, 16)):
+                    state = torch.full((state_numel(rule[2]),), -7, dtype=torch.int32)
+                    got = narrow_index_add(base, idx.to(itype), vals, rule[0],
+                                           per_address=rule[1], min_copies=2, hot=rule[2],
+                                           hot_min=4, hot_adds=rule[1], state=state)
+                    assert got.dtype == torch.int32 and torch.equal(got, ref), \
+                        (rows, shape, dist, big, rule)
+                    p, bad, nhot = state[:3].tolist()
+                    assert bad == 0 and 1 <= p <= rule[0], state
+                    if rule[2] and dist != "uniform":
+                        assert nhot > 0, (dist, state)
+                    if rule[1] == 1 and rule[0] > 1 and dist == "uniform":
+                        assert p > 1, state  # contended: copies
+                    if rule[0] > 1:
+                        left = zeroed(torch.device("cpu"), (rule[0] - 1) * base.numel())
+                        assert not left.any(), "int32 copies left nonzero"
+                    cases += 1
+    for base, vals, options, word in (
+            (torch.zeros(4, 4), torch.ones(3, 4, dtype=torch.int32), {}, "torch.float32"),
+            (torch.zeros(4, 4, dtype=torch.int32), torch.ones(3, 4, dtype=torch.int32),
+             {"local": 2}, "local"),
+            (torch.zeros(4, 4, dtype=torch.int32), torch.ones(3, 4, dtype=torch.int32),
+             {"half_adds": True}, "half_adds")):
+        try:
+            narrow_index_add(base, torch.tensor([0, 1, 2]), vals, 1, **options)
+            raise AssertionError(f"int32 values with {word} must be refused")
+        except ValueError as e:
+            assert word in str(e), e
+    return cases
+
+
 def main() -> None:
     g = torch.Generator().manual_seed(0)
     cases = 0
@@ -392,6 +439,7 @@ def main() -> None:
             err = finite_error(got, ref, (dtype, rule))
             assert err < TOL[dtype], (dtype, rule, err)
     cases += plans(g)
+    cases += int32s(g)
     half_adds(g)
     own_adds(g)
     local_sums(g)

@@ -150,8 +150,10 @@ REGIMES = [  # (rows, row width, indices, dtype, index_put, choice)
     (1 << 20, 4, 1 << 20, torch.bfloat16, True, "commrt"),  # as many indices as rows
     (65536, 4, 1 << 20, torch.float16, False, "commrt"),
     (1000, 1, 4000, torch.float32, True, "inductor"),  # too few indices
-    (8, 100, 40_000, torch.int32, True, "inductor_partitioned"),  # int32: Inductor's
-    (17, 1, 40_000, torch.int32, False, "inductor"),
+    (8, 100, 40_000, torch.int32, True, "inductor_partitioned"),  # int32 wide: Inductor's
+    (1024, 100, 40_000, torch.int32, False, "inductor"),
+    (17, 1, 40_000, torch.int32, False, "commrt"),  # int32 narrow: the narrow kernels
+    (1 << 20, 16, 1 << 18, torch.int32, True, "commrt"),
     (8, 1, 40_000, torch.int64, False, "commrt"),  # integers into few rows: summed exactly
     (16, 4, 40_000, torch.int32, True, "commrt"),
     (8, 100, 40_000, torch.int64, True, "commrt"),  # other int64: native atomics
@@ -356,7 +358,8 @@ def test_the_pass_follows_the_rule_on_traced_graphs(rows, width, n, dtype, choic
     (1031, 100, 40_009, torch.float32, torch.float32, ["partitioned_index_add"]),
     (1031, 100, 41_947, torch.bfloat16, torch.bfloat16, ["partitioned_index_add"]),
     (0, 0, 5, torch.float32, torch.float32, ["partitioned_index_add"]),  # an empty output
-    (1024, 16, 4096, torch.int32, torch.int32, []),  # int32: torch ops
+    (1024, 16, 4096, torch.int32, torch.int32, ["narrow_index_add"]),  # int32 narrow rows
+    (1024, 100, 40_000, torch.int32, torch.int32, []),  # ... wide: torch ops
     (1024, 16, 4096, torch.int64, torch.int64, ["int_index_add"]),  # int64: native atomics
     (8, 4, 1 << 20, torch.int32, torch.int32, ["few_rows_index_add"]),  # ... into few rows
     (16, 1, 1 << 20, torch.int64, torch.int64, ["few_rows_index_add"]),
@@ -753,7 +756,7 @@ def test_off_by_default_and_switched_by_the_config(monkeypatch):
 
 @pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs triton")
 @pytest.mark.parametrize("script,cases", [("scatter_interpret.py", 191),
-                                          ("scatter_narrow_interpret.py", 456),
+                                          ("scatter_narrow_interpret.py", 552),
                                           ("scatter_few_interpret.py", 184),
                                           ("scatter_ints_interpret.py", 73),
                                           ("scatter_spread_interpret.py", 150)])

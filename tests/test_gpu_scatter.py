@@ -320,16 +320,42 @@ def test_integer_atomics_equal_torch(dtype, shape, rows, partitions):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-@pytest.mark.parametrize("rows,width", [(8, 0), (8, 4), (1024, 0), (1 << 20, 1), (1024, 100)])
-def test_pass_gives_int64_scatters_to_commrt(rows, width):
-    """The pass under torch.compile on int64 scatters (token counts, histograms): the op
+@pytest.mark.parametrize("shape", [(), (1,), (4,), (16,)])
+@pytest.mark.parametrize("rows", [1031, 65_537, 1 << 20])
+@pytest.mark.parametrize("partitions", [1, 16])
+def test_narrow_int32_equal_torch(shape, rows, partitions):
+    """int32 narrow rows on the narrow kernels (hot rows and copies chosen on the GPU,
+    summed in int32), eager and in a CUDA graph, three calls each: equal to torch's
+    index_add for every index distribution and index dtype, sums past 2**31 wrapping as
+    torch's do."""
+    from commrt.fx.scatter_narrow import narrow_index_add
+    from commrt.fx.scatter_rule import pair_sample
+
+    g = torch.Generator(device="cuda").manual_seed(rows + len(shape))
+    n = (1 << 22) // (shape[0] if shape else 1) + 3
+
+    def fn(b, i, v):
+        return narrow_index_add(b, i, v, partitions, pair_sample=pair_sample(rows))
+
+    for dist, big in (("uniform", False), ("skewed", True), ("hot", False)):
+        _check_integers(fn, dist, rows, n, shape, torch.int32, big, g, 3)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dtype,rows,width", [
+    (torch.int64, 8, 0), (torch.int64, 8, 4), (torch.int64, 1024, 0),
+    (torch.int64, 1 << 20, 1), (torch.int64, 1024, 100), (torch.int32, 8, 4),
+    (torch.int32, 1024, 0), (torch.int32, 1 << 20, 1), (torch.int32, 65536, 16)])
+def test_pass_gives_integer_scatters_to_commrt(dtype, rows, width):
+    """The pass under torch.compile on integer scatters (token counts, histograms): the op
     commrt's, the result equal to torch's."""
     shape = (rows,) if width == 0 else (rows, width)
     n = (1 << 22) // max(1, width)
     g = torch.Generator(device="cuda").manual_seed(rows)
-    out = torch.randint(-5, 5, shape, device="cuda", generator=g)
+    out = torch.randint(-5, 5, shape, device="cuda", generator=g).to(dtype)
     idx = torch.randint(0, rows, (n,), device="cuda", generator=g)
-    vals = torch.randint(-5, 5, (n, *shape[1:]), device="cuda", generator=g)
+    vals = torch.randint(-5, 5, (n, *shape[1:]), device="cuda", generator=g).to(dtype)
 
     def f(o, i, v):
         return o.index_put((i,), v, accumulate=True)
@@ -341,16 +367,19 @@ def test_pass_gives_int64_scatters_to_commrt(rows, width):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_few_rows_integers_refuse_an_index_out_of_range():
+@pytest.mark.parametrize("call,rows", [
+    ("from commrt.fx.scatter_few import few_rows_index_add as f; args = ()", 8),
+    ("from commrt.fx.scatter_narrow import narrow_index_add as f; args = (16,)", 4099)])
+def test_integer_scatters_refuse_an_index_out_of_range(call, rows):
     """An integer index out of range is a device-side assert (no NaN to poison the sum
-    with), as torch's own op's; in a process of its own (the assert ends its CUDA
-    context)."""
+    with), as torch's own op's, into few rows and on the narrow kernels; in a process of
+    its own (the assert ends its CUDA context)."""
     code = ("import torch\n"
-            "from commrt.fx.scatter_few import few_rows_index_add\n"
-            "idx = torch.randint(0, 8, (100_000,), device='cuda')\n"
-            "idx[50_000] = 8\n"
+            f"{call}\n"
+            f"idx = torch.randint(0, {rows}, (100_000,), device='cuda')\n"
+            f"idx[50_000] = {rows}\n"
             "v = torch.ones(100_000, dtype=torch.int32, device='cuda')\n"
-            "out = few_rows_index_add(torch.zeros(8, dtype=torch.int32, device='cuda'), idx, v)\n"
+            f"out = f(torch.zeros({rows}, dtype=torch.int32, device='cuda'), idx, v, *args)\n"
             "torch.cuda.synchronize()\n"
             "print('no error', out.tolist())\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

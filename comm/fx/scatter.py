@@ -70,6 +70,7 @@ from .scatter_rule import (
     half_adds,
     inductor_partitions,
     int_adds,
+    int_narrow,
     local_blocks,
     local_sums,
     narrow_copies,
@@ -172,9 +173,11 @@ def _routes(rows: int, width: int, n: int, dtype: torch.dtype, out_dtype: torch.
             return fn(self, index, values, **options)
         return route
 
-    if dtype not in PARTS:  # integers: into few rows the selects, int64 native atomics
-        if few_ints(rows, width, n, dtype):
+    if dtype not in PARTS:  # integers: into few rows the selects, int64 native atomics,
+        if few_ints(rows, width, n, dtype):  # int32 narrow rows the narrow kernels
             return (without_partitions(few_rows_index_add),)
+        if int_narrow(rows, width, n, dtype) and out_dtype == dtype:
+            return (functools.partial(narrow_index_add, pair_sample=pair_sample(rows)),)
         return (int_index_add,) if int_adds(rows, width, n, dtype) else ()
     if not 0 < rows < 1 << 31:
         return (partitioned_index_add,)

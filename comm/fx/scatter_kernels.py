@@ -451,7 +451,7 @@ def _copies(extra, plane, offs, m, c0, p, T: tl.constexpr, BLOCK: tl.constexpr):
 @triton.jit
 def _sum(acc, extra, out, state, plane, SAME: tl.constexpr, BLOCK: tl.constexpr,
          CP: tl.constexpr, PDL: tl.constexpr = False, FIT: tl.constexpr = 0,
-         OWN: tl.constexpr = 0, EARLY: tl.constexpr = False):
+         OWN: tl.constexpr = 0, EARLY: tl.constexpr = False, INT: tl.constexpr = False):
     # out := acc + the p - 1 extra copies (NaN where state[1] flags an index out of range);
     # nothing to do where acc is out and p == 1 (a capped grid, so that doing nothing costs
     # little). CP copies a step, so that up to 127 copies are read with enough loads in
@@ -463,20 +463,21 @@ def _sum(acc, extra, out, state, plane, SAME: tl.constexpr, BLOCK: tl.constexpr,
     # and _scatter's programs let _sum launch only once the plan is done): where the plan
     # leaves nothing to do, return without waiting for _scatter (which then poisons the
     # output itself); the stream's next launch still waits for _scatter
-    # (tests/test_gpu_pdl_order.py).
+    # (tests/test_gpu_pdl_order.py). INT: int32 copies, summed in int32 (their _scatter
+    # asserts on an index out of range: no NaN).
     go = True
     if EARLY:  # the plan is there (see above): return without waiting where it leaves nothing
         go = (tl.load(state, cache_modifier=".cg") > 1) | (not SAME)
         if OWN > 0:
             go = go & (tl.load(state + OWN, cache_modifier=".cg") == 0)
     if go:
-        _sum_wait_and_add(acc, extra, out, state, plane, SAME, BLOCK, CP, PDL, FIT, OWN)
+        _sum_wait_and_add(acc, extra, out, state, plane, SAME, BLOCK, CP, PDL, FIT, OWN, INT)
 
 
 @triton.jit
 def _sum_wait_and_add(acc, extra, out, state, plane, SAME: tl.constexpr, BLOCK: tl.constexpr,
                       CP: tl.constexpr, PDL: tl.constexpr, FIT: tl.constexpr,
-                      OWN: tl.constexpr):
+                      OWN: tl.constexpr, INT: tl.constexpr):
     if PDL:
         tl.extra.cuda.gdc_wait()
     p = tl.load(state)
@@ -500,7 +501,8 @@ def _sum_wait_and_add(acc, extra, out, state, plane, SAME: tl.constexpr, BLOCK: 
             else:
                 for c0 in range(0, p - 1, CP):
                     x += _copies(extra, plane, offs, m, c0, p, CP, BLOCK)
-            x = tl.where(bad, float("nan"), x)
+            if not INT:
+                x = tl.where(bad, float("nan"), x)
             tl.store(out + offs, x.to(out.dtype.element_ty), mask=m)
 
 

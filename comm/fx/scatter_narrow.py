@@ -37,6 +37,10 @@ Two or three launches, no host sync; the plan is made on the GPU from the indice
    once every program has seen the plan where it may have nothing to do (an fp32 output,
    or ``OWN_ADDS``): it then reads the plan and returns without waiting.
 
+int32 values (into an int32 output, ``scatter_rule.int_narrow``) take the same launches
+summed in int32: ``acc`` and the copies are int32 (exact, wrapping as torch's sums do),
+and an index out of range is a device-side assert, as in torch's op.
+
 With ``HALF_ADDS`` (fp16/bf16, one copy) ``acc`` is the output in its own dtype: ``_init``
 copies ``self`` into it, ``_scatter`` adds the values with atomics of that dtype (as
 Inductor's scatter does) and each hot row's block sums in fp32 to a side buffer, which the
@@ -280,7 +284,8 @@ def _scatter(acc, extra, idx, vals, state, n, rows, plane, D: tl.constexpr,
              H: tl.constexpr = 1, LOCAL: tl.constexpr = 0,
              COLS_FIRST: tl.constexpr = False, out=None, OWN: tl.constexpr = False,
              EARLY: tl.constexpr = False, LOCAL_EARLY: tl.constexpr = False,
-             ALIGN: tl.constexpr = 1, TRIGGER: tl.constexpr = True):
+             ALIGN: tl.constexpr = 1, TRIGGER: tl.constexpr = True,
+             INT: tl.constexpr = False):
     # D == 1 (1-D values) runs on 1-D blocks; wider rows on [SUB, DP] blocks, DP columns
     # from program_id(1) * DP (a row wider than DP spans programs; COLS_FIRST: the axes
     # swapped, so that a row's column blocks launch one after another). PDL: launched
@@ -294,6 +299,8 @@ def _scatter(acc, extra, idx, vals, state, n, rows, plane, D: tl.constexpr,
     # are found before waiting, and no hot row is looked for. ALIGN: the bytes every row of
     # acc and extra starts on, where P > 1 (row_alignment). TRIGGER: _sum follows (else
     # the next launch, maybe the next scatter's _init, waiting, starts only as this ends).
+    # INT: int32 values into an int32 acc, summed in int32 (exact, wrapping as torch's
+    # sums do); an index out of range is a device-side assert (Triton's debug on).
     if PDL and TRIGGER and not EARLY:
         tl.extra.cuda.gdc_launch_dependents()
     if COLS_FIRST:  # DP columns a program from program_id(0) * DP, rows on axis 1
@@ -314,12 +321,17 @@ def _scatter(acc, extra, idx, vals, state, n, rows, plane, D: tl.constexpr,
         else:
             vn = tl.load(vals + r[:, None] * D + c[None, :],
                          mask=(r < n)[:, None] & cm[None, :], other=0)
-        v = vn.to(tl.float32)
+        if INT:
+            v = vn
+        else:
+            v = vn.to(tl.float32)
         if HALF_ADDS:  # plain adds in the output's dtype
             vp = vn
         else:
             vp = v
         i, ok, bad = _rows_of(idx, r, n, rows, WIDE)
+        if INT:
+            tl.device_assert(bad == 0, "index out of range in a commrt scatter")
         if LOCAL_EARLY:  # needs the indices only
             eq, member = _local_members(i, ok, SUB, LOCAL)
         if it == 0:
@@ -347,9 +359,9 @@ def _scatter(acc, extra, idx, vals, state, n, rows, plane, D: tl.constexpr,
             else:
                 hp = acc + h * D
             if D == 1:
-                tl.atomic_add(hp, tl.sum(tl.where(hit, v, 0.0)), sem="relaxed")
+                tl.atomic_add(hp, tl.sum(tl.where(hit, v, 0)), sem="relaxed")
             else:
-                s = tl.sum(tl.where(hit[:, None], v, 0.0), axis=0)
+                s = tl.sum(tl.where(hit[:, None], v, 0), axis=0)
                 tl.atomic_add(hp + c, s, mask=cm, sem="relaxed")
         if LOCAL > 0:
             if not LOCAL_EARLY:
@@ -373,11 +385,12 @@ def _scatter(acc, extra, idx, vals, state, n, rows, plane, D: tl.constexpr,
         else:
             tl.atomic_add(dst[:, None] + c[None, :], vp, mask=plain[:, None] & cm[None, :],
                           sem="relaxed")
-    if tl.max(bad_any) > 0:
-        tl.store(state + 1, 1)
-        poison(acc, plane)
-        if OWN:
-            poison(out, plane)
+    if not INT:
+        if tl.max(bad_any) > 0:
+            tl.store(state + 1, 1)
+            poison(acc, plane)
+            if OWN:
+                poison(out, plane)
     if HALF_ADDS:  # the last program done adds the hot rows' sums to the output
         if nhot > 0:
             tl.debug_barrier()
@@ -419,11 +432,14 @@ def _local_sums(acc, i, plain, eq, member, v, c, cm, D: tl.constexpr, SUB: tl.co
     return plain
 
 
-DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.int32)
+SUMMED_IN_ACC = (torch.float32, torch.int32)  # outputs acc is: no copy of their own
 
 
-# the launches, without Triton's per-call argument binding (symm_mem.launch)
+# the launches, without Triton's per-call argument binding (symm_mem.launch); int32's
+# _scatter with Triton's debug on (its assert) and no overflow checks (the sums wrap)
 run_init, run_scatter = Launcher(_init), Launcher(_scatter)
+run_int_scatter = Launcher(_scatter, debug=True, sanitize_overflow=False)
 
 
 def state_numel(hot: int = HOT) -> int:
@@ -445,9 +461,9 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
                      wait_first: bool = True, replay: list | None = None) -> torch.Tensor:
     """``self.index_add(0, index, values)`` (a new tensor) with the scheme above.
 
-    ``self`` and ``values`` contiguous, of one of ``DTYPES``, rows of at most
-    ``ONE_COPY_ROW`` elements (the pass sends rows over ``NARROW_ROW`` only with one copy),
-    ``values`` shaped ``[len(index), *self.shape[1:]]``; ``partitions``: the
+    ``self`` and ``values`` contiguous, of one of ``DTYPES`` (int32 into int32 only),
+    rows of at most ``ONE_COPY_ROW`` elements (the pass sends rows over ``NARROW_ROW`` only
+    with one copy), ``values`` shaped ``[len(index), *self.shape[1:]]``; ``partitions``: the
     most copies (a power of two; 1: never more than the output); ``per_address``: the adds
     an address may take before copies pay; ``spread``: the adds an address may take on each
     of several copies; ``pair_sample``: the second sample's indices where copies are
@@ -487,13 +503,13 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
                   hot, hot_min, hot_adds, False, spread, pair_sample, half_adds, local,
                   columns, warps, own_adds, sum_early, local_early, wait_first, 1)  # checks
         return out
-    same = out.dtype == torch.float32
+    same = out.dtype in SUMMED_IN_ACC
     acc = out if same or half_adds else torch.empty(plane, device=self.device,
                                                   dtype=torch.float32)
     HD = next_pow2(H * D) if half_adds else 1  # the hot rows' fp32 sums
-    # the extra copies: zero on entry, and _sum leaves them zero
-    extra = zeroed(self.device, (partitions - 1) * plane) if partitions > 1 else \
-        torch.empty(HD, device=self.device, dtype=torch.float32)
+    # the extra copies: zero on entry, and _sum leaves them zero (int32 zeros: fp32's bits)
+    extra = zeroed(self.device, (partitions - 1) * plane).view(acc.dtype) \
+        if partitions > 1 else torch.empty(HD, device=self.device, dtype=torch.float32)
     if state is None:
         state = torch.empty(state_numel(hot), device=self.device, dtype=torch.int32)
     init, scatter, total = _launches(
@@ -514,15 +530,15 @@ def narrow_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tens
         if go is not None:
             replay.append(_replay(go, n, rows, plane, 0 if same or half_adds else plane,
                                   (partitions - 1) * plane if partitions > 1 else 0, HD,
-                                  state.numel()))
+                                  state.numel(), acc.dtype))
     return out
 
 
 def _replay(go, n: int, rows: int, plane: int, acc_n: int, extra_n: int, hd: int,
-            state_n: int):
+            state_n: int, acc_dtype: torch.dtype):
     """``narrow_index_add`` of one shape again (see ``replay``): ``acc_n`` fp32 elements
-    of ``acc`` (0: the output is ``acc``), ``extra_n`` of the zeroed copies (0: ``hd`` of
-    side buffer)."""
+    of ``acc`` (0: the output is ``acc``), ``extra_n`` of the zeroed copies, in
+    ``acc_dtype`` (0: ``hd`` of fp32 side buffer)."""
     init, scatter, total = go
     f32, i32 = torch.float32, torch.int32
 
@@ -530,7 +546,8 @@ def _replay(go, n: int, rows: int, plane: int, acc_n: int, extra_n: int, hd: int
         dev = self.device
         out = torch.empty_like(self)
         acc = torch.empty(acc_n, device=dev, dtype=f32) if acc_n else out
-        extra = zeroed(dev, extra_n) if extra_n else torch.empty(hd, device=dev, dtype=f32)
+        extra = zeroed(dev, extra_n).view(acc_dtype) if extra_n else \
+            torch.empty(hd, device=dev, dtype=f32)
         state = torch.empty(state_n, device=dev, dtype=i32)
         init(self, acc, extra, index, state, n, rows, plane, out)
         if scatter is not None:
@@ -570,6 +587,9 @@ def _launches(rows: int, n: int, D: int, out_dtype: torch.dtype, dtype: torch.dt
         raise ValueError(f"narrow_index_add: own_adds takes fp16/bf16 values into an output of "
                          f"their dtype, one copy, without half_adds or local; got "
                          f"{dtype} into {out_dtype}, {partitions} copies")
+    if dtype == torch.int32 and (out_dtype != dtype or half_adds or own_adds or local):
+        raise ValueError(f"narrow_index_add takes int32 values into an int32 output, without "
+                         f"half_adds, own_adds or local; got {dtype} into {out_dtype}")
     if columns and (columns < 16 or columns & (columns - 1)):
         raise ValueError(f"narrow_index_add: columns={columns} must be 0 or a power of two of "
                          "at least 16")
@@ -583,7 +603,8 @@ def _launches(rows: int, n: int, D: int, out_dtype: torch.dtype, dtype: torch.dt
                          f"over {ROW_BLOCKS[0] // (2 * LOCAL_SUB)} elements (blocks of at most "
                          f"{LOCAL_SUB} rows; got rows of {D}, columns={columns})")
     plane = rows * D
-    same = out_dtype == torch.float32
+    same = out_dtype in SUMMED_IN_ACC
+    ints = dtype == torch.int32
     HD = next_pow2(H * D) if half_adds else 1
     # the sample: NARROW_SAMPLE indices, and where copies are allowed a second one
     W = 2 * pair_sample if partitions > 1 and pair_sample else NARROW_SAMPLE
@@ -619,11 +640,13 @@ def _launches(rows: int, n: int, D: int, out_dtype: torch.dtype, dtype: torch.dt
         cols_first = grid[1] > 1 and grid[0] <= MAX_GRID_Y
         if cols_first:
             grid = grid[::-1]
-        scatter = run_scatter.prepare(grid, warps, pdl, D=D, DP=DP, SUB=sub, ITERS=iters,
+        launcher = run_int_scatter if ints else run_scatter
+        scatter = launcher.prepare(grid, warps, pdl, D=D, DP=DP, SUB=sub, ITERS=iters,
                                       P=partitions, WIDE=wide, PDL=pdl, HALF_ADDS=half_adds,
                                       H=H, LOCAL=local, COLS_FIRST=cols_first,
                                       OWN=own_adds > 0, EARLY=early,
-                                      LOCAL_EARLY=local_early, TRIGGER=has_sum, ALIGN=align)
+                                      LOCAL_EARLY=local_early, TRIGGER=has_sum, ALIGN=align,
+                                      INT=ints)
     if has_sum:
         # up to SUM_COPIES copies a step: a plane of a few thousand elements still has
         # enough programs and loads in flight
@@ -631,5 +654,5 @@ def _launches(rows: int, n: int, D: int, out_dtype: torch.dtype, dtype: torch.dt
         blk = BLOCK if partitions == 1 else max(64, SUM_TILE // cp)
         total = run_sum.prepare((min(cdiv(plane, blk), SUM_PROGRAMS),), 4, pdl, SAME=same,
                                 BLOCK=blk, CP=cp, PDL=pdl, FIT=SUM_FIT if cp > SUM_FIT else 0,
-                                OWN=4 + H if own_adds else 0, EARLY=early)
+                                OWN=4 + H if own_adds else 0, EARLY=early, INT=ints)
     return init, scatter, total
