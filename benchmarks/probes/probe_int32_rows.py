@@ -1,0 +1,84 @@
+"""Why do int32 rows of 4 on the narrow kernels lose to Inductor's scatter, and which
+block or route adds them fastest?
+
+One GPU. The narrow kernels sum int32 narrow rows in int32 (``scatter_rule.int_narrow``);
+on rows of 4 they ran 1.4-2.4x Inductor's faster scatter on uniform and skewed indices,
+where fp32 rows of 4 (four elements an atomic on Triton 3.6) matched it. On the grid's
+int32 cells (4M value elements, values -8..8): µs a call in a CUDA graph of 20 calls
+(median of five rounds taken in turn; spread: the least and most of the rounds) of the op
+as the pass calls it, the narrow kernels under other ``ROW_BLOCKS`` (value elements a
+block, blocks a program, warps) and with one copy, ``scatter_ints``' plain atomics (a
+clone and one launch), and Inductor's two compiled scatters (``index_put``); every column
+equal to torch's sum first. Then each kernel's µs in the op's call and in Inductor's on
+rows of 4 into 65,536 rows, uniform::
+
+    python benchmarks/probes/probe_int32_rows.py [--out probe_int32_rows.json]
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import torch
+from probe_narrow_costs import inductor_columns, kernel_us, rounds, run_cells, with_constants
+
+from commrt.fx import scatter as pass_scatter
+from commrt.fx import scatter_narrow as sn
+from commrt.fx.scatter_ints import int_index_add
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bench_scatter import grid_indices  # noqa: E402
+
+ROUNDS = 5
+# (row width, output rows, indices); 0: 1-D values
+CELLS = [(4, rows, d) for rows in (65536, 1 << 20, 1024) for d in ("uniform", "skewed")] + \
+    [(4, 65536, "hot"), (0, 1024, "uniform"), (0, 65536, "skewed"), (0, 1 << 20, "skewed"),
+     (16, 65536, "uniform")]
+BLOCKS = {"rows 2048x1 w4": (2048, 1, 4), "rows 1024x4 w4": (1024, 4, 4),
+          "rows 4096x1 w4": (4096, 1, 4), "rows 1024x1 w4": (1024, 1, 4)}
+
+
+def cell_data(width: int, rows: int, dist: str, values: int = 4 << 20):
+    g = torch.Generator(device="cuda").manual_seed(0)
+    n = values // max(1, width)
+    shape = (rows,) if width == 0 else (rows, width)
+    out = torch.randint(-1000, 1000, shape, device="cuda", generator=g, dtype=torch.int32)
+    vals = torch.randint(-8, 9, (n, *shape[1:]), device="cuda", generator=g,
+                         dtype=torch.int32)
+    return out, grid_indices(dist, rows, n, g), vals
+
+
+def cell(width: int, rows: int, dist: str) -> dict:
+    out, idx, vals = cell_data(width, rows, dist)
+    P = pass_scatter.copies(rows, max(1, width), idx.numel(), torch.int32,
+                            torch.cuda.get_device_properties(0).total_memory)
+    ref = out.index_put((idx,), vals, accumulate=True)
+    plain, parted = inductor_columns(out, idx, vals)
+    calls = {"op": lambda: torch.ops.commrt.partitioned_index_put(out, idx, vals, P),
+             "op one copy": lambda: torch.ops.commrt.partitioned_index_put(out, idx, vals, 1),
+             "int adds": lambda: int_index_add(out, idx, vals, 1),
+             "inductor": lambda: plain(out, idx, vals),
+             "inductor partitioned": lambda: parted(out, idx, vals)}
+    if width >= sn.ROW_BLOCKS_FROM:
+        for name, blocks in BLOCKS.items():
+            run = with_constants(sn, ROW_BLOCKS=blocks)
+            calls[name] = lambda run=run: run(out, idx, vals, P)
+    for name, fn in calls.items():
+        assert torch.equal(fn(), ref), (name, width, rows, dist)
+    row = {"dtype": "int32", "width": width, "rows": rows, "dist": dist, "partitions": P}
+    row.update(rounds(calls, ROUNDS))
+    if (width, rows, dist) == (4, 65536, "uniform"):
+        row["kernels"] = {name: {k: round(v, 2) for k, v in kernel_us(calls[name],
+                                                                      names=None).items()}
+                          for name in ("op", "int adds", "inductor")}
+    return row
+
+
+def main() -> None:
+    run_cells(__doc__, "probe_int32_rows.json", CELLS, cell,
+              f"µs a call (median of {ROUNDS} rounds, each a CUDA graph of 20 calls)")
+
+
+if __name__ == "__main__":
+    main()
