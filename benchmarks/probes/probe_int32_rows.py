@@ -1,16 +1,17 @@
 """Why do int32 rows of 4 on the narrow kernels lose to Inductor's scatter, and which
 block or route adds them fastest?
 
-One GPU. The narrow kernels sum int32 narrow rows in int32 (``scatter_rule.int_narrow``);
-on rows of 4 they ran 1.4-2.4x Inductor's faster scatter on uniform and skewed indices,
-where fp32 rows of 4 (four elements an atomic on Triton 3.6) matched it. On the grid's
-int32 cells (4M value elements, values -8..8): µs a call in a CUDA graph of 20 calls
-(median of five rounds taken in turn; spread: the least and most of the rounds) of the op
-as the pass calls it, the narrow kernels under other ``ROW_BLOCKS`` (value elements a
-block, blocks a program, warps) and with one copy, ``scatter_ints``' plain atomics (a
-clone and one launch), and Inductor's two compiled scatters (``index_put``); every column
-equal to torch's sum first. Then each kernel's µs in the op's call and in Inductor's on
-rows of 4 into 65,536 rows, uniform::
+One GPU. The narrow kernels sum int32 narrow rows in int32
+(``scatter_rule.int_narrow``); on rows of 4 they ran 1.4-2.4x Inductor's faster scatter
+on uniform and skewed indices, where fp32 rows of 4 (four elements an atomic on Triton
+3.6) matched it. On the grid's int32 cells (4M value elements, values -8..8): µs a call
+in a CUDA graph of 20 calls (median of five rounds taken in turn; spread: the least and
+most of the rounds) of the op as the pass calls it, the narrow kernels under other
+``ROW_BLOCKS`` or ``VALUE_BLOCKS`` (value elements a block, blocks a program, warps) and
+with one copy, ``scatter_ints``' plain atomics (a clone and one launch), and Inductor's
+two compiled scatters (``index_put``); every column equal to torch's sum first. Then
+each kernel's µs in the op's call and in Inductor's on rows of 4 into 65,536 rows,
+uniform::
 
     python benchmarks/probes/probe_int32_rows.py [--out probe_int32_rows.json]
 """
@@ -32,11 +33,15 @@ from bench_scatter import grid_indices  # noqa: E402
 
 ROUNDS = 5
 # (row width, output rows, indices); 0: 1-D values
-CELLS = [(4, rows, d) for rows in (65536, 1 << 20, 1024) for d in ("uniform", "skewed")] + \
-    [(4, 65536, "hot"), (0, 1024, "uniform"), (0, 65536, "skewed"), (0, 1 << 20, "skewed"),
-     (16, 65536, "uniform")]
-BLOCKS = {"rows 2048x1 w4": (2048, 1, 4), "rows 1024x4 w4": (1024, 4, 4),
-          "rows 4096x1 w4": (4096, 1, 4), "rows 1024x1 w4": (1024, 1, 4)}
+CELLS = [(4, rows, d) for rows in (65536, 1 << 20) for d in ("uniform", "skewed")] + \
+    [(4, 65536, "hot"), (16, 65536, "uniform"), (16, 1 << 20, "skewed"),
+     (0, 65536, "uniform"), (0, 65536, "skewed"), (0, 1 << 20, "uniform"),
+     (0, 1 << 20, "skewed"), (0, 1 << 20, "hot")]
+# name: the block (value elements, blocks a program, warps) of ROW_BLOCKS (rows of
+# ROW_BLOCKS_FROM or more) or VALUE_BLOCKS (narrower)
+BLOCKS = {"2048x1 w4": (2048, 1, 4), "1024x1 w4": (1024, 1, 4), "512x1 w4": (512, 1, 4),
+          "512x1 w8": (512, 1, 8), "1024x1 w8": (1024, 1, 8), "2048x1 w8": (2048, 1, 8),
+          "1024x4 w8": (1024, 4, 8), "256x1 w2": (256, 1, 2)}
 
 
 def cell_data(width: int, rows: int, dist: str, values: int = 4 << 20):
@@ -60,10 +65,10 @@ def cell(width: int, rows: int, dist: str) -> dict:
              "int adds": lambda: int_index_add(out, idx, vals, 1),
              "inductor": lambda: plain(out, idx, vals),
              "inductor partitioned": lambda: parted(out, idx, vals)}
-    if width >= sn.ROW_BLOCKS_FROM:
-        for name, blocks in BLOCKS.items():
-            run = with_constants(sn, ROW_BLOCKS=blocks)
-            calls[name] = lambda run=run: run(out, idx, vals, P)
+    which = "ROW_BLOCKS" if width >= sn.ROW_BLOCKS_FROM else "VALUE_BLOCKS"
+    for name, blocks in BLOCKS.items():
+        run = with_constants(sn, **{which: blocks})
+        calls[name] = lambda run=run: run(out, idx, vals, P)
     for name, fn in calls.items():
         assert torch.equal(fn(), ref), (name, width, rows, dist)
     row = {"dtype": "int32", "width": width, "rows": rows, "dist": dist, "partitions": P}
