@@ -154,6 +154,7 @@ REGIMES = [  # (rows, row width, indices, dtype, index_put, choice)
     (1024, 100, 40_000, torch.int32, False, "inductor"),
     (17, 1, 40_000, torch.int32, False, "commrt"),  # int32 narrow: the narrow kernels
     (1 << 20, 16, 1 << 18, torch.int32, True, "commrt"),
+    (1024, 4, 1 << 20, torch.int32, True, "inductor_partitioned"),  # ... but 1,024 a row
     (8, 1, 40_000, torch.int64, False, "commrt"),  # integers into few rows: summed exactly
     (16, 4, 40_000, torch.int32, True, "commrt"),
     (8, 100, 40_000, torch.int64, True, "commrt"),  # other int64: native atomics

@@ -346,7 +346,7 @@ def test_narrow_int32_equal_torch(shape, rows, partitions):
 @pytest.mark.parametrize("dtype,rows,width", [
     (torch.int64, 8, 0), (torch.int64, 8, 4), (torch.int64, 1024, 0),
     (torch.int64, 1 << 20, 1), (torch.int64, 1024, 100), (torch.int32, 8, 4),
-    (torch.int32, 1024, 0), (torch.int32, 1 << 20, 1), (torch.int32, 65536, 16)])
+    (torch.int32, 65536, 0), (torch.int32, 1 << 20, 1), (torch.int32, 65536, 16)])
 def test_pass_gives_integer_scatters_to_commrt(dtype, rows, width):
     """The pass under torch.compile on integer scatters (token counts, histograms): the op
     commrt's, the result equal to torch's."""

@@ -479,10 +479,11 @@ def int_adds(rows: int, width: int, n: int, dtype: torch.dtype) -> bool:
 
 
 def int_narrow(rows: int, width: int, n: int, dtype: torch.dtype) -> bool:
-    """int32 narrow rows that ``few_ints`` does not take: the narrow kernels, which find
-    hot rows and choose copies on the GPU, summed in int32."""
+    """int32 narrow rows that ``few_ints`` does not take, with fewer than
+    ``NARROW_PARTITIONED`` values a row (more stay with Inductor's partitions): the narrow
+    kernels, which find hot rows and choose copies on the GPU, summed in int32."""
     return dtype == torch.int32 and width <= NARROW_ROW and 0 < rows < 1 << 31 and \
-        n >= MIN_INDICES and not few_ints(rows, width, n, dtype)
+        MIN_INDICES <= n < NARROW_PARTITIONED * rows and not few_ints(rows, width, n, dtype)
 
 
 def few_products(rows: int, width: int, n: int, dtype: torch.dtype) -> bool:
