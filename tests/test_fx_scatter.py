@@ -152,7 +152,7 @@ REGIMES = [  # (rows, row width, indices, dtype, index_put, choice)
     (1000, 1, 4000, torch.float32, True, "inductor"),  # too few indices
     (8, 100, 40_000, torch.int32, True, "inductor_partitioned"),  # int32 wide: Inductor's
     (1024, 100, 40_000, torch.int32, False, "inductor"),
-    (17, 1, 40_000, torch.int32, False, "commrt"),  # int32 narrow: the narrow kernels
+    (4099, 1, 40_000, torch.int32, False, "commrt"),  # int32 narrow: the narrow kernels
     (1 << 20, 16, 1 << 18, torch.int32, True, "commrt"),
     (1024, 4, 1 << 20, torch.int32, True, "inductor_partitioned"),  # ... but 1,024 a row
     (8, 1, 40_000, torch.int64, False, "commrt"),  # integers into few rows: summed exactly
