@@ -730,6 +730,13 @@ def test_partition_count_is_a_capped_power_of_two():
     assert partitions_for(501, 1_000_000, 400, 1 << 20, 0.5) == 2
 
 
+def test_int32_narrow_rows_take_copies_from_fewer_values_a_row():
+    """int32 rows add an element an atomic: copies from INT_COPIES_PER_ROW values a row."""
+    assert copies(65536, 4, 1 << 20, torch.int32, 80 << 30) == 16
+    assert copies(65536, 4, 1 << 20, torch.float32, 80 << 30) == 1
+    assert copies(65536, 16, 1 << 18, torch.int32, 80 << 30) == 1  # 4 a row
+
+
 def test_off_by_default_and_switched_by_the_config(monkeypatch):
     assert "partitioned_scatter" not in commrt.fx.install().passes
     monkeypatch.setenv("COMMRT_PARTITIONED_SCATTER", "1")

@@ -51,8 +51,10 @@ from .scatter_rule import (
     HALF,
     INDUCTOR,
     INDUCTOR_PARTITIONED,
+    INT_COPIES_PER_ROW,
     MEMORY_FRACTION,
     MIN_COPIES,
+    NARROW_COPIES_PER_ROW,
     NARROW_ROW,
     ONE_COPY_HOT,
     ONE_COPY_HOT_MIN,
@@ -401,8 +403,11 @@ def copies(rows: int, width: int, n: int, dtype: torch.dtype, memory: int,
     if spread(rows, width, n, dtype, half=True):
         return spread_copies(rows * width, n, memory, fraction)
     acc_bytes = 4 if dtype in HALF else dtype.itemsize
+    copies_from = INT_COPIES_PER_ROW if int_narrow(rows, width, n, dtype) else \
+        NARROW_COPIES_PER_ROW
     return narrow_copies(partitions_for(rows, n, acc_bytes * width, memory, fraction,
-                                        _narrow(rows, width, n, dtype)), rows, width)
+                                        _narrow(rows, width, n, dtype), copies_from),
+                         rows, width)
 
 
 def _narrow(rows: int, width: int, n: int, dtype: torch.dtype) -> bool:

@@ -90,6 +90,11 @@ HOT_ADDS = 1024
 HOT_SHARE = 5  # ... or, where they take a fifth of the sample, on one copy
 NARROW_PER_ADDRESS = 128
 NARROW_COPIES_PER_ROW = 32
+# ... int32 rows (int_narrow) from INT_COPIES_PER_ROW: one atomic an element, where fp32 rows
+# of 4 take one a row; on one H100, int32 rows of 4 into 65,536 rows (16 a row), skewed,
+# took 113 µs on one copy, Inductor's partitions 74 and its plain scatter 114
+# (benchmarks/results/scatter_int_grid_NVIDIA_H100_80GB_HBM3.md, 49031ac).
+INT_COPIES_PER_ROW = 8
 # ... and once on copies, as many as bring the adds an address takes under NARROW_SPREAD, up
 # to twice the values a row
 # (docs/decisions/2026-11-25-scatter-narrow-copies-more-them-once.md): fp32 values of rows
@@ -628,12 +633,13 @@ def inductor_partitions(numel: int, n: int, itemsize: int, memory: int) -> int:
 
 
 def partitions_for(rows: int, n: int, row_bytes: int, memory: int,
-                   fraction: float = MEMORY_FRACTION, narrow: bool = False) -> int:
+                   fraction: float = MEMORY_FRACTION, narrow: bool = False,
+                   copies_from: int = NARROW_COPIES_PER_ROW) -> int:
     """commrt's copies: a power of two, <= MAX_PARTITIONS and <= values per row (``narrow``
-    rows: twice that, and 1 under NARROW_COPIES_PER_ROW a row), within ``fraction`` of
+    rows: twice that, and 1 under ``copies_from`` a row), within ``fraction`` of
     ``memory``."""
     per_row = n // max(1, rows)
-    if narrow and per_row < NARROW_COPIES_PER_ROW:
+    if narrow and per_row < copies_from:
         return 1
     p = 1 << max(0, int(math.log2(max(1, per_row))) + narrow)
     return _within(min(p, MAX_PARTITIONS), rows * row_bytes, memory, fraction)
