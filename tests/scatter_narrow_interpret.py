@@ -285,11 +285,12 @@ def scratch_left_zero(g) -> None:
 
 
 def int32s(g) -> int:
-    """int32 values summed in int32: equal to torch's index_add (sums past 2**31 wrap as
-    its do), plain, on copies, with hot rows; the copies left zero; refused options."""
+    """int32 values summed in int32, narrow rows and rows of 100: equal to torch's
+    index_add (sums past 2**31 wrap as its do), plain, on copies, with hot rows; the copies
+    left zero; refused options."""
     cases = 0
     for rows, shape, n in ((300, (), 5003), (40, (1,), 2001), (57, (3,), 1500),
-                           (20, (16,), 999)):
+                           (20, (16,), 999), (40, (100,), 600)):
         for dist in ("uniform", "hot", "few"):
             for big in (False, True):
                 base = torch.randint(-1000, 1000, (rows, *shape), generator=g,

@@ -14,6 +14,9 @@ each kernel's µs in the op's call and in Inductor's on rows of 4 into 65,536 ro
 uniform::
 
     python benchmarks/probes/probe_int32_rows.py [--out probe_int32_rows.json]
+
+``--wide``: int32 rows of 100 and 1024 on one copy (``scatter_rule.int_wide``) under
+``ROW_BLOCKS`` of 512 to 8,192 elements, into ``probe_int32_rows_wide.json``.
 """
 
 from __future__ import annotations
@@ -37,6 +40,10 @@ CELLS = [(4, rows, d) for rows in (65536, 1 << 20) for d in ("uniform", "skewed"
     [(4, 65536, "hot"), (16, 65536, "uniform"), (16, 1 << 20, "skewed"),
      (0, 65536, "uniform"), (0, 65536, "skewed"), (0, 1 << 20, "uniform"),
      (0, 1 << 20, "skewed"), (0, 1 << 20, "hot")]
+WIDE_CELLS = [(100, 1024, d) for d in ("uniform", "skewed", "hot")] + \
+    [(100, 65536, "hot"), (1024, 1024, "hot"), (1024, 1024, "uniform")]
+WIDE_BLOCKS = {"512x1 w8": (512, 1, 8), "2048x1 w8": (2048, 1, 8), "8192x1 w8": (8192, 1, 8),
+               "1024x1 w4": (1024, 1, 4)}
 # name: the block (value elements, blocks a program, warps) of ROW_BLOCKS (rows of
 # ROW_BLOCKS_FROM or more) or VALUE_BLOCKS (narrower)
 BLOCKS = {"2048x1 w4": (2048, 1, 4), "1024x1 w4": (1024, 1, 4), "512x1 w4": (512, 1, 4),
@@ -66,7 +73,7 @@ def cell(width: int, rows: int, dist: str) -> dict:
              "inductor": lambda: plain(out, idx, vals),
              "inductor partitioned": lambda: parted(out, idx, vals)}
     which = "ROW_BLOCKS" if width >= sn.ROW_BLOCKS_FROM else "VALUE_BLOCKS"
-    for name, blocks in BLOCKS.items():
+    for name, blocks in (WIDE_BLOCKS if width > 16 else BLOCKS).items():
         run = with_constants(sn, **{which: blocks})
         calls[name] = lambda run=run: run(out, idx, vals, P)
     for name, fn in calls.items():
@@ -81,8 +88,13 @@ def cell(width: int, rows: int, dist: str) -> dict:
 
 
 def main() -> None:
-    run_cells(__doc__, "probe_int32_rows.json", CELLS, cell,
-              f"µs a call (median of {ROUNDS} rounds, each a CUDA graph of 20 calls)")
+    wide = "--wide" in sys.argv
+    if wide:
+        sys.argv.remove("--wide")
+    run_cells(__doc__, "probe_int32_rows_wide.json" if wide else "probe_int32_rows.json",
+              WIDE_CELLS if wide else CELLS, cell,
+              f"µs a call (median of {ROUNDS} rounds, each a CUDA graph of 20 calls)",
+              " --wide" if wide else "", "probe_int32_rows")
 
 
 if __name__ == "__main__":

@@ -69,6 +69,7 @@ from .scatter_rule import (
     MIN_COPIES,
     NARROW_PAIR_SAMPLE,
     NARROW_PER_ADDRESS,
+    NARROW_ROW,
     NARROW_SAMPLE,
     NARROW_SPREAD,
     ONE_COPY_ROW,
@@ -105,7 +106,7 @@ SUM_FIT = 32
 # slower so, and keep four blocks of 1,024 on 4 warps.
 VALUE_BLOCKS = (1024, 4, 4)
 ROW_BLOCKS, ROW_BLOCKS_FROM = (4096, 1, 8), 4
-# ... int32 values (one atomic an element: sm90 has no vector integer adds) at every width:
+# ... int32 values (one atomic an element: sm90 has no vector integer adds) in narrow rows:
 # on one H100 (benchmarks/results/probe_int32_rows_NVIDIA_H100_80GB_HBM3.json, bb61fb8), µs
 # uniform / skewed, rows of 4 into 65,536 rows 36.4 / 112.9 against 53.1 / 170.4 on
 # ROW_BLOCKS (Inductor's plain scatter 37.1 / 113.8), into 1M rows 44.6 / 53.4 against
@@ -603,8 +604,8 @@ def _launches(rows: int, n: int, D: int, out_dtype: torch.dtype, dtype: torch.dt
                          "at least 16")
     H = max(1, hot)
     DP = min(next_pow2(D), columns) if columns else next_pow2(D)
-    step, iters, nw = INT_BLOCKS if ints else ROW_BLOCKS if D >= ROW_BLOCKS_FROM else \
-        VALUE_BLOCKS
+    step, iters, nw = INT_BLOCKS if ints and D <= NARROW_ROW else \
+        ROW_BLOCKS if D >= ROW_BLOCKS_FROM else VALUE_BLOCKS
     warps = warps or nw
     sub = max(16, step // DP)
     if local and (local < 2 or sub > LOCAL_SUB):
