@@ -15,8 +15,9 @@ uniform::
 
     python benchmarks/probes/probe_int32_rows.py [--out probe_int32_rows.json]
 
-``--wide``: int32 rows of 100 and 1024 on one copy (``scatter_rule.int_wide``) under
-``ROW_BLOCKS`` of 512 to 8,192 elements, into ``probe_int32_rows_wide.json``.
+``--wide`` (at 337b45c, whose rule sent them there as ``int_wide``): int32 rows of 100
+and 1024 on the narrow kernels with one copy, under ``ROW_BLOCKS`` of 512 to 8,192
+elements, into ``probe_int32_rows_wide.json``.
 """
 
 from __future__ import annotations

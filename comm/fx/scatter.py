@@ -73,7 +73,6 @@ from .scatter_rule import (
     inductor_partitions,
     int_adds,
     int_narrow,
-    int_wide,
     local_blocks,
     local_sums,
     narrow_copies,
@@ -181,8 +180,6 @@ def _routes(rows: int, width: int, n: int, dtype: torch.dtype, out_dtype: torch.
             return (without_partitions(few_rows_index_add),)
         if int_narrow(rows, width, n, dtype) and out_dtype == dtype:
             return (functools.partial(narrow_index_add, pair_sample=pair_sample(rows)),)
-        if int_wide(rows, width, n, dtype) and out_dtype == dtype:  # one copy
-            return (functools.partial(narrow_index_add, pair_sample=0),)
         return (int_index_add,) if int_adds(rows, width, n, dtype) else ()
     if not 0 < rows < 1 << 31:
         return (partitioned_index_add,)
@@ -400,7 +397,7 @@ def copies(rows: int, width: int, n: int, dtype: torch.dtype, memory: int,
     # past SHARED_PLANE rows, the copies of the narrow kernels that a GPU without room for
     # the shared sums falls back to
     if few_rows(rows, width) or few_products(rows, width, n, dtype) or \
-            local_sums(rows, width, n, dtype) or int_wide(rows, width, n, dtype) or \
+            local_sums(rows, width, n, dtype) or \
             shared_sums(rows, width, n, dtype) and rows <= SHARED_PLANE:
         return 1
     if spread(rows, width, n, dtype, half=True):

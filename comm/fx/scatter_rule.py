@@ -19,10 +19,9 @@ up to ``SHARED_PLANE`` rows (fp32: ``SHARED_WINDOWS`` times that; ``shared_sums`
 ``scatter_shared``, which sums them in shared memory. int32 and int64 values into such
 few rows (``few_ints``: histograms, token counts) go to ``scatter_few`` too, summed in
 their own dtype; other int64 values (``int_adds``) to ``scatter_ints``' native 64-bit
-atomics (torch's, which Inductor calls for int64, loop on compare-and-swap); other int32
-rows to the narrow kernels, summed in int32: narrow rows with copies (``int_narrow``),
-rows of up to ``ONE_COPY_ROW`` with a few values a row on one copy (``int_wide``); the
-rest stay with Inductor, whose int32 atomics are the GPU's. Other narrow rows go to commrt's
+atomics (torch's, which Inductor calls for int64, loop on compare-and-swap); other narrow
+int32 rows (``int_narrow``) to the narrow kernels, summed in int32; wider int32 rows stay
+with Inductor, whose atomics are the GPU's. Other narrow rows go to commrt's
 narrow kernels: whether they contend depends on the indices (one hot row among a million
 is as common as a histogram of eight bins), which only the GPU sees. Two exceptions,
 measured: rows of 4 or more (and fp32 1-D values on more than ``HOT`` rows) with
@@ -410,9 +409,6 @@ def decide(rows: int, width: int, n: int, dtype: torch.dtype, index_put: bool = 
     if int_narrow(rows, width, n, dtype):
         return COMMRT, (f"{dtype} narrow rows of {width}, {per_row:.0f} values a row: hot "
                         "rows and copies chosen on the GPU, summed in int32")
-    if int_wide(rows, width, n, dtype):
-        return COMMRT, (f"{dtype} rows of {width}, {per_row:.2g} values a row: one copy, hot "
-                        "rows found on the GPU, summed in int32")
     if dtype in NARROW_DTYPES and width <= NARROW_ROW and n >= MIN_INDICES:
         if few_rows(rows, width):
             return COMMRT, f"rows of {width} into {rows} rows: each summed a program"
@@ -493,14 +489,6 @@ def int_narrow(rows: int, width: int, n: int, dtype: torch.dtype) -> bool:
     kernels, which find hot rows and choose copies on the GPU, summed in int32."""
     return dtype == torch.int32 and width <= NARROW_ROW and 0 < rows < 1 << 31 and \
         MIN_INDICES <= n < NARROW_PARTITIONED * rows and not few_ints(rows, width, n, dtype)
-
-
-def int_wide(rows: int, width: int, n: int, dtype: torch.dtype) -> bool:
-    """int32 rows of ``NARROW_ROW`` to ``ONE_COPY_ROW`` elements into more than ``FEW_ROWS``
-    rows, with fewer than ``INDUCTOR_CONTENDED`` values a row: the narrow kernels on one
-    copy, where the GPU finds hot rows (summed a block before one add)."""
-    return dtype == torch.int32 and NARROW_ROW < width <= ONE_COPY_ROW and \
-        FEW_ROWS < rows < 1 << 31 and MIN_INDICES <= n < INDUCTOR_CONTENDED * rows
 
 
 def few_products(rows: int, width: int, n: int, dtype: torch.dtype) -> bool:
