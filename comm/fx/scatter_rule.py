@@ -91,9 +91,11 @@ HOT_SHARE = 5  # ... or, where they take a fifth of the sample, on one copy
 NARROW_PER_ADDRESS = 128
 NARROW_COPIES_PER_ROW = 32
 # ... int32 rows (int_narrow) from INT_COPIES_PER_ROW: one atomic an element, where fp32 rows
-# of 4 take one a row; on one H100, int32 rows of 4 into 65,536 rows (16 a row), skewed,
-# took 113 µs on one copy, Inductor's partitions 74 and its plain scatter 114
-# (benchmarks/results/scatter_int_grid_NVIDIA_H100_80GB_HBM3.md, 49031ac).
+# of 4 take one a row. On one H100, int32 rows of 4 into 65,536 rows (16 a row), skewed,
+# took 112.9 µs on one copy against 100.2 for Inductor's partitions
+# (benchmarks/results/probe_int32_rows_NVIDIA_H100_80GB_HBM3.json, bb61fb8), and 60.5-66.2
+# on up to 16 copies against its 72.9-73.6, uniform 38.2 against 36.8 for its plain scatter
+# (scatter_int_grid_NVIDIA_H100_80GB_HBM3.md, ae4012e).
 INT_COPIES_PER_ROW = 8
 # ... and once on copies, as many as bring the adds an address takes under NARROW_SPREAD, up
 # to twice the values a row
