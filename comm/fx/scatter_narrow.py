@@ -366,7 +366,11 @@ def _scatter(acc, extra, idx, vals, state, n, rows, plane, D: tl.constexpr,
                 hp = extra + k * D
             else:
                 hp = acc + h * D
-            if D == 1:
+            if D == 1 and INT:  # a sum of shape [1]: Triton 3.6's interpreter refuses a
+                # scalar int32 sum that wraps (the GPU wraps either)
+                tl.atomic_add(hp + tl.arange(0, 1),
+                              tl.sum(tl.where(hit, v, 0)[None, :], axis=1), sem="relaxed")
+            elif D == 1:
                 tl.atomic_add(hp, tl.sum(tl.where(hit, v, 0)), sem="relaxed")
             else:
                 s = tl.sum(tl.where(hit[:, None], v, 0), axis=0)
