@@ -6,9 +6,9 @@ One GPU. commrt's integer kernels compile with Triton's ``debug`` on, so that
 op); ``debug`` also keeps a barrier after each assert. On the grid's int32 cells (4M value
 elements, values -8..8): µs a call in a CUDA graph of 20 calls (median of five rounds
 taken in turn; spread: the least and most of the rounds) of Inductor's two compiled
-scatters (``index_put``), ``scatter_ints``' plain atomics and the narrow kernels, each with
-the assert (as shipped) and compiled without it; on rows of 100 and 1024 the narrow
-kernels also on 8 and 32 copies. Every column equal to torch's sum first::
+scatters (``index_put``), ``scatter_ints``' plain atomics and the narrow kernels (one
+copy, and the copies the pass gives; on rows of 100 and 1024, 8 and 32), each with the
+assert (as shipped) and compiled without it. Every column equal to torch's sum first::
 
     python benchmarks/probes/probe_int_asserts.py [--out probe_int_asserts.json]
 """
@@ -70,7 +70,6 @@ def cell(width: int, rows: int, dist: str) -> dict:
     pairs = pair_sample(rows)
     calls = {"inductor": lambda: plain(out, idx, vals),
              "inductor partitioned": lambda: parted(out, idx, vals),
-             "op": lambda: torch.ops.commrt.partitioned_index_put(out, idx, vals, P),
              "adds": lambda: si.int_index_add(out, idx, vals, 1)}
     calls["adds unchecked"] = unchecked(calls["adds"], ("adds",))
     copies = (8, 32) if width > sn.NARROW_ROW else (P,)

@@ -1,0 +1,91 @@
+"""Do commrt's int32 plain atomics match Inductor's once a program takes a flat run of
+value elements (Inductor's form) rather than ``[SUB, DP]`` blocks of whole rows?
+
+One GPU. ``scatter_ints._int_adds`` adds a block of value rows, ``DP`` (the next power of
+two of the row) columns at a time; Inductor's scatter takes ``XBLOCK`` consecutive value
+elements a program, each element's row and column from its position. On the grid's int32
+cells (4M value elements, values -8..8): µs a call in a CUDA graph of 20 calls (median of
+five rounds taken in turn; spread: the least and most of the rounds) of Inductor's two
+compiled scatters (``index_put``), ``int_index_add`` as shipped, and ``_flat_adds`` (below)
+under several (``XBLOCK``, warps), on one copy and, on rows of 100 and 1024, on 8 and 32
+copies summed by torch as ``int_index_add`` sums them. Every column equal to torch's sum
+first::
+
+    python benchmarks/probes/probe_int_flat.py [--out probe_int_flat.json]
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+from probe_int32_rows import cell_data
+from probe_narrow_costs import inductor_columns, rounds, run_cells
+
+from commrt.fx import scatter_ints as si
+from commrt.fx.scatter_kernels import _rows_of
+from commrt.symm_mem.launch import Launcher, cdiv
+
+ROUNDS = 5
+# (row width, output rows, indices); 0: 1-D values
+CELLS = [(100, 1024, d) for d in ("uniform", "skewed", "hot")] + \
+    [(1024, 1024, d) for d in ("uniform", "skewed", "hot")] + \
+    [(100, 65536, "hot"), (4, 65536, "uniform"), (16, 65536, "uniform"),
+     (0, 1 << 20, "uniform")]
+FORMS = {"1024 w4": (1024, 4), "2048 w8": (2048, 8), "4096 w8": (4096, 8), "512 w4": (512, 4)}
+
+
+@triton.jit
+def _flat_adds(out, idx, vals, n, rows, P, D: tl.constexpr, XBLOCK: tl.constexpr,
+               WIDE: tl.constexpr):
+    e = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
+    if WIDE:
+        e = e.to(tl.int64)
+    r = e // D
+    i, ok, bad = _rows_of(idx, r, n, rows, WIDE)
+    tl.device_assert(bad == 0, "index out of range in a commrt scatter")
+    v = tl.load(vals + e, mask=ok, other=0)
+    tl.atomic_add(out + ((r % P) * rows + i) * D + e % D, v, mask=ok, sem="relaxed")
+
+
+run_flat = Launcher(_flat_adds, debug=True, sanitize_overflow=False)
+
+
+def flat(xblock: int, warps: int, P: int):
+    def run(out, idx, vals):
+        rows, n = out.shape[0], idx.numel()
+        D = out.numel() // max(1, rows)
+        buf = si._buffer(out, rows, P)
+        run_flat.call((cdiv(n * D, xblock),), warps, out=buf, idx=idx, vals=vals, n=n,
+                      rows=rows, P=P, D=D, XBLOCK=xblock, WIDE=False)
+        return si._summed(out, buf, P)
+    return run
+
+
+def cell(width: int, rows: int, dist: str) -> dict:
+    out, idx, vals = cell_data(width, rows, dist)
+    ref = out.index_put((idx,), vals, accumulate=True)
+    plain, parted = inductor_columns(out, idx, vals)
+    calls = {"inductor": lambda: plain(out, idx, vals),
+             "inductor partitioned": lambda: parted(out, idx, vals),
+             "adds": lambda: si.int_index_add(out, idx, vals, 1)}
+    for p in (1, 8, 32) if width > 16 else (1,):
+        for name, (xblock, warps) in FORMS.items():
+            run = flat(xblock, warps, p)
+            calls[f"flat {name} P{p}"] = lambda run=run: run(out, idx, vals)
+        if p > 1:
+            calls[f"adds P{p}"] = lambda p=p: si.int_index_add(out, idx, vals, p)
+    for name, fn in calls.items():
+        assert torch.equal(fn(), ref), (name, width, rows, dist)
+    row = {"dtype": "int32", "width": width, "rows": rows, "dist": dist}
+    row.update(rounds(calls, ROUNDS))
+    return row
+
+
+def main() -> None:
+    run_cells(__doc__, "probe_int_flat.json", CELLS, cell,
+              f"µs a call (median of {ROUNDS} rounds, each a CUDA graph of 20 calls)")
+
+
+if __name__ == "__main__":
+    main()
