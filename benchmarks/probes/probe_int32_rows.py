@@ -62,6 +62,17 @@ def cell_data(width: int, rows: int, dist: str, values: int = 4 << 20):
     return out, grid_indices(dist, rows, n, g), vals
 
 
+def exact_row(calls: dict, ref: torch.Tensor, width: int, rows: int, dist: str,
+              **extra) -> dict:
+    """An int32 cell's row: every one of ``calls`` equal to ``ref`` first, then
+    ``ROUNDS`` rounds of their times (``extra``: more of the row, after its cell)."""
+    for name, fn in calls.items():
+        assert torch.equal(fn(), ref), (name, width, rows, dist)
+    row = {"dtype": "int32", "width": width, "rows": rows, "dist": dist, **extra}
+    row.update(rounds(calls, ROUNDS))
+    return row
+
+
 def cell(width: int, rows: int, dist: str) -> dict:
     out, idx, vals = cell_data(width, rows, dist)
     P = pass_scatter.copies(rows, max(1, width), idx.numel(), torch.int32,
@@ -77,10 +88,7 @@ def cell(width: int, rows: int, dist: str) -> dict:
     for name, blocks in (WIDE_BLOCKS if width > 16 else BLOCKS).items():
         run = with_constants(sn, **{which: blocks})
         calls[name] = lambda run=run: run(out, idx, vals, P)
-    for name, fn in calls.items():
-        assert torch.equal(fn(), ref), (name, width, rows, dist)
-    row = {"dtype": "int32", "width": width, "rows": rows, "dist": dist, "partitions": P}
-    row.update(rounds(calls, ROUNDS))
+    row = exact_row(calls, ref, width, rows, dist, partitions=P)
     if (width, rows, dist) == (4, 65536, "uniform"):
         row["kernels"] = {name: {k: round(v, 2) for k, v in kernel_us(calls[name],
                                                                       names=None).items()}

@@ -16,8 +16,8 @@ assert (as shipped) and compiled without it. Every column equal to torch's sum f
 from __future__ import annotations
 
 import torch
-from probe_int32_rows import cell_data
-from probe_narrow_costs import inductor_columns, rounds, run_cells
+from probe_int32_rows import ROUNDS, cell_data, exact_row
+from probe_narrow_costs import inductor_columns, run_cells
 
 from commrt.fx import scatter as pass_scatter
 from commrt.fx import scatter_ints as si
@@ -25,7 +25,6 @@ from commrt.fx import scatter_narrow as sn
 from commrt.fx.scatter_rule import pair_sample
 from commrt.symm_mem.launch import Launcher
 
-ROUNDS = 5
 # (row width, output rows, indices); 0: 1-D values
 CELLS = [(100, 1024, d) for d in ("uniform", "skewed", "hot")] + \
     [(1024, 1024, d) for d in ("uniform", "skewed", "hot")] + \
@@ -78,11 +77,7 @@ def cell(width: int, rows: int, dist: str) -> dict:
             return sn.narrow_index_add(out, idx, vals, p, pair_sample=pairs if p > 1 else 0)
         calls[f"narrow {p}"] = narrow
         calls[f"narrow {p} unchecked"] = unchecked(narrow, ("scatter",))
-    for name, fn in calls.items():
-        assert torch.equal(fn(), ref), (name, width, rows, dist)
-    row = {"dtype": "int32", "width": width, "rows": rows, "dist": dist, "partitions": P}
-    row.update(rounds(calls, ROUNDS))
-    return row
+    return exact_row(calls, ref, width, rows, dist, partitions=P)
 
 
 def main() -> None:

@@ -16,17 +16,15 @@ first::
 
 from __future__ import annotations
 
-import torch
 import triton
 import triton.language as tl
-from probe_int32_rows import cell_data
-from probe_narrow_costs import inductor_columns, rounds, run_cells
+from probe_int32_rows import ROUNDS, cell_data, exact_row
+from probe_narrow_costs import inductor_columns, run_cells
 
 from commrt.fx import scatter_ints as si
 from commrt.fx.scatter_kernels import _rows_of
 from commrt.symm_mem.launch import Launcher, cdiv
 
-ROUNDS = 5
 # (row width, output rows, indices); 0: 1-D values
 CELLS = [(100, 1024, d) for d in ("uniform", "skewed", "hot")] + \
     [(1024, 1024, d) for d in ("uniform", "skewed", "hot")] + \
@@ -76,11 +74,7 @@ def cell(width: int, rows: int, dist: str) -> dict:
             calls[f"flat {name} P{p}"] = lambda run=run: run(out, idx, vals)
         if p > 1:
             calls[f"adds P{p}"] = lambda p=p: si.int_index_add(out, idx, vals, p)
-    for name, fn in calls.items():
-        assert torch.equal(fn(), ref), (name, width, rows, dist)
-    row = {"dtype": "int32", "width": width, "rows": rows, "dist": dist}
-    row.update(rounds(calls, ROUNDS))
-    return row
+    return exact_row(calls, ref, width, rows, dist)
 
 
 def main() -> None:
