@@ -3,12 +3,12 @@ and do int32 rows of 100 and 1024 gain from copies on the narrow kernels?
 
 One GPU. commrt's integer kernels compile with Triton's ``debug`` on, so that
 ``tl.device_assert`` stays (an index out of range is a device-side assert, as in torch's
-op); ``debug`` also keeps a barrier after each assert. On the grid's int32 cells (4M value
-elements, values -8..8): µs a call in a CUDA graph of 20 calls (median of five rounds
-taken in turn; spread: the least and most of the rounds) of Inductor's two compiled
-scatters (``index_put``), ``scatter_ints``' plain atomics and the narrow kernels (one
-copy, and the copies the pass gives; on rows of 100 and 1024, 8 and 32), each with the
-assert (as shipped) and compiled without it. Every column equal to torch's sum first::
+op). On the grid's int32 cells (4M value elements, values -8..8): µs a call in a CUDA
+graph of 20 calls (median of five rounds taken in turn; spread: the least and most of
+the rounds) of Inductor's two compiled scatters (``index_put``), ``scatter_ints``' plain
+atomics and the narrow kernels (one copy, and the copies the pass gives; on rows of 100
+and 1024, 8 and 32), each with the assert (as shipped) and compiled without it. Every
+column equal to torch's sum first::
 
     python benchmarks/probes/probe_int_asserts.py [--out probe_int_asserts.json]
 """
