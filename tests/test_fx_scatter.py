@@ -150,9 +150,10 @@ REGIMES = [  # (rows, row width, indices, dtype, index_put, choice)
     (1 << 20, 4, 1 << 20, torch.bfloat16, True, "commrt"),  # as many indices as rows
     (65536, 4, 1 << 20, torch.float16, False, "commrt"),
     (1000, 1, 4000, torch.float32, True, "inductor"),  # too few indices
-    (8, 100, 40_000, torch.int32, True, "inductor_partitioned"),  # int32 wide: Inductor's
-    (1024, 100, 40_000, torch.int32, False, "inductor"),
-    (65536, 1024, 4096, torch.int32, True, "inductor"),
+    (8, 100, 40_000, torch.int32, True, "inductor_partitioned"),  # 5,000 a row: Inductor's
+    (1024, 100, 40_000, torch.int32, False, "commrt"),  # int32 rows to 1,024: narrow kernels
+    (65536, 1024, 4096, torch.int32, True, "commrt"),
+    (1024, 1025, 4096, torch.int32, True, "inductor"),  # ... past them: Inductor's
     (4099, 1, 40_000, torch.int32, False, "commrt"),  # int32 narrow: the narrow kernels
     (1 << 20, 16, 1 << 18, torch.int32, True, "commrt"),
     (1024, 4, 1 << 20, torch.int32, True, "inductor_partitioned"),  # ... but 1,024 a row

@@ -320,14 +320,15 @@ def test_integer_atomics_equal_torch(dtype, shape, rows, partitions):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-@pytest.mark.parametrize("shape", [(), (1,), (4,), (16,)])
-@pytest.mark.parametrize("rows", [1031, 65_537, 1 << 20])
+@pytest.mark.parametrize("shape,rows", [(s, r) for s in ((), (1,), (4,), (16,))
+                                        for r in (1031, 65_537, 1 << 20)] +
+                         [(s, r) for s in ((100,), (1000,)) for r in (8, 1031, 65_537)])
 @pytest.mark.parametrize("partitions", [1, 16])
 def test_narrow_int32_equal_torch(shape, rows, partitions):
-    """int32 narrow rows on the narrow kernels (hot rows and copies chosen on the GPU,
-    summed in int32), eager and in a CUDA graph, three calls each: equal to torch's
-    index_add for every index distribution and index dtype, sums past 2**31 wrapping as
-    torch's do."""
+    """int32 rows on the narrow kernels (hot rows and copies chosen on the GPU, summed in
+    int32; rows over 16 elements on blocks of 16 columns), eager and in a CUDA graph,
+    three calls each: equal to torch's index_add for every index distribution and index
+    dtype, sums past 2**31 wrapping as torch's do."""
     from commrt.fx.scatter_narrow import narrow_index_add
     from commrt.fx.scatter_rule import pair_sample
 

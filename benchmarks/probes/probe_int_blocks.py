@@ -1,22 +1,23 @@
 """Do the int32 narrow kernels add faster on one value element a thread, and do int32
 rows of 100 and 1024 on them then beat Inductor's scatters?
 
-One GPU. A flat run of value elements a program added int32 rows of 100 into 1,024
-rows, uniform, in 13.2 µs on 256 elements on 8 warps (one a thread) against 30.0 on 512
-on 4 and Inductor's plain scatter's 29.9 (``probe_int_flat.py``). The narrow kernels add
-int32 narrow rows on ``INT_BLOCKS`` of 512 elements on 8 warps (two a thread); wider
-int32 rows stay with Inductor. On the grid's int32 cells (4M value elements, values
--8..8): µs a call in a CUDA graph of 20 calls (median of five rounds taken in turn;
-spread: the least and most of the rounds) of Inductor's two compiled scatters
-(``index_put``) and
+One GPU, at the commit that sends int32 rows of up to ``scatter_rule.INT_ROW`` elements
+to the narrow kernels on ``INT_BLOCKS`` of 256 elements on 8 warps. A flat run of value
+elements a program added int32 rows of 100 into 1,024 rows, uniform, in 13.2 µs on 256
+elements on 8 warps (one a thread) against 30.0 on 512 on 4 and Inductor's plain
+scatter's 29.9 (``probe_int_flat.py``); the narrow kernels added int32 narrow rows on
+512 elements on 8 warps (two a thread) before, and wider int32 rows stayed with
+Inductor. On the grid's int32 cells (4M value elements, values -8..8): µs a call in a
+CUDA graph of 20 calls (median of five rounds taken in turn; spread: the least and most
+of the rounds) of Inductor's two compiled scatters (``index_put``), the op as the pass
+calls it (``op``, on the copies the pass gives) and
 
-- narrow rows (16 elements or fewer): the op as the pass calls it under ``INT_BLOCKS``
-  of (value elements, blocks a program, warps) ``512x1 w8`` (as shipped), ``256x1 w8``,
-  ``128x1 w4`` and ``512x1 w16``;
+- narrow rows (16 elements or fewer): the op under ``INT_BLOCKS`` of (value elements,
+  blocks a program, warps) ``512x1 w8`` (before);
 - wider rows: ``probe_int_flat``'s flat adds on 256 elements on 8 warps (one copy), and
   the narrow kernels on one copy with the hot rows of ``scatter_rule.wide_on_one_copy``
-  and blocks of 16 columns on ``ROW_BLOCKS`` 256x1 w8 (``c16``), of 32 columns on
-  512x1 w16 (``c32``), and on 8 and 32 copies (``c16 P8``, ``c16 P32``).
+  and blocks of 16 columns on ``INT_BLOCKS`` 256x1 w8 (``c16``), and on up to 8 and 32
+  copies (``c16 P8``, ``c16 P32``: the same hot rows, the copies chosen by the plan).
 
 A column whose sum is not torch's is listed under ``wrong`` and not timed::
 
@@ -32,19 +33,19 @@ from probe_narrow_costs import inductor_columns, rounds, run_cells, with_constan
 
 from commrt.fx import scatter as pass_scatter
 from commrt.fx import scatter_narrow as sn
-from commrt.fx.scatter_rule import ONE_COPY_HOT, ONE_COPY_HOT_MIN, pair_sample
+from commrt.fx.scatter_rule import NARROW_ROW, ONE_COPY_HOT, ONE_COPY_HOT_MIN, pair_sample
 
 # (row width, output rows, indices); 0: 1-D values
 NARROW = [(4, 65536, d) for d in ("uniform", "skewed", "hot")] + \
     [(16, 65536, "uniform"), (16, 65536, "skewed"), (16, 1024, "uniform"), (16, 1024, "hot"),
      (0, 1 << 20, "uniform"), (0, 1 << 20, "hot"), (0, 65536, "skewed")]
 WIDE = [(w, 1024, d) for w in (100, 1024) for d in ("uniform", "skewed", "hot")] + \
-    [(100, 65536, "uniform"), (100, 65536, "hot")]
-INT_BLOCKS = {"512x1 w8": (512, 1, 8), "256x1 w8": (256, 1, 8), "128x1 w4": (128, 1, 4),
-              "512x1 w16": (512, 1, 16)}
-# name: (ROW_BLOCKS, columns, copies)
-WIDE_FORMS = {"c16": ((256, 1, 8), 16, 1), "c32": ((512, 1, 16), 32, 1),
-              "c16 P8": ((256, 1, 8), 16, 8), "c16 P32": ((256, 1, 8), 16, 32)}
+    [(100, 65536, d) for d in ("uniform", "skewed", "hot")] + \
+    [(1024, 65536, "uniform"), (1024, 8, "uniform"), (1024, 8, "hot")]
+INT_BLOCKS = {"512x1 w8": (512, 1, 8)}  # before; the op takes 256x1 w8
+# name: (INT_BLOCKS, columns, copies)
+WIDE_FORMS = {"c16": ((256, 1, 8), 16, 1), "c16 P8": ((256, 1, 8), 16, 8),
+              "c16 P32": ((256, 1, 8), 16, 32)}
 
 
 def one_copy(columns: int):
@@ -62,8 +63,9 @@ def cell(width: int, rows: int, dist: str) -> dict:
     ref = out.index_put((idx,), vals, accumulate=True)
     plain, parted = inductor_columns(out, idx, vals)
     calls = {"inductor": lambda: plain(out, idx, vals),
-             "inductor partitioned": lambda: parted(out, idx, vals)}
-    if width <= sn.NARROW_ROW:
+             "inductor partitioned": lambda: parted(out, idx, vals),
+             "op": lambda: torch.ops.commrt.partitioned_index_put(out, idx, vals, P)}
+    if width <= NARROW_ROW:
         for name, blocks in INT_BLOCKS.items():
             run = with_constants(sn, INT_BLOCKS=blocks)
             calls[name] = lambda run=run: run(out, idx, vals, P)
@@ -71,7 +73,7 @@ def cell(width: int, rows: int, dist: str) -> dict:
         go = flat(256, 8, 1)
         calls["flat 256 w8"] = lambda: go(out, idx, vals)
         for name, (blocks, columns, p) in WIDE_FORMS.items():
-            run = with_constants(sn, one_copy(columns), ROW_BLOCKS=blocks)
+            run = with_constants(sn, one_copy(columns), INT_BLOCKS=blocks)
             calls[name] = lambda run=run, p=p: run(out, idx, vals, p)
     wrong = []
     for name, fn in list(calls.items()):

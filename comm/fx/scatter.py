@@ -415,7 +415,7 @@ def copies(rows: int, width: int, n: int, dtype: torch.dtype, memory: int,
 def _narrow(rows: int, width: int, n: int, dtype: torch.dtype) -> bool:
     """Whether the narrow kernels take these rows (their copies follow the narrow rule)."""
     return (width <= NARROW_ROW or wide_on_one_copy(rows, width, n, dtype) or
-            local_sums(rows, width, n, dtype) > 0)
+            local_sums(rows, width, n, dtype) > 0 or int_narrow(rows, width, n, dtype))
 
 
 def _rewrite(graph, node, self_, index, values, fraction, rule) -> tuple[str, str]:

@@ -19,9 +19,9 @@ up to ``SHARED_PLANE`` rows (fp32: ``SHARED_WINDOWS`` times that; ``shared_sums`
 ``scatter_shared``, which sums them in shared memory. int32 and int64 values into such
 few rows (``few_ints``: histograms, token counts) go to ``scatter_few`` too, summed in
 their own dtype; other int64 values (``int_adds``) to ``scatter_ints``' native 64-bit
-atomics (torch's, which Inductor calls for int64, loop on compare-and-swap); other narrow
-int32 rows (``int_narrow``) to the narrow kernels, summed in int32; wider int32 rows stay
-with Inductor, whose atomics are the GPU's. Other narrow rows go to commrt's
+atomics (torch's, which Inductor calls for int64, loop on compare-and-swap); other int32
+rows of up to ``INT_ROW`` elements (``int_narrow``) to the narrow kernels, summed in int32;
+wider int32 rows stay with Inductor, whose atomics are the GPU's. Other narrow rows go to commrt's
 narrow kernels: whether they contend depends on the indices (one hot row among a million
 is as common as a histogram of eight bins), which only the GPU sees. Two exceptions,
 measured: rows of 4 or more (and fp32 1-D values on more than ``HOT`` rows) with
@@ -97,6 +97,10 @@ NARROW_COPIES_PER_ROW = 32
 # on up to 16 copies against its 72.9-73.6, uniform 38.2 against 36.8 for its plain scatter
 # (scatter_int_grid_NVIDIA_H100_80GB_HBM3.md, ae4012e).
 INT_COPIES_PER_ROW = 8
+# ... and so do int32 rows of up to INT_ROW elements, on blocks of one element a thread
+# (scatter_narrow.INT_BLOCKS), where Inductor's plain scatter and its partitions each lost
+# to them on some indices (probe_int_blocks_NVIDIA_H100_80GB_HBM3.json)
+INT_ROW = 1024
 # ... and once on copies, as many as bring the adds an address takes under NARROW_SPREAD, up
 # to twice the values a row
 # (docs/decisions/2026-11-25-scatter-narrow-copies-more-them-once.md): fp32 values of rows
@@ -486,10 +490,10 @@ def int_adds(rows: int, width: int, n: int, dtype: torch.dtype) -> bool:
 
 
 def int_narrow(rows: int, width: int, n: int, dtype: torch.dtype) -> bool:
-    """int32 narrow rows that ``few_ints`` does not take, with fewer than
+    """int32 rows of up to ``INT_ROW`` elements that ``few_ints`` does not take, with fewer than
     ``NARROW_PARTITIONED`` values a row (more stay with Inductor's partitions): the narrow
     kernels, which find hot rows and choose copies on the GPU, summed in int32."""
-    return dtype == torch.int32 and width <= NARROW_ROW and 0 < rows < 1 << 31 and \
+    return dtype == torch.int32 and width <= INT_ROW and 0 < rows < 1 << 31 and \
         MIN_INDICES <= n < NARROW_PARTITIONED * rows and not few_ints(rows, width, n, dtype)
 
 
