@@ -123,7 +123,7 @@ def scatter_calls() -> None:
                                   torch.zeros(1000, *shape, dtype=dtype))
                     for partitions, hot in ((1, 0), (1, 16), (64, 16)):
                         narrow_index_add(self, idx, vals, partitions, hot=hot)
-                for d in (100, 1024):  # ... and wider rows on one copy (int_wide)
+                for d in (100, 1024):  # ... and wider rows (int_narrow, few values a row)
                     narrow_index_add(torch.zeros(64, d, dtype=dtype), idx,
                                      torch.zeros(1000, d, dtype=dtype), 1, pair_sample=0)
 

@@ -151,9 +151,12 @@ REGIMES = [  # (rows, row width, indices, dtype, index_put, choice)
     (65536, 4, 1 << 20, torch.float16, False, "commrt"),
     (1000, 1, 4000, torch.float32, True, "inductor"),  # too few indices
     (8, 100, 40_000, torch.int32, True, "inductor_partitioned"),  # 5,000 a row: Inductor's
-    (1024, 100, 40_000, torch.int32, False, "commrt"),  # int32 rows to 1,024: narrow kernels
-    (65536, 1024, 4096, torch.int32, True, "commrt"),
-    (1024, 1025, 4096, torch.int32, True, "inductor"),  # ... past them: Inductor's
+    (1024, 100, 40_000, torch.int32, False, "inductor"),  # int32 wide, 39 a row: Inductor's
+    (8, 1024, 4096, torch.int32, True, "inductor_partitioned"),
+    (65536, 1024, 4096, torch.int32, True, "commrt"),  # ... under 8 a row: narrow kernels
+    (1024, 1024, 4096, torch.int32, False, "commrt"),
+    (65536, 100, 40_000, torch.int32, True, "commrt"),
+    (1024, 1025, 4096, torch.int32, True, "inductor"),  # ... past 1,024 elements: Inductor's
     (4099, 1, 40_000, torch.int32, False, "commrt"),  # int32 narrow: the narrow kernels
     (1 << 20, 16, 1 << 18, torch.int32, True, "commrt"),
     (1024, 4, 1 << 20, torch.int32, True, "inductor_partitioned"),  # ... but 1,024 a row

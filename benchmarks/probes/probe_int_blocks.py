@@ -1,8 +1,10 @@
 """Do the int32 narrow kernels add faster on one value element a thread, and do int32
 rows of 100 and 1024 on them then beat Inductor's scatters?
 
-One GPU, at the commit that sends int32 rows of up to ``scatter_rule.INT_ROW`` elements
-to the narrow kernels on ``INT_BLOCKS`` of 256 elements on 8 warps. A flat run of value
+One GPU. At 7e9d88d (``probe_int_blocks_NVIDIA_H100_80GB_HBM3.json``) the op took every
+int32 row on 256 elements on 8 warps and int32 rows of up to 1,024 elements to the
+narrow kernels, on the copies the pass gave; since, only rows of 2 to 8 elements and
+wider rows with few values a row. A flat run of value
 elements a program added int32 rows of 100 into 1,024 rows, uniform, in 13.2 µs on 256
 elements on 8 warps (one a thread) against 30.0 on 512 on 4 and Inductor's plain
 scatter's 29.9 (``probe_int_flat.py``); the narrow kernels added int32 narrow rows on
@@ -12,11 +14,11 @@ CUDA graph of 20 calls (median of five rounds taken in turn; spread: the least a
 of the rounds) of Inductor's two compiled scatters (``index_put``), the op as the pass
 calls it (``op``, on the copies the pass gives) and
 
-- narrow rows (16 elements or fewer): the op under ``INT_BLOCKS`` of (value elements,
-  blocks a program, warps) ``512x1 w8`` (before);
+- narrow rows (16 elements or fewer): the op with every int32 row on one block of
+  (value elements, blocks a program, warps) ``512x1 w8`` or ``256x1 w8``;
 - wider rows: ``probe_int_flat``'s flat adds on 256 elements on 8 warps (one copy), and
   the narrow kernels on one copy with the hot rows of ``scatter_rule.wide_on_one_copy``
-  and blocks of 16 columns on ``INT_BLOCKS`` 256x1 w8 (``c16``), and on up to 8 and 32
+  and blocks of 16 columns on 256x1 w8 (``c16``), and on up to 8 and 32
   copies (``c16 P8``, ``c16 P32``: the same hot rows, the copies chosen by the plan).
 
 A column whose sum is not torch's is listed under ``wrong`` and not timed::
@@ -42,8 +44,9 @@ NARROW = [(4, 65536, d) for d in ("uniform", "skewed", "hot")] + \
 WIDE = [(w, 1024, d) for w in (100, 1024) for d in ("uniform", "skewed", "hot")] + \
     [(100, 65536, d) for d in ("uniform", "skewed", "hot")] + \
     [(1024, 65536, "uniform"), (1024, 8, "uniform"), (1024, 8, "hot")]
-INT_BLOCKS = {"512x1 w8": (512, 1, 8)}  # before; the op takes 256x1 w8
-# name: (INT_BLOCKS, columns, copies)
+# every int32 row on one block (INT_BLOCKS and INT_THREAD_BLOCKS)
+INT_BLOCKS = {"512x1 w8": (512, 1, 8), "256x1 w8": (256, 1, 8)}
+# name: (INT_THREAD_BLOCKS, columns, copies)
 WIDE_FORMS = {"c16": ((256, 1, 8), 16, 1), "c16 P8": ((256, 1, 8), 16, 8),
               "c16 P32": ((256, 1, 8), 16, 32)}
 
@@ -67,13 +70,13 @@ def cell(width: int, rows: int, dist: str) -> dict:
              "op": lambda: torch.ops.commrt.partitioned_index_put(out, idx, vals, P)}
     if width <= NARROW_ROW:
         for name, blocks in INT_BLOCKS.items():
-            run = with_constants(sn, INT_BLOCKS=blocks)
+            run = with_constants(sn, INT_BLOCKS=blocks, INT_THREAD_BLOCKS=blocks)
             calls[name] = lambda run=run: run(out, idx, vals, P)
     else:
         go = flat(256, 8, 1)
         calls["flat 256 w8"] = lambda: go(out, idx, vals)
         for name, (blocks, columns, p) in WIDE_FORMS.items():
-            run = with_constants(sn, one_copy(columns), INT_BLOCKS=blocks)
+            run = with_constants(sn, one_copy(columns), INT_THREAD_BLOCKS=blocks)
             calls[name] = lambda run=run, p=p: run(out, idx, vals, p)
     wrong = []
     for name, fn in list(calls.items()):

@@ -39,9 +39,9 @@ Two or three launches, no host sync; the plan is made on the GPU from the indice
 
 int32 values (into an int32 output, ``scatter_rule.int_narrow``) take the same launches
 summed in int32: ``acc`` and the copies are int32 (exact, wrapping as torch's sums do),
-on ``INT_BLOCKS`` (one element a thread; rows over 16 elements in blocks of
-``INT_COLUMNS`` columns), and an index out of range is a device-side assert, as in
-torch's op.
+on ``INT_BLOCKS`` or ``INT_THREAD_BLOCKS`` (one element a thread; rows over
+``NARROW_ROW`` elements in blocks of ``INT_COLUMNS`` columns), and an index out of range is
+a device-side assert, as in torch's op.
 
 With ``HALF_ADDS`` (fp16/bf16, one copy) ``acc`` is the output in its own dtype: ``_init``
 copies ``self`` into it, ``_scatter`` adds the values with atomics of that dtype (as
@@ -71,6 +71,7 @@ from .scatter_rule import (
     MIN_COPIES,
     NARROW_PAIR_SAMPLE,
     NARROW_PER_ADDRESS,
+    NARROW_ROW,
     NARROW_SAMPLE,
     NARROW_SPREAD,
     ONE_COPY_ROW,
@@ -112,12 +113,15 @@ ROW_BLOCKS, ROW_BLOCKS_FROM = (4096, 1, 8), 4
 # uniform / skewed, rows of 4 into 65,536 rows 36.4 / 112.9 against 53.1 / 170.4 on
 # ROW_BLOCKS (Inductor's plain scatter 37.1 / 113.8), into 1M rows 44.6 / 53.4 against
 # 64.8 / 80.8; rows of 16 into 65,536 rows, uniform, 16.5 against 30.3; 1-D values into 1M
-# rows 59.0 / 98.3 against 62.3 / 108.1 on VALUE_BLOCKS (Inductor 59.9 / 99.3). One element a
-# thread adds them faster still (benchmarks/results/probe_int_flat_NVIDIA_H100_80GB_HBM3.json,
-# 169c3fd: flat runs of 256 elements on 8 warps took int32 rows of 4 into 65,536 rows,
-# uniform, 21.0 µs against 37.3 on 512, rows of 100 into 1,024 rows 13.2 against 30.0), and
-# rows wider than NARROW_ROW then take blocks of INT_COLUMNS columns
-INT_BLOCKS, INT_COLUMNS = (256, 1, 8), 16
+# rows 59.0 / 98.3 against 62.3 / 108.1 on VALUE_BLOCKS (Inductor 59.9 / 99.3)
+INT_BLOCKS = (512, 1, 8)
+# ... but one element a thread (256 on 8 warps) for rows of INT_THREAD_ROWS elements and
+# rows wider than NARROW_ROW (blocks of INT_COLUMNS columns): on one H100
+# (benchmarks/results/probe_int_blocks_NVIDIA_H100_80GB_HBM3.json, 7e9d88d), µs uniform /
+# skewed, rows of 4 into 65,536 rows 25.0 / 37.5 against 38.2 / 55.5 on INT_BLOCKS (hot
+# 32.9 against 27.3; Inductor's best 53.0 / 74.4 / 172.5), where rows of 16 into 1,024 rows
+# took 24.5 against 18.4 uniform and 1-D values into 1M rows with a hot row 46.9 against 40.8
+INT_THREAD_BLOCKS, INT_THREAD_ROWS, INT_COLUMNS = (256, 1, 8), (2, 8), 16
 LOCAL_SUB = 64  # the most rows a block for which _scatter sums rows that share an index
 MAX_GRID_Y = 65535  # CUDA's limit on a grid's second axis
 
@@ -280,9 +284,11 @@ def _init(self_ptr, acc, extra, idx, state, n, rows, plane, P: tl.constexpr,
             tl.store(extra + tl.arange(0, HD), tl.zeros([HD], tl.float32))
             tl.store(state + 3 + H, 0)
     else:
-        if WIDE:
-            pid = pid.to(tl.int64)
-        offs = (pid - 1) * BLOCK + tl.arange(0, BLOCK)
+        if WIDE:  # a name of its own: pid's type is fixed outside this branch
+            start = (pid.to(tl.int64) - 1) * BLOCK
+        else:
+            start = (pid - 1) * BLOCK
+        offs = start + tl.arange(0, BLOCK)
         m = offs < plane
         x = tl.load(self_ptr + offs, mask=m)
         tl.store(acc + offs, x.to(acc.dtype.element_ty), mask=m)
@@ -612,10 +618,14 @@ def _launches(rows: int, n: int, D: int, out_dtype: torch.dtype, dtype: torch.dt
         raise ValueError(f"narrow_index_add: columns={columns} must be 0 or a power of two of "
                          "at least 16")
     H = max(1, hot)
-    columns = columns or (INT_COLUMNS if ints else 0)
+    wide_ints = ints and D > NARROW_ROW
+    columns = columns or (INT_COLUMNS if wide_ints else 0)
     DP = min(next_pow2(D), columns) if columns else next_pow2(D)
-    step, iters, nw = INT_BLOCKS if ints else \
-        ROW_BLOCKS if D >= ROW_BLOCKS_FROM else VALUE_BLOCKS
+    if ints:
+        step, iters, nw = INT_THREAD_BLOCKS if wide_ints or \
+            INT_THREAD_ROWS[0] <= D <= INT_THREAD_ROWS[1] else INT_BLOCKS
+    else:
+        step, iters, nw = ROW_BLOCKS if D >= ROW_BLOCKS_FROM else VALUE_BLOCKS
     warps = warps or nw
     sub = max(16, step // DP)
     if local and (local < 2 or sub > LOCAL_SUB):

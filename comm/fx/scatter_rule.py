@@ -20,8 +20,9 @@ up to ``SHARED_PLANE`` rows (fp32: ``SHARED_WINDOWS`` times that; ``shared_sums`
 few rows (``few_ints``: histograms, token counts) go to ``scatter_few`` too, summed in
 their own dtype; other int64 values (``int_adds``) to ``scatter_ints``' native 64-bit
 atomics (torch's, which Inductor calls for int64, loop on compare-and-swap); other int32
-rows of up to ``INT_ROW`` elements (``int_narrow``) to the narrow kernels, summed in int32;
-wider int32 rows stay with Inductor, whose atomics are the GPU's. Other narrow rows go to commrt's
+rows of up to ``INT_ROW`` elements (``int_narrow``; over ``NARROW_ROW``, only with few values a
+row) to the narrow kernels, summed in int32; other int32 rows stay with Inductor, whose
+atomics are the GPU's. Other narrow rows go to commrt's
 narrow kernels: whether they contend depends on the indices (one hot row among a million
 is as common as a histogram of eight bins), which only the GPU sees. Two exceptions,
 measured: rows of 4 or more (and fp32 1-D values on more than ``HOT`` rows) with
@@ -97,9 +98,14 @@ NARROW_COPIES_PER_ROW = 32
 # on up to 16 copies against its 72.9-73.6, uniform 38.2 against 36.8 for its plain scatter
 # (scatter_int_grid_NVIDIA_H100_80GB_HBM3.md, ae4012e).
 INT_COPIES_PER_ROW = 8
-# ... and so do int32 rows of up to INT_ROW elements, on blocks of one element a thread
-# (scatter_narrow.INT_BLOCKS), where Inductor's plain scatter and its partitions each lost
-# to them on some indices (probe_int_blocks_NVIDIA_H100_80GB_HBM3.json)
+# ... and so do int32 rows of up to INT_ROW elements with fewer than INT_COPIES_PER_ROW
+# values a row (one copy), on blocks of one element a thread. On one H100
+# (benchmarks/results/probe_int_blocks_NVIDIA_H100_80GB_HBM3.json, 7e9d88d), µs uniform /
+# skewed / hot, rows of 1024 into 1,024 rows 18.9 / 19.1 / 27.0 against Inductor's best
+# 22.0 / 24.9 / 38.3 (its plain scatter drew 15.9 uniform in another run), rows of 100 into
+# 65,536 rows 37.7 / 37.9 / 59.2 against 38.2 / 37.9 / 199.7; with more values a row they
+# lost: rows of 100 into 1,024 rows 31.6 / 57.6 / 39.3 on up to 64 copies against 17.0 /
+# 42.0 / 51.8, rows of 1024 into 8 rows 24.3 against 16.5 uniform
 INT_ROW = 1024
 # ... and once on copies, as many as bring the adds an address takes under NARROW_SPREAD, up
 # to twice the values a row
@@ -490,11 +496,13 @@ def int_adds(rows: int, width: int, n: int, dtype: torch.dtype) -> bool:
 
 
 def int_narrow(rows: int, width: int, n: int, dtype: torch.dtype) -> bool:
-    """int32 rows of up to ``INT_ROW`` elements that ``few_ints`` does not take, with fewer than
-    ``NARROW_PARTITIONED`` values a row (more stay with Inductor's partitions): the narrow
-    kernels, which find hot rows and choose copies on the GPU, summed in int32."""
+    """int32 rows of up to ``INT_ROW`` elements that ``few_ints`` does not take, with fewer
+    than ``NARROW_PARTITIONED`` values a row (rows over ``NARROW_ROW``: ``INT_COPIES_PER_ROW``;
+    more stay with Inductor): the narrow kernels, which find hot rows and choose copies on
+    the GPU, summed in int32."""
+    per_row = INT_COPIES_PER_ROW if width > NARROW_ROW else NARROW_PARTITIONED
     return dtype == torch.int32 and width <= INT_ROW and 0 < rows < 1 << 31 and \
-        MIN_INDICES <= n < NARROW_PARTITIONED * rows and not few_ints(rows, width, n, dtype)
+        MIN_INDICES <= n < per_row * rows and not few_ints(rows, width, n, dtype)
 
 
 def few_products(rows: int, width: int, n: int, dtype: torch.dtype) -> bool:
