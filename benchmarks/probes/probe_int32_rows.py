@@ -73,17 +73,27 @@ def exact_row(calls: dict, ref: torch.Tensor, width: int, rows: int, dist: str,
     return row
 
 
-def cell(width: int, rows: int, dist: str) -> dict:
+def base_cell(width: int, rows: int, dist: str) -> tuple:
+    """An int32 cell's data, the copies the pass gives it, torch's sum and the op's and
+    Inductor's two compiled scatters' calls: (out, idx, vals, copies, ref, calls)."""
     out, idx, vals = cell_data(width, rows, dist)
     P = pass_scatter.copies(rows, max(1, width), idx.numel(), torch.int32,
                             torch.cuda.get_device_properties(0).total_memory)
     ref = out.index_put((idx,), vals, accumulate=True)
     plain, parted = inductor_columns(out, idx, vals)
-    calls = {"op": lambda: torch.ops.commrt.partitioned_index_put(out, idx, vals, P),
+    return out, idx, vals, P, ref, {
+        "op": lambda: torch.ops.commrt.partitioned_index_put(out, idx, vals, P),
+        "inductor": lambda: plain(out, idx, vals),
+        "inductor partitioned": lambda: parted(out, idx, vals)}
+
+
+def cell(width: int, rows: int, dist: str) -> dict:
+    out, idx, vals, P, ref, calls = base_cell(width, rows, dist)
+    calls = {"op": calls["op"],
              "op one copy": lambda: torch.ops.commrt.partitioned_index_put(out, idx, vals, 1),
              "int adds": lambda: int_index_add(out, idx, vals, 1),
-             "inductor": lambda: plain(out, idx, vals),
-             "inductor partitioned": lambda: parted(out, idx, vals)}
+             "inductor": calls["inductor"],
+             "inductor partitioned": calls["inductor partitioned"]}
     which = "ROW_BLOCKS" if width >= sn.ROW_BLOCKS_FROM else "VALUE_BLOCKS"
     for name, blocks in (WIDE_BLOCKS if width > 16 else BLOCKS).items():
         run = with_constants(sn, **{which: blocks})

@@ -29,11 +29,10 @@ A column whose sum is not torch's is listed under ``wrong`` and not timed::
 from __future__ import annotations
 
 import torch
-from probe_int32_rows import ROUNDS, cell_data
+from probe_int32_rows import ROUNDS, base_cell
 from probe_int_flat import flat
-from probe_narrow_costs import inductor_columns, rounds, run_cells, with_constants
+from probe_narrow_costs import rounds, run_cells, with_constants
 
-from commrt.fx import scatter as pass_scatter
 from commrt.fx import scatter_narrow as sn
 from commrt.fx.scatter_rule import NARROW_ROW, ONE_COPY_HOT, ONE_COPY_HOT_MIN, pair_sample
 
@@ -60,14 +59,7 @@ def one_copy(columns: int):
 
 
 def cell(width: int, rows: int, dist: str) -> dict:
-    out, idx, vals = cell_data(width, rows, dist)
-    P = pass_scatter.copies(rows, max(1, width), idx.numel(), torch.int32,
-                            torch.cuda.get_device_properties(0).total_memory)
-    ref = out.index_put((idx,), vals, accumulate=True)
-    plain, parted = inductor_columns(out, idx, vals)
-    calls = {"inductor": lambda: plain(out, idx, vals),
-             "inductor partitioned": lambda: parted(out, idx, vals),
-             "op": lambda: torch.ops.commrt.partitioned_index_put(out, idx, vals, P)}
+    out, idx, vals, P, ref, calls = base_cell(width, rows, dist)
     if width <= NARROW_ROW:
         for name, blocks in INT_BLOCKS.items():
             run = with_constants(sn, INT_BLOCKS=blocks, INT_THREAD_BLOCKS=blocks)
