@@ -102,10 +102,11 @@ INT_COPIES_PER_ROW = 8
 # values a row (one copy), on blocks of one element a thread. On one H100
 # (benchmarks/results/probe_int_blocks_NVIDIA_H100_80GB_HBM3.json, 7e9d88d), µs uniform /
 # skewed / hot, rows of 1024 into 1,024 rows 18.9 / 19.1 / 27.0 against Inductor's best
-# 22.0 / 24.9 / 38.3 (its plain scatter drew 15.9 uniform in another run), rows of 100 into
-# 65,536 rows 37.7 / 37.9 / 59.2 against 38.2 / 37.9 / 199.7; with more values a row they
-# lost: rows of 100 into 1,024 rows 31.6 / 57.6 / 39.3 on up to 64 copies against 17.0 /
-# 42.0 / 51.8, rows of 1024 into 8 rows 24.3 against 16.5 uniform
+# 22.0 / 24.9 / 38.3 (in scatter_int_grid_NVIDIA_H100_80GB_HBM3.md, 61692fb, 19.0 uniform
+# against its plain scatter's 15.7: over 1.05x, where hot rows went from 1.41x to 0.71x),
+# rows of 100 into 65,536 rows 37.7 / 37.9 / 59.2 against 38.2 / 37.9 / 199.7; with more
+# values a row they lost: rows of 100 into 1,024 rows 31.6 / 57.6 / 39.3 on up to 64
+# copies against 17.0 / 42.0 / 51.8, rows of 1024 into 8 rows 24.3 against 16.5 uniform
 INT_ROW = 1024
 # ... and once on copies, as many as bring the adds an address takes under NARROW_SPREAD, up
 # to twice the values a row
