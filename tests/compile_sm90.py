@@ -126,6 +126,17 @@ def scatter_calls() -> None:
                 for d in (100, 1024):  # ... and wider rows (int_narrow, few values a row)
                     narrow_index_add(torch.zeros(64, d, dtype=dtype), idx,
                                      torch.zeros(1000, d, dtype=dtype), 1, pair_sample=0)
+    # the narrow kernels' _init with 64-bit offsets (copies of 2**31 elements or more)
+    from commrt.fx.scatter_narrow import BLOCK, NARROW_SAMPLE, _init, state_numel
+
+    x = torch.zeros(64 * 4)
+    meta = dict(P=8, S=NARROW_SAMPLE, W=NARROW_SAMPLE, H=16, HOT_MIN=4, HOT_ADDS=1024,
+                HOT_SHARE=5, PER_ADDRESS=128, MIN_COPIES=2, SPREAD=64, BLOCK=BLOCK, WIDE=True,
+                PDL=True, WAIT=True, num_warps=4)
+    idx = torch.zeros(1000, dtype=torch.long)
+    state = torch.zeros(state_numel(16), dtype=torch.int32)
+    calls.append((_init, (x, x.clone(), torch.zeros(7 * x.numel()), idx, state, 1000, 64,
+                          x.numel()), meta))
 
 
 def shared_calls() -> None:
