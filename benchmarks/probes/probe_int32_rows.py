@@ -63,12 +63,25 @@ def cell_data(width: int, rows: int, dist: str, values: int = 4 << 20):
 
 
 def exact_row(calls: dict, ref: torch.Tensor, width: int, rows: int, dist: str,
-              **extra) -> dict:
+              lenient: bool = False, **extra) -> dict:
     """An int32 cell's row: every one of ``calls`` equal to ``ref`` first, then
-    ``ROUNDS`` rounds of their times (``extra``: more of the row, after its cell)."""
-    for name, fn in calls.items():
-        assert torch.equal(fn(), ref), (name, width, rows, dist)
+    ``ROUNDS`` rounds of their times (``extra``: more of the row, after its cell).
+    ``lenient``: a call that differs or raises is listed under "wrong" and not timed."""
+    wrong = []
+    for name, fn in list(calls.items()):
+        if not lenient:
+            assert torch.equal(fn(), ref), (name, width, rows, dist)
+            continue
+        try:
+            same = torch.equal(fn(), ref) or "sum differs"
+        except Exception as e:  # a form the kernels refuse: named, not timed
+            same = f"{type(e).__name__}: {e}"
+        if same is not True:
+            wrong.append([name, same])
+            del calls[name]
     row = {"dtype": "int32", "width": width, "rows": rows, "dist": dist, **extra}
+    if lenient:
+        row["wrong"] = wrong
     row.update(rounds(calls, ROUNDS))
     return row
 
@@ -89,11 +102,9 @@ def base_cell(width: int, rows: int, dist: str) -> tuple:
 
 def cell(width: int, rows: int, dist: str) -> dict:
     out, idx, vals, P, ref, calls = base_cell(width, rows, dist)
-    calls = {"op": calls["op"],
+    calls = {"op": calls.pop("op"),
              "op one copy": lambda: torch.ops.commrt.partitioned_index_put(out, idx, vals, 1),
-             "int adds": lambda: int_index_add(out, idx, vals, 1),
-             "inductor": calls["inductor"],
-             "inductor partitioned": calls["inductor partitioned"]}
+             "int adds": lambda: int_index_add(out, idx, vals, 1), **calls}
     which = "ROW_BLOCKS" if width >= sn.ROW_BLOCKS_FROM else "VALUE_BLOCKS"
     for name, blocks in (WIDE_BLOCKS if width > 16 else BLOCKS).items():
         run = with_constants(sn, **{which: blocks})
