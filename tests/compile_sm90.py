@@ -52,7 +52,7 @@ def specialisation(fn, args: tuple, kwargs: dict) -> tuple[dict, dict, dict]:
 def scatter_calls() -> None:
     from commrt.fx.scatter_few import _launches as few_launches
     from commrt.fx.scatter_few import few_rows_index_add
-    from commrt.fx.scatter_ints import int_index_add
+    from commrt.fx.scatter_ints import int_flat_index_add, int_index_add
     from commrt.fx.scatter_kernels import partitioned_index_add
     from commrt.fx.scatter_narrow import narrow_index_add
     from commrt.fx.scatter_rule import ONE_COPY_HOT, ONE_COPY_HOT_MIN
@@ -117,6 +117,10 @@ def scatter_calls() -> None:
             for shape, partitions in (((), 1), ((), 8), ((4,), 1), ((100,), 4), ((1300,), 1)):
                 int_index_add(torch.zeros(1024, *shape, dtype=dtype), idx,
                               torch.zeros(1000, *shape, dtype=dtype), partitions)
+            # ... or one element a thread into copies, summed after (PDL on sm_90)
+            for shape, partitions in (((), 1), ((100,), 8), ((1024,), 1), ((100,), 64)):
+                int_flat_index_add(torch.zeros(1024, *shape, dtype=dtype), idx,
+                                   torch.zeros(1000, *shape, dtype=dtype), partitions)
             if dtype == torch.int32:  # ... and int32 narrow rows on the narrow kernels
                 for shape in ((), (3,), (16,)):
                     self, vals = (torch.zeros(64, *shape, dtype=dtype),

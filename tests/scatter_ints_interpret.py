@@ -1,10 +1,11 @@
-"""Run under TRITON_INTERPRET=1 (``test_fx_scatter`` starts it): the int64 atomics of
-``commrt::partitioned_index_put`` on CPU tensors, equal to torch's index_add."""
+"""Run under TRITON_INTERPRET=1 (``test_fx_scatter`` starts it): the integer atomics of
+``commrt::partitioned_index_put`` (``int_index_add``, and ``int_flat_index_add``'s one
+element a thread into copies) on CPU tensors, equal to torch's index_add."""
 
 import torch
 
 import commrt.fx.scatter_ints as ints
-from commrt.fx.scatter_ints import int_index_add
+from commrt.fx.scatter_ints import int_flat_index_add, int_index_add
 
 
 def main() -> None:
@@ -27,6 +28,14 @@ def main() -> None:
                     assert got.dtype == dtype and torch.equal(got, ref), \
                         (rows, shape, dtype, big, itype, partitions)
                     cases += 1
+                for itype, partitions in ((torch.int64, 1), (torch.int32, 4),
+                                          (torch.int64, 8)):
+                    # twice: the copies are left zero for the next call
+                    for _ in range(2):
+                        got = int_flat_index_add(base, idx.to(itype), vals, partitions)
+                        assert got.dtype == dtype and torch.equal(got, ref), \
+                            ("flat", rows, shape, dtype, big, itype, partitions)
+                    cases += 1
     # several steps of columns, and several programs
     kept = ints.MAX_COLUMNS, ints.ELEMENTS
     ints.MAX_COLUMNS, ints.ELEMENTS = 32, 64
@@ -38,7 +47,14 @@ def main() -> None:
     ints.MAX_COLUMNS, ints.ELEMENTS = kept
     ints._launch.cache_clear()
     cases += 1
+    # the flat adds on blocks of 64 elements: a row across programs, several sum steps
+    for partitions in (1, 2, 64):
+        got = int_flat_index_add(base, idx, vals, partitions, block=64, warps=2)
+        assert torch.equal(got, base.index_add(0, idx, vals)), ("flat blocks", partitions)
+        cases += 1
     base = torch.randint(-9, 9, (8, 4), generator=g)
+    assert torch.equal(int_flat_index_add(base, torch.zeros(0, dtype=torch.long),
+                                          torch.zeros(0, 4, dtype=torch.int64), 4), base)
     empty = int_index_add(base, torch.zeros(0, dtype=torch.long),
                           torch.zeros(0, 4, dtype=torch.int64))
     assert torch.equal(empty, base), "no indices must leave self as it is"

@@ -301,6 +301,26 @@ def test_few_rows_integers_equal_torch(dtype, shape, rows):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
+@pytest.mark.parametrize("shape,rows", [((), 1031), ((17,), 1031), ((100,), 8),
+                                        ((100,), 1031), ((1000,), 1031), ((1000,), 65_537)])
+@pytest.mark.parametrize("partitions", [1, 8])
+def test_integer_flat_adds_equal_torch(dtype, shape, rows, partitions):
+    """Integer values one element a thread into copies summed after (``int_flat_index_add``),
+    eager and in a CUDA graph, three calls each: equal to torch's index_add for every index
+    distribution and index dtype, int32 sums past 2**31 wrapping as torch's do; the copies
+    left zero for the next call."""
+    from commrt.fx.scatter_ints import int_flat_index_add
+
+    g = torch.Generator(device="cuda").manual_seed(rows + len(shape) + partitions)
+    n = (1 << 22) // (shape[0] if shape else 1) + 3
+    for dist, big in (("uniform", False), ("skewed", True), ("hot", False)):
+        _check_integers(lambda b, i, v: int_flat_index_add(b, i, v, partitions), dist, rows,
+                        n, shape, dtype, big, g, 3)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("dtype", [torch.int64, torch.int32])
 @pytest.mark.parametrize("shape", [(), (1,), (4,), (100,), (1300,)])
 @pytest.mark.parametrize("rows", [1031, 65_537])

@@ -52,20 +52,21 @@ BLOCKS = {"2048x1 w4": (2048, 1, 4), "1024x1 w4": (1024, 1, 4), "512x1 w4": (512
           "1024x4 w8": (1024, 4, 8), "256x1 w2": (256, 1, 2)}
 
 
-def cell_data(width: int, rows: int, dist: str, values: int = 4 << 20):
+def cell_data(width: int, rows: int, dist: str, values: int = 4 << 20,
+              dtype: torch.dtype = torch.int32):
     g = torch.Generator(device="cuda").manual_seed(0)
     n = values // max(1, width)
     shape = (rows,) if width == 0 else (rows, width)
-    out = torch.randint(-1000, 1000, shape, device="cuda", generator=g, dtype=torch.int32)
-    vals = torch.randint(-8, 9, (n, *shape[1:]), device="cuda", generator=g,
-                         dtype=torch.int32)
+    out = torch.randint(-1000, 1000, shape, device="cuda", generator=g, dtype=dtype)
+    vals = torch.randint(-8, 9, (n, *shape[1:]), device="cuda", generator=g, dtype=dtype)
     return out, grid_indices(dist, rows, n, g), vals
 
 
 def exact_row(calls: dict, ref: torch.Tensor, width: int, rows: int, dist: str,
               lenient: bool = False, **extra) -> dict:
-    """An int32 cell's row: every one of ``calls`` equal to ``ref`` first, then
-    ``ROUNDS`` rounds of their times (``extra``: more of the row, after its cell).
+    """An integer cell's row: every one of ``calls`` equal to ``ref`` first, then
+    ``ROUNDS`` rounds of their times (``extra``: more of the row, after its cell; its
+    ``dtype``, where not int32).
     ``lenient``: a call that differs or raises is listed under "wrong" and not timed."""
     wrong = []
     for name, fn in list(calls.items()):
@@ -86,11 +87,11 @@ def exact_row(calls: dict, ref: torch.Tensor, width: int, rows: int, dist: str,
     return row
 
 
-def base_cell(width: int, rows: int, dist: str) -> tuple:
-    """An int32 cell's data, the copies the pass gives it, torch's sum and the op's and
+def base_cell(width: int, rows: int, dist: str, dtype: torch.dtype = torch.int32) -> tuple:
+    """An integer cell's data, the copies the pass gives it, torch's sum and the op's and
     Inductor's two compiled scatters' calls: (out, idx, vals, copies, ref, calls)."""
-    out, idx, vals = cell_data(width, rows, dist)
-    P = pass_scatter.copies(rows, max(1, width), idx.numel(), torch.int32,
+    out, idx, vals = cell_data(width, rows, dist, dtype=dtype)
+    P = pass_scatter.copies(rows, max(1, width), idx.numel(), dtype,
                             torch.cuda.get_device_properties(0).total_memory)
     ref = out.index_put((idx,), vals, accumulate=True)
     plain, parted = inductor_columns(out, idx, vals)

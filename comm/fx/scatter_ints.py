@@ -8,6 +8,12 @@ are exact). One launch, ``_int_adds``: a program adds ``SUB`` value rows, ``DP``
 at a time, to copy ``j % P`` of value row ``j``; with one copy (``P = 1``) that copy is
 the output, a clone of ``self``, else torch sums ``self`` and the zeroed copies after
 it. An index out of range is a device-side assert, as torch's (Triton's debug is on).
+
+``int_flat_index_add`` (int32 rows that ``scatter_rule.int_flat`` gives it) adds one value
+element a thread, a program a run of ``FLAT_BLOCK`` consecutive elements (Inductor's form,
+on fewer a thread), no plan: value row ``j`` to copy ``j % P``. One copy is the output, a
+clone of ``self``; more are ``scatter_scratch``'s, zero on entry, and ``_int_sum`` (a
+programmatic dependent of ``_int_flat`` on sm90+) adds them to ``self``, leaving them zero.
 """
 
 import functools
@@ -16,14 +22,23 @@ import torch
 import triton
 import triton.language as tl
 
+from commrt.dispatch.profile import has_pdl
 from commrt.symm_mem.launch import Launcher, cdiv, next_pow2, replay_call
 
-from .scatter_kernels import _rows_of, scatter_shape
+from .scatter_kernels import SUM_PROGRAMS, _copies, _rows_of, scatter_shape
 from .scatter_rule import INT_DTYPES
+from .scatter_scratch import zeroed
 
 ELEMENTS = 2048  # value elements a program a step ([SUB, DP])
 MAX_COLUMNS = 1024  # DP: columns a step
 WARPS = 4
+# _int_flat: value elements a program, warps (one element a thread). On one H100, int32
+# rows of 100 and 1024 into 1,024 rows, uniform, 256 on 8 warps took 13.2 and 13.9 µs on
+# one copy against 29.2 and 27.6 for _int_adds' [SUB, DP] blocks and 29.9 and 15.4 for
+# Inductor's plain scatter; 512 on 4 warps 30.0 and 27.4
+# (benchmarks/results/probe_int_flat_NVIDIA_H100_80GB_HBM3.json, 169c3fd)
+FLAT_BLOCK, FLAT_WARPS = 256, 8
+SUM_COPIES, SUM_TILE = 32, 8192  # _int_sum: copies a step, elements a step
 
 
 @triton.jit
@@ -43,11 +58,45 @@ def _int_adds(out, idx, vals, n, rows, P, D: tl.constexpr, DP: tl.constexpr,
         tl.atomic_add(out + dst[:, None] + cc[None, :], v, mask=m, sem="relaxed")
 
 
+@triton.jit
+def _int_flat(out, idx, vals, n, rows, plane, P: tl.constexpr, D: tl.constexpr,
+              BLOCK: tl.constexpr, WIDE: tl.constexpr, PDL: tl.constexpr):
+    # value element e of row j = e // D to copy j % P (copies plane elements apart)
+    if PDL:  # _int_sum's programs may start (they wait for this grid to finish)
+        tl.extra.cuda.gdc_launch_dependents()
+    e = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    if WIDE:
+        e = e.to(tl.int64)
+    r = e // D
+    i, ok, bad = _rows_of(idx, r, n, rows, WIDE)
+    tl.device_assert(bad == 0, "index out of range in a commrt scatter")
+    v = tl.load(vals + e, mask=ok, other=0)
+    tl.atomic_add(out + (r % P) * plane + i * D + (e - r * D), v, mask=ok, sem="relaxed")
+
+
+@triton.jit
+def _int_sum(self_ptr, extra, out, plane, P: tl.constexpr, CP: tl.constexpr,
+             BLOCK: tl.constexpr, PDL: tl.constexpr):
+    # out := self + copies 0 .. P - 1 of extra (left zero), wrapping as torch's sums
+    if PDL:
+        tl.extra.cuda.gdc_wait()
+    step = tl.num_programs(0).to(tl.int64) * BLOCK
+    for start in range(tl.program_id(0).to(tl.int64) * BLOCK, plane, step):
+        offs = start + tl.arange(0, BLOCK)
+        m = offs < plane
+        x = tl.load(self_ptr + offs, mask=m, other=0)
+        for c0 in tl.static_range(0, P, CP):
+            x += _copies(extra, plane, offs, m, c0, P + 1, CP, BLOCK)
+        tl.store(out + offs, x, mask=m)
+
+
 DTYPES = INT_DTYPES
 
 # without Triton's per-call argument binding (symm_mem.launch); debug keeps the assert,
 # and no overflow checks: the sums wrap as torch's do
 run_adds = Launcher(_int_adds, debug=True, sanitize_overflow=False)
+run_flat = Launcher(_int_flat, debug=True, sanitize_overflow=False)
+run_sum = Launcher(_int_sum, sanitize_overflow=False)
 
 
 def int_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tensor,
@@ -102,3 +151,80 @@ def _launch(rows: int, n: int, D: int, P: int):
     sub = max(1, ELEMENTS // DP)
     wide = max(n, P * rows) * D >= 1 << 31
     return run_adds.prepare((cdiv(n, sub),), WARPS, D=D, DP=DP, SUB=sub, WIDE=wide)
+
+
+def int_flat_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tensor,
+                       partitions: int = 1, pdl: bool = True, block: int = FLAT_BLOCK,
+                       warps: int = FLAT_WARPS,
+                       replay: list | None = None) -> torch.Tensor:
+    """``self.index_add(0, index, values)`` (a new tensor) of integer values, one value
+    element a thread, value row ``j`` into copy ``j % partitions`` of the output.
+
+    ``self`` and ``values`` contiguous, of one of ``DTYPES``, ``values`` shaped
+    ``[len(index), *self.shape[1:]]``; ``partitions``: the copies (a power of two; one:
+    the adds go into a clone of ``self``); ``pdl``: launch the sum as a programmatic
+    dependent of the adds where the GPU has it; ``block``, ``warps``: value elements a
+    program, and its warps; ``replay``: a list that receives this call's replay
+    (``launch.replay_call``).
+    """
+    rows, n, D = scatter_shape(self, index, values, partitions, DTYPES,
+                               "int_flat_index_add")
+    plane = rows * D
+    if n == 0 or plane == 0:
+        return self.clone()
+    adds, total = _flat_launches(rows, n, D, partitions, block, warps,
+                                 pdl and has_pdl(self.device))
+    out, extra = _flat_buffers(self, partitions, plane)
+    adds(extra, index, values, n, rows, plane)
+    if total is not None:
+        total(self, extra, out, plane)
+    if replay is not None:
+        go = replay_call((adds, (extra, index, values, n, rows, plane)),
+                         (total, (self, extra, out, plane)))
+        if go is not None:
+            replay.append(_flat_replay(go, n, rows, partitions, plane))
+    return out
+
+
+def _flat_buffers(self: torch.Tensor, P: int, plane: int) -> tuple:
+    """(output, what the adds go into): a clone of ``self`` twice for one copy, else an
+    empty output and ``P`` copies of ``scatter_scratch`` zeros in the values' dtype."""
+    if P == 1:
+        out = self.clone()
+        return out, out
+    words = self.element_size() // 4  # fp32 words an element
+    extra = zeroed(self.device, P * plane * words).view(self.dtype)
+    return torch.empty_like(self), extra
+
+
+def _flat_replay(go, n: int, rows: int, P: int, plane: int):
+    """``int_flat_index_add`` of one shape again (see ``replay``)."""
+    adds, total = go
+
+    def again(self, index, values):
+        out, extra = _flat_buffers(self, P, plane)
+        adds(extra, index, values, n, rows, plane)
+        if total is not None:
+            total(self, extra, out, plane)
+        return out
+
+    return again
+
+
+@functools.lru_cache(maxsize=1024)
+def _flat_launches(rows: int, n: int, D: int, P: int, block: int, warps: int,
+                   pdl: bool) -> tuple:
+    """``int_flat_index_add``'s launches for one shape and set of options, each
+    ``Launcher.prepare``'d: the adds, and the sum (None for one copy). Cached."""
+    plane = rows * D
+    wide = max(n * D, P * plane) >= 1 << 31
+    pdl = pdl and P > 1
+    adds = run_flat.prepare((cdiv(n * D, block),), warps, P=P, D=D, BLOCK=block, WIDE=wide,
+                            PDL=pdl)
+    if P == 1:
+        return adds, None
+    cp = min(P, SUM_COPIES)
+    blk = max(64, SUM_TILE // cp)
+    total = run_sum.prepare((min(cdiv(plane, blk), SUM_PROGRAMS),), 4, pdl, P=P, CP=cp,
+                            BLOCK=blk, PDL=pdl)
+    return adds, total
