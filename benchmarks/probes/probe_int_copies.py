@@ -20,6 +20,7 @@ import torch
 from probe_int32_rows import ROUNDS, base_cell, exact_row
 from probe_narrow_costs import run_cells
 
+from commrt.fx import scatter as pass_scatter
 from commrt.fx.scatter_ints import int_flat_index_add
 
 I32, I64 = torch.int32, torch.int64
@@ -37,6 +38,8 @@ MAX_COPY_ELEMENTS = 1 << 22
 
 def cell(dtype: torch.dtype, width: int, rows: int, dist: str) -> dict:
     out, idx, vals, P, ref, calls = base_cell(width, rows, dist, dtype)
+    if not pass_scatter._routes(rows, width, idx.numel(), dtype, dtype, P):
+        del calls["op"]  # the pass leaves the cell to Inductor: the op is its plain column
     for p in COPIES:
         if p == 1 or p * rows * width <= MAX_COPY_ELEMENTS:
             calls[f"flat P{p}"] = lambda p=p: int_flat_index_add(out, idx, vals, p)
