@@ -16,9 +16,11 @@ sum first. Copies ``P`` up to ``MAX_COPY_ELEMENTS`` elements in all::
 
 from __future__ import annotations
 
+import sys
+
 import torch
 from probe_int32_rows import ROUNDS, base_cell, exact_row
-from probe_narrow_costs import run_cells
+from probe_narrow_costs import kernel_us, run_cells
 
 from commrt.fx import scatter as pass_scatter
 from commrt.fx.scatter_ints import int_flat_index_add
@@ -43,13 +45,32 @@ def cell(dtype: torch.dtype, width: int, rows: int, dist: str) -> dict:
     for p in COPIES:
         if p == 1 or p * rows * width <= MAX_COPY_ELEMENTS:
             calls[f"flat P{p}"] = lambda p=p: int_flat_index_add(out, idx, vals, p)
-    return exact_row(calls, ref, width, rows, dist, dtype=str(dtype).removeprefix("torch."),
-                     partitions=P)
+    if KERNELS_TOO:  # ... and with the sum launched after the adds, not as their dependent
+        for p in (4, 8):
+            calls[f"flat P{p} no pdl"] = \
+                lambda p=p: int_flat_index_add(out, idx, vals, p, pdl=False)
+    row = exact_row(calls, ref, width, rows, dist, dtype=str(dtype).removeprefix("torch."),
+                    partitions=P)
+    if KERNELS_TOO:
+        row["kernels"] = {name: {k: round(v, 2) for k, v in
+                                 kernel_us(calls[name], names=None).items()}
+                          for name in calls if name.startswith("flat")}
+    return row
+
+
+# --kernels: two cells only, each flat column's kernels timed apart (eager, profiler) and
+# the sum launched after the adds rather than as their programmatic dependent
+KERNELS_CELLS = [(I32, 100, 1024, "uniform"), (I32, 1024, 8, "uniform")]
+KERNELS_TOO = "--kernels" in sys.argv
 
 
 def main() -> None:
-    run_cells(__doc__, "probe_int_copies.json", CELLS, cell,
-              f"µs a call (median of {ROUNDS} rounds, each a CUDA graph of 20 calls)")
+    if KERNELS_TOO:
+        sys.argv.remove("--kernels")
+    run_cells(__doc__, "probe_int_copies_kernels.json" if KERNELS_TOO else
+              "probe_int_copies.json", KERNELS_CELLS if KERNELS_TOO else CELLS, cell,
+              f"µs a call (median of {ROUNDS} rounds, each a CUDA graph of 20 calls)",
+              " --kernels" if KERNELS_TOO else "", "probe_int_copies")
 
 
 if __name__ == "__main__":
