@@ -45,10 +45,6 @@ def cell(dtype: torch.dtype, width: int, rows: int, dist: str) -> dict:
     for p in COPIES:
         if p == 1 or p * rows * width <= MAX_COPY_ELEMENTS:
             calls[f"flat P{p}"] = lambda p=p: int_flat_index_add(out, idx, vals, p)
-    if KERNELS_TOO:  # ... and with the sum launched after the adds, not as their dependent
-        for p in (4, 8):
-            calls[f"flat P{p} no pdl"] = \
-                lambda p=p: int_flat_index_add(out, idx, vals, p, pdl=False)
     row = exact_row(calls, ref, width, rows, dist, dtype=str(dtype).removeprefix("torch."),
                     partitions=P)
     if KERNELS_TOO:
@@ -58,8 +54,8 @@ def cell(dtype: torch.dtype, width: int, rows: int, dist: str) -> dict:
     return row
 
 
-# --kernels: two cells only, each flat column's kernels timed apart (eager, profiler) and
-# the sum launched after the adds rather than as their programmatic dependent
+# --kernels: two cells only, each flat column's kernels timed apart (eager, profiler; at
+# e5ec0c0 the sum was a programmatic dependent of the adds, and a column "no pdl" not)
 KERNELS_CELLS = [(I32, 100, 1024, "uniform"), (I32, 1024, 8, "uniform")]
 KERNELS_TOO = "--kernels" in sys.argv
 

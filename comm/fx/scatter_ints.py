@@ -12,8 +12,10 @@ it. An index out of range is a device-side assert, as torch's (Triton's debug is
 ``int_flat_index_add`` (int32 rows that ``scatter_rule.int_flat`` gives it) adds one value
 element a thread, a program a run of ``FLAT_BLOCK`` consecutive elements (Inductor's form,
 on fewer a thread), no plan: value row ``j`` to copy ``j % P``. One copy is the output, a
-clone of ``self``; more are ``scatter_scratch``'s, zero on entry, and ``_int_sum`` (a
-programmatic dependent of ``_int_flat`` on sm90+) adds them to ``self``, leaving them zero.
+clone of ``self``; more are ``scatter_scratch``'s, zero on entry, and ``_int_sum``, launched
+after ``_int_flat``, adds them to ``self``, leaving them zero. (As a programmatic dependent
+the sum made ``_int_flat`` 20.5 µs against 13.3 on int32 rows of 100 into 1,024 rows, one
+H100: ``benchmarks/results/probe_int_copies_kernels_NVIDIA_H100_80GB_HBM3.json``, e5ec0c0.)
 """
 
 import functools
@@ -22,7 +24,6 @@ import torch
 import triton
 import triton.language as tl
 
-from commrt.dispatch.profile import has_pdl
 from commrt.symm_mem.launch import Launcher, cdiv, next_pow2, replay_call
 
 from .scatter_kernels import SUM_PROGRAMS, _copies, _rows_of, scatter_shape
@@ -60,10 +61,8 @@ def _int_adds(out, idx, vals, n, rows, P, D: tl.constexpr, DP: tl.constexpr,
 
 @triton.jit
 def _int_flat(out, idx, vals, n, rows, plane, P: tl.constexpr, D: tl.constexpr,
-              BLOCK: tl.constexpr, WIDE: tl.constexpr, PDL: tl.constexpr):
+              BLOCK: tl.constexpr, WIDE: tl.constexpr):
     # value element e of row j = e // D to copy j % P (copies plane elements apart)
-    if PDL:  # _int_sum's programs may start (they wait for this grid to finish)
-        tl.extra.cuda.gdc_launch_dependents()
     e = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     if WIDE:
         e = e.to(tl.int64)
@@ -76,10 +75,8 @@ def _int_flat(out, idx, vals, n, rows, plane, P: tl.constexpr, D: tl.constexpr,
 
 @triton.jit
 def _int_sum(self_ptr, extra, out, plane, P: tl.constexpr, CP: tl.constexpr,
-             BLOCK: tl.constexpr, PDL: tl.constexpr):
+             BLOCK: tl.constexpr):
     # out := self + copies 0 .. P - 1 of extra (left zero), wrapping as torch's sums
-    if PDL:
-        tl.extra.cuda.gdc_wait()
     step = tl.num_programs(0).to(tl.int64) * BLOCK
     for start in range(tl.program_id(0).to(tl.int64) * BLOCK, plane, step):
         offs = start + tl.arange(0, BLOCK)
@@ -154,16 +151,14 @@ def _launch(rows: int, n: int, D: int, P: int):
 
 
 def int_flat_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tensor,
-                       partitions: int = 1, pdl: bool = True, block: int = FLAT_BLOCK,
-                       warps: int = FLAT_WARPS,
+                       partitions: int = 1, block: int = FLAT_BLOCK, warps: int = FLAT_WARPS,
                        replay: list | None = None) -> torch.Tensor:
     """``self.index_add(0, index, values)`` (a new tensor) of integer values, one value
     element a thread, value row ``j`` into copy ``j % partitions`` of the output.
 
     ``self`` and ``values`` contiguous, of one of ``DTYPES``, ``values`` shaped
     ``[len(index), *self.shape[1:]]``; ``partitions``: the copies (a power of two; one:
-    the adds go into a clone of ``self``); ``pdl``: launch the sum as a programmatic
-    dependent of the adds where the GPU has it; ``block``, ``warps``: value elements a
+    the adds go into a clone of ``self``); ``block``, ``warps``: value elements a
     program, and its warps; ``replay``: a list that receives this call's replay
     (``launch.replay_call``).
     """
@@ -172,8 +167,7 @@ def int_flat_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Te
     plane = rows * D
     if n == 0 or plane == 0:
         return self.clone()
-    adds, total = _flat_launches(rows, n, D, partitions, block, warps,
-                                 pdl and has_pdl(self.device))
+    adds, total = _flat_launches(rows, n, D, partitions, block, warps)
     out, extra = _flat_buffers(self, partitions, plane)
     adds(extra, index, values, n, rows, plane)
     if total is not None:
@@ -212,19 +206,15 @@ def _flat_replay(go, n: int, rows: int, P: int, plane: int):
 
 
 @functools.lru_cache(maxsize=1024)
-def _flat_launches(rows: int, n: int, D: int, P: int, block: int, warps: int,
-                   pdl: bool) -> tuple:
+def _flat_launches(rows: int, n: int, D: int, P: int, block: int, warps: int) -> tuple:
     """``int_flat_index_add``'s launches for one shape and set of options, each
     ``Launcher.prepare``'d: the adds, and the sum (None for one copy). Cached."""
     plane = rows * D
     wide = max(n * D, P * plane) >= 1 << 31
-    pdl = pdl and P > 1
-    adds = run_flat.prepare((cdiv(n * D, block),), warps, P=P, D=D, BLOCK=block, WIDE=wide,
-                            PDL=pdl)
+    adds = run_flat.prepare((cdiv(n * D, block),), warps, P=P, D=D, BLOCK=block, WIDE=wide)
     if P == 1:
         return adds, None
     cp = min(P, SUM_COPIES)
     blk = max(64, SUM_TILE // cp)
-    total = run_sum.prepare((min(cdiv(plane, blk), SUM_PROGRAMS),), 4, pdl, P=P, CP=cp,
-                            BLOCK=blk, PDL=pdl)
+    total = run_sum.prepare((min(cdiv(plane, blk), SUM_PROGRAMS),), 4, P=P, CP=cp, BLOCK=blk)
     return adds, total
