@@ -150,13 +150,14 @@ REGIMES = [  # (rows, row width, indices, dtype, index_put, choice)
     (1 << 20, 4, 1 << 20, torch.bfloat16, True, "commrt"),  # as many indices as rows
     (65536, 4, 1 << 20, torch.float16, False, "commrt"),
     (1000, 1, 4000, torch.float32, True, "inductor"),  # too few indices
-    (8, 100, 40_000, torch.int32, True, "inductor_partitioned"),  # 5,000 a row: Inductor's
-    (1024, 100, 40_000, torch.int32, False, "inductor"),  # int32 wide, 39 a row: Inductor's
-    (8, 1024, 4096, torch.int32, True, "inductor_partitioned"),
-    (65536, 1024, 4096, torch.int32, True, "commrt"),  # ... under 8 a row: narrow kernels
+    (8, 100, 40_000, torch.int32, True, "commrt"),  # integer rows of 64 or more: flat adds
+    (1024, 100, 40_000, torch.int32, False, "commrt"),
+    (8, 1024, 4096, torch.int32, True, "commrt"),
+    (65536, 1024, 4096, torch.int32, True, "commrt"),
     (1024, 1024, 4096, torch.int32, False, "commrt"),
-    (65536, 100, 40_000, torch.int32, True, "commrt"),
-    (1024, 1025, 4096, torch.int32, True, "inductor"),  # ... past 1,024 elements: Inductor's
+    (65536, 100, 40_000, torch.int32, True, "commrt"),  # ... hot rows: the narrow kernels
+    (1024, 1025, 4096, torch.int32, True, "commrt"),
+    (1024, 48, 80_000, torch.int32, True, "inductor_partitioned"),  # under 64, 78 a row
     (4099, 1, 40_000, torch.int32, False, "commrt"),  # int32 narrow: the narrow kernels
     (1 << 20, 16, 1 << 18, torch.int32, True, "commrt"),
     (1024, 4, 1 << 20, torch.int32, True, "inductor_partitioned"),  # ... but 1,024 a row
@@ -365,8 +366,11 @@ def test_the_pass_follows_the_rule_on_traced_graphs(rows, width, n, dtype, choic
     (1031, 100, 41_947, torch.bfloat16, torch.bfloat16, ["partitioned_index_add"]),
     (0, 0, 5, torch.float32, torch.float32, ["partitioned_index_add"]),  # an empty output
     (1024, 16, 4096, torch.int32, torch.int32, ["narrow_index_add"]),  # int32 narrow rows
-    (1024, 100, 40_000, torch.int32, torch.int32, []),  # ... wide, 39 a row: torch ops
-    (1024, 1024, 4096, torch.int32, torch.int32, ["narrow_index_add"]),  # ... 4 a row
+    (1024, 100, 40_000, torch.int32, torch.int32, ["int_flat_index_add"]),  # wide: flat
+    (1024, 1024, 4096, torch.int32, torch.int32, ["int_flat_index_add"]),
+    (1024, 100, 40_000, torch.int64, torch.int64, ["int_flat_index_add"]),
+    (65536, 100, 40_000, torch.int32, torch.int32, ["narrow_index_add"]),  # ... a hot row
+    (1024, 48, 80_000, torch.int32, torch.int32, []),  # ... under 64, 78 a row: torch ops
     (1024, 16, 4096, torch.int64, torch.int64, ["int_index_add"]),  # int64: native atomics
     (8, 4, 1 << 20, torch.int32, torch.int32, ["few_rows_index_add"]),  # ... into few rows
     (16, 1, 1 << 20, torch.int64, torch.int64, ["few_rows_index_add"]),
@@ -741,6 +745,22 @@ def test_int32_narrow_rows_take_copies_from_fewer_values_a_row():
     assert copies(65536, 4, 1 << 20, torch.int32, 80 << 30) == 16
     assert copies(65536, 4, 1 << 20, torch.float32, 80 << 30) == 1
     assert copies(65536, 16, 1 << 18, torch.int32, 80 << 30) == 1  # 4 a row
+
+
+def test_integer_wide_rows_flat_copies():
+    """Integer rows of 64 elements or more, one element a thread: copies up to n / 512 that
+    fit 1M elements, none where a copy would take over 8,192 indices (the narrow kernels
+    find hot rows there); the pass gives the op that many."""
+    from commrt.fx.scatter_rule import int_flat
+
+    assert int_flat(1024, 100, 41_943, torch.int32) == 8  # 16 would take 1.6M elements
+    assert int_flat(8, 1024, 4096, torch.int64) == 8  # 4096 / 512
+    assert int_flat(1024, 1024, 4096, torch.int32) == 1  # a copy of 1M elements
+    assert int_flat(65536, 100, 41_943, torch.int32) == 0  # 41,943 indices on one copy
+    assert int_flat(1024, 63, 65_000, torch.int32) == 0  # narrower rows
+    assert int_flat(1024, 100, 41_943, torch.float32) == 0
+    assert int_flat(8, 4096, 1024, torch.int32) == 2
+    assert copies(1024, 100, 41_943, torch.int32, 80 << 30) == 8
 
 
 def test_off_by_default_and_switched_by_the_config(monkeypatch):

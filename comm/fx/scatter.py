@@ -74,6 +74,7 @@ from .scatter_rule import (
     half_adds,
     inductor_partitions,
     int_adds,
+    int_flat,
     int_narrow,
     local_blocks,
     local_sums,
@@ -165,7 +166,7 @@ def _routes(rows: int, width: int, n: int, dtype: torch.dtype, out_dtype: torch.
     then).
     Cached: a call of a shape seen before skips the rule."""
     from .scatter_few import few_rows_index_add
-    from .scatter_ints import int_index_add
+    from .scatter_ints import int_flat_index_add, int_index_add
     from .scatter_kernels import PARTS, partitioned_index_add
     from .scatter_narrow import narrow_index_add
     from .scatter_shared import shared_sums_index_add
@@ -178,8 +179,10 @@ def _routes(rows: int, width: int, n: int, dtype: torch.dtype, out_dtype: torch.
         return route
 
     if dtype not in PARTS:  # integers: into few rows the selects, int64 native atomics,
-        if few_ints(rows, width, n, dtype):  # int32 narrow rows the narrow kernels
-            return (without_partitions(few_rows_index_add),)
+        if few_ints(rows, width, n, dtype):  # int32 narrow rows the narrow kernels,
+            return (without_partitions(few_rows_index_add),)  # wider rows one element a
+        if int_flat(rows, width, n, dtype) and out_dtype == dtype:  # thread, no plan
+            return (int_flat_index_add,)
         if int_narrow(rows, width, n, dtype) and out_dtype == dtype:
             return (functools.partial(narrow_index_add, pair_sample=pair_sample(rows)),)
         return (int_index_add,) if int_adds(rows, width, n, dtype) else ()
@@ -398,6 +401,8 @@ def copies(rows: int, width: int, n: int, dtype: torch.dtype, memory: int,
     for ``n`` values of ``width`` elements into ``rows`` rows that the rule gives commrt."""
     # past SHARED_PLANE rows, the copies of the narrow kernels that a GPU without room for
     # the shared sums falls back to
+    if p := int_flat(rows, width, n, dtype):
+        return p
     if few_rows(rows, width) or few_products(rows, width, n, dtype) or \
             local_sums(rows, width, n, dtype) or \
             shared_sums(rows, width, n, dtype) and rows <= SHARED_PLANE:

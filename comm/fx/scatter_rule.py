@@ -18,13 +18,15 @@ sums every output row a program (so do fp32 and bf16 rows of ``FEW_PRODUCTS_ROW`
 up to ``SHARED_PLANE`` rows (fp32: ``SHARED_WINDOWS`` times that; ``shared_sums``) to
 ``scatter_shared``, which sums them in shared memory. int32 and int64 values into such
 few rows (``few_ints``: histograms, token counts) go to ``scatter_few`` too, summed in
-their own dtype; other int64 values (``int_adds``) to ``scatter_ints``' native 64-bit
-atomics (torch's, which Inductor calls for int64, loop on compare-and-swap); other int32
-rows of up to ``INT_ROW`` elements (``int_narrow``; over ``NARROW_ROW``, only with few values a
-row) to the narrow kernels, summed in int32; other int32 rows stay with Inductor, whose
-atomics are the GPU's. Other narrow rows go to commrt's
-narrow kernels: whether they contend depends on the indices (one hot row among a million
-is as common as a histogram of eight bins), which only the GPU sees. Two exceptions,
+their own dtype; integer rows of ``INT_FLAT_ROW`` elements or more with few indices a copy
+(``int_flat``) to ``scatter_ints``' flat adds, one element a thread with no plan; other
+int64 values (``int_adds``) to its native 64-bit atomics (torch's, which Inductor calls
+for int64, loop on compare-and-swap); other int32 rows of up to ``INT_ROW`` elements
+(``int_narrow``; over ``NARROW_ROW``, only with few values a row) to the narrow kernels,
+summed in int32; other int32 rows stay with Inductor, whose atomics are the GPU's. Other
+narrow rows go to commrt's narrow kernels: whether they contend depends on the indices
+(one hot row among a million is as common as a histogram of eight bins), which only the
+GPU sees. Two exceptions,
 measured: rows of 4 or more (and fp32 1-D values on more than ``HOT`` rows) with
 ``NARROW_PARTITIONED`` values a row or more (``_HALF`` for fp16/bf16), where Inductor's
 partitions won (fp32 rows go to commrt's copy of them, ``spread``: ``scatter_spread``, and
@@ -108,6 +110,15 @@ INT_COPIES_PER_ROW = 8
 # values a row they lost: rows of 100 into 1,024 rows 31.6 / 57.6 / 39.3 on up to 64
 # copies against 17.0 / 42.0 / 51.8, rows of 1024 into 8 rows 24.3 against 16.5 uniform
 INT_ROW = 1024
+# Integer rows of INT_FLAT_ROW elements or more (int_flat) go to scatter_ints'
+# int_flat_index_add instead: one value element a thread and no plan, value row j into
+# copy j % P, P a power of two up to n / INT_FLAT_INDICES that keeps the copies within
+# INT_FLAT_ELEMENTS, and only where a copy takes at most INT_FLAT_MAX indices (a hot row
+# half of them: else the narrow kernels, which find it).
+INT_FLAT_ROW = 64
+INT_FLAT_INDICES = 512
+INT_FLAT_ELEMENTS = 1 << 20
+INT_FLAT_MAX = 8192
 # ... and once on copies, as many as bring the adds an address takes under NARROW_SPREAD, up
 # to twice the values a row
 # (docs/decisions/2026-11-25-scatter-narrow-copies-more-them-once.md): fp32 values of rows
@@ -416,6 +427,9 @@ def decide(rows: int, width: int, n: int, dtype: torch.dtype, index_put: bool = 
     if few_ints(rows, width, n, dtype):
         return COMMRT, (f"{dtype} rows of {width} into {rows} rows: each summed a program, "
                         "exactly")
+    if p := int_flat(rows, width, n, dtype):
+        return COMMRT, (f"{dtype} rows of {width}, {per_row:.0f} values a row: one element "
+                        f"a thread into {p} {'copy' if p == 1 else 'copies'}, no plan")
     if int_adds(rows, width, n, dtype):
         return COMMRT, (f"{dtype} rows of {width}, {per_row:.0f} values a row: native "
                         "64-bit atomics")
@@ -491,9 +505,24 @@ def few_ints(rows: int, width: int, n: int, dtype: torch.dtype) -> bool:
 
 
 def int_adds(rows: int, width: int, n: int, dtype: torch.dtype) -> bool:
-    """int64 values that ``few_ints`` does not take: added with native 64-bit atomics."""
+    """int64 values that ``few_ints`` and ``int_flat`` do not take: added with native 64-bit
+    atomics."""
     return dtype == torch.int64 and rows > 0 and n >= MIN_INDICES and \
-        not few_ints(rows, width, n, dtype)
+        not few_ints(rows, width, n, dtype) and not int_flat(rows, width, n, dtype)
+
+
+def int_flat(rows: int, width: int, n: int, dtype: torch.dtype) -> int:
+    """The copies (0: not these values) of integer rows of ``INT_FLAT_ROW`` elements or more
+    that ``few_ints`` does not take, added one element a thread with no plan: a power of
+    two up to ``n / INT_FLAT_INDICES`` whose copies take at most ``INT_FLAT_ELEMENTS``,
+    where each then takes at most ``INT_FLAT_MAX`` indices."""
+    if dtype not in INT_DTYPES or width < INT_FLAT_ROW or not 0 < rows < 1 << 31 or \
+            n < 1 or few_ints(rows, width, n, dtype):
+        return 0
+    p = 1
+    while p * INT_FLAT_INDICES < n and 2 * p * rows * width <= INT_FLAT_ELEMENTS:
+        p *= 2
+    return p if n <= p * INT_FLAT_MAX else 0
 
 
 def int_narrow(rows: int, width: int, n: int, dtype: torch.dtype) -> bool:
@@ -503,7 +532,8 @@ def int_narrow(rows: int, width: int, n: int, dtype: torch.dtype) -> bool:
     the GPU, summed in int32."""
     per_row = INT_COPIES_PER_ROW if width > NARROW_ROW else NARROW_PARTITIONED
     return dtype == torch.int32 and width <= INT_ROW and 0 < rows < 1 << 31 and \
-        MIN_INDICES <= n < per_row * rows and not few_ints(rows, width, n, dtype)
+        MIN_INDICES <= n < per_row * rows and not few_ints(rows, width, n, dtype) and \
+        not int_flat(rows, width, n, dtype)
 
 
 def few_products(rows: int, width: int, n: int, dtype: torch.dtype) -> bool:
