@@ -153,10 +153,10 @@ REGIMES = [  # (rows, row width, indices, dtype, index_put, choice)
     (8, 100, 40_000, torch.int32, True, "commrt"),  # integer rows of 64 or more: flat adds
     (1024, 100, 40_000, torch.int32, False, "commrt"),
     (8, 1024, 4096, torch.int32, True, "commrt"),
-    (65536, 1024, 4096, torch.int32, True, "commrt"),
+    (65536, 1024, 4096, torch.int32, True, "commrt"),  # ... one copy of 64M: narrow kernels
     (1024, 1024, 4096, torch.int32, False, "commrt"),
     (65536, 100, 40_000, torch.int32, True, "commrt"),  # ... hot rows: the narrow kernels
-    (1024, 1025, 4096, torch.int32, True, "commrt"),
+    (1024, 1025, 4096, torch.int32, True, "inductor"),  # ... past 1,024, one copy: Inductor's
     (1024, 48, 80_000, torch.int32, True, "inductor_partitioned"),  # under 64, 78 a row
     (4099, 1, 40_000, torch.int32, False, "commrt"),  # int32 narrow: the narrow kernels
     (1 << 20, 16, 1 << 18, torch.int32, True, "commrt"),
@@ -750,7 +750,8 @@ def test_int32_narrow_rows_take_copies_from_fewer_values_a_row():
 def test_integer_wide_rows_flat_copies():
     """Integer rows of 64 elements or more, one element a thread: copies up to n / 512 that
     fit 1M elements, none where a copy would take over 8,192 indices (the narrow kernels
-    find hot rows there); the pass gives the op that many."""
+    find hot rows there), int32 on one copy of up to 1M elements, int64 on up to 8
+    copies; the pass gives the op that many."""
     from commrt.fx.scatter_rule import int_flat
 
     assert int_flat(1024, 100, 41_943, torch.int32) == 8  # 16 would take 1.6M elements
@@ -760,6 +761,10 @@ def test_integer_wide_rows_flat_copies():
     assert int_flat(1024, 63, 65_000, torch.int32) == 0  # narrower rows
     assert int_flat(1024, 100, 41_943, torch.float32) == 0
     assert int_flat(8, 4096, 1024, torch.int32) == 2
+    assert int_flat(1024, 4096, 1024, torch.int32) == 0  # int32: one copy of 4M elements
+    assert int_flat(1024, 4096, 1024, torch.int64) == 1  # ... int64 there: torch's loop
+    assert int_flat(8, 100, 41_943, torch.int32) == 128
+    assert int_flat(8, 100, 41_943, torch.int64) == 0  # int64: at most 8 copies
     assert copies(1024, 100, 41_943, torch.int32, 80 << 30) == 8
 
 

@@ -114,11 +114,22 @@ INT_ROW = 1024
 # int_flat_index_add instead: one value element a thread and no plan, value row j into
 # copy j % P, P a power of two up to n / INT_FLAT_INDICES that keeps the copies within
 # INT_FLAT_ELEMENTS, and only where a copy takes at most INT_FLAT_MAX indices (a hot row
-# half of them: else the narrow kernels, which find it).
+# half of them: else the narrow kernels, which find it); int32 on one copy only on outputs
+# of up to INT_FLAT_ELEMENTS, int64 on up to INT64_FLAT_COPIES. On one H100, µs uniform /
+# skewed / hot against Inductor's faster column
+# (benchmarks/results/probe_int_copies_NVIDIA_H100_80GB_HBM3.json and the int grid,
+# 1f04479): int32 rows of 100 into 1,024 rows on 8 copies 15.8 / 24.1 / 38.4 against
+# 17.2 / 36.1 / 47.1 (Inductor's plain scatter 17.2 / 99 / 256, the route before; 16 and
+# 32 copies 17.2 and 21.5 uniform), rows of 1024 there on one 14.3 / 14.7 / 26.4 against
+# 15.9 / 23.3 / 38.3 (the narrow kernels 19.0 uniform; 4 copies 28-30), int64 rows of 1024
+# into 1,024 rows 27.6 / 30.8 / 38.8 against torch's 77.8 / 224.5 / 817.8; but int32 rows
+# of 4096 into 1,024 rows on one copy (4M elements) 29.3 against 27.0 uniform, and int64
+# rows of 100 into 8 rows on 128 copies 104 against 37.5 for int_adds.
 INT_FLAT_ROW = 64
 INT_FLAT_INDICES = 512
 INT_FLAT_ELEMENTS = 1 << 20
 INT_FLAT_MAX = 8192
+INT64_FLAT_COPIES = 8
 # ... and once on copies, as many as bring the adds an address takes under NARROW_SPREAD, up
 # to twice the values a row
 # (docs/decisions/2026-11-25-scatter-narrow-copies-more-them-once.md): fp32 values of rows
@@ -515,14 +526,18 @@ def int_flat(rows: int, width: int, n: int, dtype: torch.dtype) -> int:
     """The copies (0: not these values) of integer rows of ``INT_FLAT_ROW`` elements or more
     that ``few_ints`` does not take, added one element a thread with no plan: a power of
     two up to ``n / INT_FLAT_INDICES`` whose copies take at most ``INT_FLAT_ELEMENTS``,
-    where each then takes at most ``INT_FLAT_MAX`` indices."""
+    where each then takes at most ``INT_FLAT_MAX`` indices; int32 on one copy only on
+    outputs of up to ``INT_FLAT_ELEMENTS``, int64 on up to ``INT64_FLAT_COPIES``."""
     if dtype not in INT_DTYPES or width < INT_FLAT_ROW or not 0 < rows < 1 << 31 or \
             n < 1 or few_ints(rows, width, n, dtype):
         return 0
     p = 1
     while p * INT_FLAT_INDICES < n and 2 * p * rows * width <= INT_FLAT_ELEMENTS:
         p *= 2
-    return p if n <= p * INT_FLAT_MAX else 0
+    if n > p * INT_FLAT_MAX or dtype == torch.int64 and p > INT64_FLAT_COPIES or \
+            dtype == torch.int32 and p == 1 and rows * width > INT_FLAT_ELEMENTS:
+        return 0
+    return p
 
 
 def int_narrow(rows: int, width: int, n: int, dtype: torch.dtype) -> bool:
