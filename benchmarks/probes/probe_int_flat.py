@@ -6,24 +6,21 @@ two of the row) columns at a time; Inductor's scatter takes ``XBLOCK`` consecuti
 elements a program, each element's row and column from its position. On the grid's int32
 cells (4M value elements, values -8..8): µs a call in a CUDA graph of 20 calls (median of
 five rounds taken in turn; spread: the least and most of the rounds) of Inductor's two
-compiled scatters (``index_put``), ``int_index_add`` as shipped, and ``_flat_adds`` (below)
-under several (``XBLOCK``, warps), on one copy and, on rows of 100 and 1024, on 8 and 32
-copies summed by torch as ``int_index_add`` sums them. Every column equal to torch's sum
-first::
+compiled scatters (``index_put``), ``int_index_add`` as shipped, and flat runs under several
+(``XBLOCK``, warps), on one copy and, on rows of 100 and 1024, on 8 and 32 copies. Every
+column equal to torch's sum first. Its results are of 169c3fd, whose flat kernel (this
+probe's own then) had its copies summed by torch as ``int_index_add`` sums them; it now
+times ``int_flat_index_add``, whose ``_int_sum`` sums them::
 
     python benchmarks/probes/probe_int_flat.py [--out probe_int_flat.json]
 """
 
 from __future__ import annotations
 
-import triton
-import triton.language as tl
 from probe_int32_rows import ROUNDS, cell_data, exact_row
 from probe_narrow_costs import inductor_columns, run_cells
 
 from commrt.fx import scatter_ints as si
-from commrt.fx.scatter_kernels import _rows_of
-from commrt.symm_mem.launch import Launcher, cdiv
 
 # (row width, output rows, indices); 0: 1-D values
 CELLS = [(100, 1024, d) for d in ("uniform", "skewed", "hot")] + \
@@ -34,30 +31,9 @@ FORMS = {"1024 w4": (1024, 4), "512 w4": (512, 4), "512 w8": (512, 8), "256 w4":
          "256 w8": (256, 8), "128 w4": (128, 4)}
 
 
-@triton.jit
-def _flat_adds(out, idx, vals, n, rows, P, D: tl.constexpr, XBLOCK: tl.constexpr,
-               WIDE: tl.constexpr):
-    e = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
-    if WIDE:
-        e = e.to(tl.int64)
-    r = e // D
-    i, ok, bad = _rows_of(idx, r, n, rows, WIDE)
-    tl.device_assert(bad == 0, "index out of range in a commrt scatter")
-    v = tl.load(vals + e, mask=ok, other=0)
-    tl.atomic_add(out + ((r % P) * rows + i) * D + e % D, v, mask=ok, sem="relaxed")
-
-
-run_flat = Launcher(_flat_adds, debug=True, sanitize_overflow=False)
-
-
 def flat(xblock: int, warps: int, P: int):
     def run(out, idx, vals):
-        rows, n = out.shape[0], idx.numel()
-        D = out.numel() // max(1, rows)
-        buf = si._buffer(out, rows, P)
-        run_flat.call((cdiv(n * D, xblock),), warps, out=buf, idx=idx, vals=vals, n=n,
-                      rows=rows, P=P, D=D, XBLOCK=xblock, WIDE=False)
-        return si._summed(out, buf, P)
+        return si.int_flat_index_add(out, idx, vals, P, block=xblock, warps=warps)
     return run
 
 

@@ -43,13 +43,20 @@ SUM_COPIES, SUM_TILE = 32, 8192  # _int_sum: copies a step, elements a step
 
 
 @triton.jit
+def _asserted_rows(idx, r, n, rows, WIDE: tl.constexpr):
+    # (output row, in range) of value rows r; an index out of range: a device-side assert
+    i, ok, bad = _rows_of(idx, r, n, rows, WIDE)
+    tl.device_assert(bad == 0, "index out of range in a commrt scatter")
+    return i, ok
+
+
+@triton.jit
 def _int_adds(out, idx, vals, n, rows, P, D: tl.constexpr, DP: tl.constexpr,
               SUB: tl.constexpr, WIDE: tl.constexpr):
     r = tl.program_id(0) * SUB + tl.arange(0, SUB)
     if WIDE:
         r = r.to(tl.int64)
-    i, ok, bad = _rows_of(idx, r, n, rows, WIDE)
-    tl.device_assert(bad == 0, "index out of range in a commrt scatter")
+    i, ok = _asserted_rows(idx, r, n, rows, WIDE)
     dst = ((r % P) * rows + i) * D  # copy j % P of value row j
     c = tl.arange(0, DP)
     for c0 in range(0, D, DP):
@@ -67,8 +74,7 @@ def _int_flat(out, idx, vals, n, rows, plane, P: tl.constexpr, D: tl.constexpr,
     if WIDE:
         e = e.to(tl.int64)
     r = e // D
-    i, ok, bad = _rows_of(idx, r, n, rows, WIDE)
-    tl.device_assert(bad == 0, "index out of range in a commrt scatter")
+    i, ok = _asserted_rows(idx, r, n, rows, WIDE)
     v = tl.load(vals + e, mask=ok, other=0)
     tl.atomic_add(out + (r % P) * plane + i * D + (e - r * D), v, mask=ok, sem="relaxed")
 
