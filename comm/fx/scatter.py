@@ -32,9 +32,9 @@ memory, and those of ``scatter_spread`` (fp32 narrow rows with many values a row
 fp16/bf16 rows of 4 of a scatter that Inductor would not partition: ``spread``) add value ``j`` to
 copy ``j % partitions``, a block's hot rows summed first (rows of 4 on sm90+: a block that
 contends sums each warp's values of one row before one atomic, ``warp_sums``). Integer
-values: into few rows ``scatter_few`` in their dtype, int32 narrow rows ``scatter_narrow``
-in int32, int64 ``scatter_ints``' native atomics; elsewhere (and off CUDA) the copies are
-torch ops.
+values: into few rows ``scatter_few`` in their dtype, rows of 64 or more ``scatter_ints``'
+flat adds, int32 narrow rows ``scatter_narrow`` in int32, other int64 ``scatter_ints``'
+native atomics; elsewhere (and off CUDA) the copies are torch ops.
 """
 
 from __future__ import annotations

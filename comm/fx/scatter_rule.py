@@ -541,10 +541,10 @@ def int_flat(rows: int, width: int, n: int, dtype: torch.dtype) -> int:
 
 
 def int_narrow(rows: int, width: int, n: int, dtype: torch.dtype) -> bool:
-    """int32 rows of up to ``INT_ROW`` elements that ``few_ints`` does not take, with fewer
-    than ``NARROW_PARTITIONED`` values a row (rows over ``NARROW_ROW``: ``INT_COPIES_PER_ROW``;
-    more stay with Inductor): the narrow kernels, which find hot rows and choose copies on
-    the GPU, summed in int32."""
+    """int32 rows of up to ``INT_ROW`` elements that ``few_ints`` and ``int_flat`` do not
+    take, with fewer than ``NARROW_PARTITIONED`` values a row (rows over ``NARROW_ROW``:
+    ``INT_COPIES_PER_ROW``; more stay with Inductor): the narrow kernels, which find hot
+    rows and choose copies on the GPU, summed in int32."""
     per_row = INT_COPIES_PER_ROW if width > NARROW_ROW else NARROW_PARTITIONED
     return dtype == torch.int32 and width <= INT_ROW and 0 < rows < 1 << 31 and \
         MIN_INDICES <= n < per_row * rows and not few_ints(rows, width, n, dtype) and \
