@@ -24,7 +24,7 @@ def test_every_kernel_compiles_for_sm90(tmp_path):
     env["TRITON_CACHE_DIR"] = str(tmp_path)  # really compile, never a cached cubin
     script = os.path.join(os.path.dirname(__file__), "compile_sm90.py")
     r = subprocess.run([sys.executable, script], env=env, capture_output=True, text=True,
-                       timeout=900)
+                       timeout=1800)
     assert r.returncode == 0 and r.stdout.startswith("ok "), r.stdout[-3000:] + r.stderr[-3000:]
     compiled = set(r.stdout.split(": ", 1)[1].strip().split(", "))
     assert compiled == KERNELS, compiled ^ KERNELS
