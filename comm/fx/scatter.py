@@ -178,10 +178,12 @@ def _routes(rows: int, width: int, n: int, dtype: torch.dtype, out_dtype: torch.
             return fn(self, index, values, **options)
         return route
 
-    if dtype not in PARTS:  # integers: into few rows the selects, int64 native atomics,
-        if few_ints(rows, width, n, dtype):  # int32 narrow rows the narrow kernels,
-            return (without_partitions(few_rows_index_add),)  # wider rows one element a
-        if int_flat(rows, width, n, dtype) and out_dtype == dtype:  # thread, no plan
+    # integers: into few rows the selects, wide rows one element a thread (no plan), int32
+    # narrow rows the narrow kernels, other int64 native atomics
+    if dtype not in PARTS:
+        if few_ints(rows, width, n, dtype):
+            return (without_partitions(few_rows_index_add),)
+        if int_flat(rows, width, n, dtype) and out_dtype == dtype:
             return (int_flat_index_add,)
         if int_narrow(rows, width, n, dtype) and out_dtype == dtype:
             return (functools.partial(narrow_index_add, pair_sample=pair_sample(rows)),)

@@ -1,5 +1,5 @@
-"""A Triton kernel for accumulating scatters of int64 values (``scatter_rule.int_adds``)
-behind ``commrt::partitioned_index_put`` on CUDA.
+"""Triton kernels for accumulating scatters of integer values (``scatter_rule.int_adds``,
+``int_flat``) behind ``commrt::partitioned_index_put`` on CUDA.
 
 torch's index_put/index_add adds int64 with a compare-and-swap loop an element, and
 Inductor hands int64 scatters to torch's kernel; Triton adds them with the GPU's native
@@ -9,8 +9,8 @@ at a time, to copy ``j % P`` of value row ``j``; with one copy (``P = 1``) that 
 the output, a clone of ``self``, else torch sums ``self`` and the zeroed copies after
 it. An index out of range is a device-side assert, as torch's (Triton's debug is on).
 
-``int_flat_index_add`` (int32 rows that ``scatter_rule.int_flat`` gives it) adds one value
-element a thread, a program a run of ``FLAT_BLOCK`` consecutive elements (Inductor's form,
+``int_flat_index_add`` (the integer rows that ``scatter_rule.int_flat`` gives it) adds one
+value element a thread, a program a run of ``FLAT_BLOCK`` consecutive elements (Inductor's form,
 on fewer a thread), no plan: value row ``j`` to copy ``j % P``. One copy is the output, a
 clone of ``self``; more are ``scatter_scratch``'s, zero on entry, and ``_int_sum``, launched
 after ``_int_flat``, adds them to ``self``, leaving them zero. (As a programmatic dependent
