@@ -4,13 +4,14 @@
 The interpreter runs the kernels' Python on the CPU but never lowers them, so code that
 only the GPU compiler refuses (types, layouts, inline PTX) would pass it. Here the
 callers run on CPU tensors with ``JITFunction.run`` recording instead of launching; each
-distinct specialisation is then compiled to a cubin for ``GPUTarget("cuda", 90, 32)``
-in the GPU flavour (``TIMER`` on, and ``PDL``, ``TRIGGER`` and ``EARLY`` where a kernel
-takes them). Prints ``ok N specialisations of K kernels: NAMES``.
+distinct specialisation is then compiled (one process a core) to a cubin for
+``GPUTarget("cuda", 90, 32)`` in the GPU flavour (``TIMER`` on, and ``PDL``, ``TRIGGER``
+and ``EARLY`` where a kernel takes them). Prints ``ok N specialisations of K kernels: NAMES``.
 """
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import sys
 
@@ -220,36 +221,50 @@ def collective_calls() -> None:
             collective_kernels.run_reduce_scatter(algorithm, ws, big, x.clone(), {}, 1.0)
 
 
+def compile_one(i: int) -> str | None:
+    """Compile the recorded launch ``i``; None, or why it failed (in a worker process)."""
+    fn, args, kwargs = calls[i]
+    signature, consts, options = specialisation(fn, args, dict(kwargs))
+    try:
+        kernel = triton.compile(ASTSource(fn, signature, consts), target=TARGET,
+                                options=options)
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        return (f"{fn.fn.__module__}.{fn.__name__} {consts} {options}: does not compile "
+                f"for sm_90: {type(exc).__name__}: {first}")
+    if not kernel.asm.get("cubin"):
+        return f"{fn.__name__} {consts}: no cubin"
+    if fn.__name__ == "_shared_partial":
+        from commrt.fx.scatter_shared import usable
+
+        if not usable(kernel, consts):
+            return f"_shared_partial {consts}: not fenced"
+    return None
+
+
 def main() -> None:
     JITFunction.run = _record
     scatter_calls()
     shared_calls()
     spread_calls()
     collective_calls()
-    seen, compiled = set(), 0
-    for fn, args, kwargs in calls:
+    seen, todo = set(), []
+    for i, (fn, args, kwargs) in enumerate(calls):
         signature, consts, options = specialisation(fn, args, dict(kwargs))
         key = (fn.__name__, fn.fn.__module__, tuple(signature.items()),
                tuple(sorted((k, repr(v)) for k, v in consts.items())),
                tuple(sorted(options.items())))
-        if key in seen:
-            continue
-        seen.add(key)
-        try:
-            kernel = triton.compile(ASTSource(fn, signature, consts), target=TARGET,
-                                    options=options)
-        except Exception as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-            sys.exit(f"{fn.fn.__module__}.{fn.__name__} {consts} {options}: does not compile "
-                     f"for sm_90: {type(exc).__name__}: {first}")
-        assert kernel.asm.get("cubin"), fn.__name__
-        if fn.__name__ == "_shared_partial":
-            from commrt.fx.scatter_shared import usable
-
-            assert usable(kernel, consts), f"_shared_partial {consts}: not fenced"
-        compiled += 1
+        if key not in seen:
+            seen.add(key)
+            todo.append(i)
+    # one compile per core: each is one Python thread (forked, so the workers share calls)
+    with multiprocessing.get_context("fork").Pool(os.cpu_count() or 1) as pool:
+        for failure in pool.imap_unordered(compile_one, todo):
+            if failure:
+                pool.terminate()
+                sys.exit(failure)
     names = sorted({k[0] for k in seen})
-    print(f"ok {compiled} specialisations of {len(names)} kernels: {', '.join(names)}")
+    print(f"ok {len(todo)} specialisations of {len(names)} kernels: {', '.join(names)}")
 
 
 if __name__ == "__main__":

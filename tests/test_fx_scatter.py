@@ -4,6 +4,7 @@ import importlib.util
 import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
@@ -793,21 +794,36 @@ def test_off_by_default_and_switched_by_the_config(monkeypatch):
         config.reload()
 
 
+INTERPRETED = {"scatter_narrow_interpret.py": 576, "scatter_few_interpret.py": 184,
+               "scatter_spread_interpret.py": 150, "scatter_ints_interpret.py": 148,
+               "scatter_interpret.py": 191}  # script: its cases, the longest first
+
+
+def _interpret(script: str) -> subprocess.CompletedProcess:
+    here = os.path.dirname(__file__)
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    return subprocess.run([sys.executable, os.path.join(here, script)], env=env,
+                          capture_output=True, text=True, timeout=900)
+
+
+@pytest.fixture(scope="module")
+def interpreted(request):
+    """The selected interpreter scripts, started together, one a core (each is one
+    single-threaded process): script -> future of its finished process."""
+    chosen = {item.callspec.params["script"] for item in request.session.items
+              if item.originalname == "test_cuda_kernels_under_the_triton_interpreter"}
+    with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
+        yield {s: pool.submit(_interpret, s) for s in INTERPRETED if s in chosen}
+
+
 @pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs triton")
-@pytest.mark.parametrize("script,cases", [("scatter_interpret.py", 191),
-                                          ("scatter_narrow_interpret.py", 576),
-                                          ("scatter_few_interpret.py", 184),
-                                          ("scatter_ints_interpret.py", 148),
-                                          ("scatter_spread_interpret.py", 150)])
-def test_cuda_kernels_under_the_triton_interpreter(script, cases):
+@pytest.mark.parametrize("script,cases", list(INTERPRETED.items()))
+def test_cuda_kernels_under_the_triton_interpreter(script, cases, interpreted):
     """The Triton kernels the op runs on CUDA, on CPU tensors: float64-exact sums for
     every value and index dtype and index distribution, with and without copies, rows
     combined or hot rows summed before adding or not; the narrow kernels' plan names the
     hot rows; NaN when an index is out of range."""
-    here = os.path.dirname(__file__)
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    r = subprocess.run([sys.executable, os.path.join(here, script)], env=env,
-                       capture_output=True, text=True, timeout=900)
+    r = interpreted[script].result()
     assert r.returncode == 0 and r.stdout.startswith(f"ok {cases}"), r.stdout + r.stderr
 
 
