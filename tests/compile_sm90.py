@@ -27,7 +27,8 @@ TARGET = GPUTarget("cuda", 90, 32)
 GPU_FLAVOUR = {"TIMER": True, "PDL": True, "TRIGGER": True, "EARLY": True}
 OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg", "launch_pdl", "debug",
            "sanitize_overflow")
-calls: list = []
+calls: list = []  # (kernel, args, kwargs) of each recorded launch
+specs: list = []  # (kernel, signature, constexprs, options) of each distinct one
 
 
 def _record(self, *args, grid, warmup, **kwargs):  # noqa: ARG001 (JITFunction.run's)
@@ -222,9 +223,8 @@ def collective_calls() -> None:
 
 
 def compile_one(i: int) -> str | None:
-    """Compile the recorded launch ``i``; None, or why it failed (in a worker process)."""
-    fn, args, kwargs = calls[i]
-    signature, consts, options = specialisation(fn, args, dict(kwargs))
+    """Compile ``specs[i]``; None, or why it failed (in a worker process)."""
+    fn, signature, consts, options = specs[i]
     try:
         kernel = triton.compile(ASTSource(fn, signature, consts), target=TARGET,
                                 options=options)
@@ -248,23 +248,23 @@ def main() -> None:
     shared_calls()
     spread_calls()
     collective_calls()
-    seen, todo = set(), []
-    for i, (fn, args, kwargs) in enumerate(calls):
+    seen = set()
+    for fn, args, kwargs in calls:
         signature, consts, options = specialisation(fn, args, dict(kwargs))
         key = (fn.__name__, fn.fn.__module__, tuple(signature.items()),
                tuple(sorted((k, repr(v)) for k, v in consts.items())),
                tuple(sorted(options.items())))
         if key not in seen:
             seen.add(key)
-            todo.append(i)
-    # one compile per core: each is one Python thread (forked, so the workers share calls)
+            specs.append((fn, signature, consts, options))
+    # one compile per core: each is one Python thread (forked, so the workers share specs)
     with multiprocessing.get_context("fork").Pool(os.cpu_count() or 1) as pool:
-        for failure in pool.imap_unordered(compile_one, todo):
+        for failure in pool.imap_unordered(compile_one, range(len(specs))):
             if failure:
                 pool.terminate()
                 sys.exit(failure)
     names = sorted({k[0] for k in seen})
-    print(f"ok {len(todo)} specialisations of {len(names)} kernels: {', '.join(names)}")
+    print(f"ok {len(specs)} specialisations of {len(names)} kernels: {', '.join(names)}")
 
 
 if __name__ == "__main__":

@@ -810,7 +810,8 @@ def _interpret(script: str) -> subprocess.CompletedProcess:
 def interpreted(request):
     """The selected interpreter scripts, started together, one a core (each is one
     single-threaded process): script -> future of its finished process."""
-    chosen = {item.callspec.params["script"] for item in request.session.items
+    root = request.node.listchain()[0]  # the collection's root holds the selected tests
+    chosen = {item.callspec.params["script"] for item in root.items
               if item.originalname == "test_cuda_kernels_under_the_triton_interpreter"}
     with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
         yield {s: pool.submit(_interpret, s) for s in INTERPRETED if s in chosen}
