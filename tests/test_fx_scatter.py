@@ -24,7 +24,9 @@ from commrt.fx.scatter_rule import (
     NARROW_PAIR_SAMPLE,
     SPREAD_BUSY,
     decide,
+    fp32_fours,
     half_adds,
+    half_pairs,
     local_blocks,
     local_sums,
     own_adds,
@@ -622,7 +624,7 @@ def test_half_adds_only_for_half_rows_of_four_or_more_few_a_row_on_one_copy():
     assert not half_adds(1 << 20, 16, 1 << 20, 2, torch.bfloat16)
     assert not half_adds(1 << 20, 16, 1 << 20, 1, torch.float32)
     # wider rows only on a large output (half_copy), or bf16 with block-local sums
-    assert half_adds(1 << 20, 17, 1 << 20, 1, torch.bfloat16)
+    assert half_adds(1 << 20, 18, 1 << 20, 1, torch.bfloat16)
     assert half_adds(65536, 100, 40_000, 1, torch.bfloat16)
     assert half_adds(4096, 1024, 8192, 1, torch.float16)
     assert not half_adds(1024, 1024, 4096, 1, torch.float16)  # 1M elements
@@ -630,6 +632,37 @@ def test_half_adds_only_for_half_rows_of_four_or_more_few_a_row_on_one_copy():
     assert not half_adds(1024, 100, 4096, 1, torch.bfloat16)  # ... of rows over 128 only
     assert not half_adds(65536, 100, 600_000, 1, torch.bfloat16)  # 9 a row
     assert not half_adds(4096, 2048, 8192, 1, torch.bfloat16)  # past ONE_COPY_ROW
+    # rows of an odd width: one fp16/bf16 atomic an element, so through the fp32 copy
+    assert not half_adds(1 << 20, 17, 1 << 20, 1, torch.bfloat16)
+    assert not half_adds(1 << 20, 5, 1 << 20, 1, torch.float16)
+    assert not half_adds(65536, 99, 40_000, 1, torch.bfloat16)
+    assert not half_adds(1024, 1023, 16_384, 1, torch.bfloat16)
+
+
+def test_rows_that_lose_paired_or_vector_atomics_go_where_they_were_measured_faster():
+    """fp16/bf16 rows of an odd width are summed in fp32 (never added in their dtype, nor
+    given to Inductor's partitions, which add in it); fp32 rows with tens of values a row
+    whose width is not a multiple of 4 go to Inductor's partitions (index_put only)."""
+    bf16, fp32 = torch.bfloat16, torch.float32
+    assert half_pairs(100) and not half_pairs(99) and fp32_fours(100) and not fp32_fours(98)
+    for put in (True, False):
+        choice, why = decide(1024, 99, 42_366, bf16, put)
+        assert choice == "commrt" and "summed in fp32" in why, why
+        choice, why = decide(65536, 99, 42_366, bf16, put)
+        assert choice == "commrt" and "summed in fp32" in why, why
+    assert "added in" in decide(65536, 100, 41_943, bf16)[1]
+    assert decide(1024, 101, 100_000, torch.float16, True)[0] == "commrt"  # 98 a row
+    assert decide(1024, 100, 100_000, torch.float16, True)[0] == "inductor_partitioned"
+    # bf16 index_put with Inductor's partitions' share a row: theirs, not the own adds
+    assert decide(1024, 64, 65_536, bf16, True)[0] == "inductor_partitioned"
+    assert decide(1024, 64, 65_536, bf16, False)[0] == "commrt"  # aten's kernel
+    assert decide(1024, 100, 41_943, bf16, True)[0] == "commrt"  # 41 a row
+    # fp32 rows with tens of values a row: the wide kernels only in fours
+    assert decide(1024, 99, 42_366, fp32, True) == (
+        "inductor_partitioned", "rows of 99 with 41 values a row, not in fours: Inductor's "
+        "partitions")
+    assert decide(1024, 100, 41_943, fp32, True)[0] == "commrt"
+    assert decide(1024, 99, 42_366, fp32, True, partitioned=False)[0] == "commrt"  # scatter_add
 
 
 def test_wide_own_adds_for_half_rows_with_a_few_tens_a_row():
@@ -639,6 +672,8 @@ def test_wide_own_adds_for_half_rows_with_a_few_tens_a_row():
     assert wide_own_adds(1024, 100, 41_943, torch.float32) == 0
     assert wide_own_adds(1024, 32, 41_943, torch.bfloat16) == 0  # not a wide row
     assert wide_own_adds(1024, 100, 2048, torch.bfloat16) == 0  # too few indices
+    assert wide_own_adds(1024, 99, 42_366, torch.bfloat16) == 0  # an odd width
+    assert wide_own_adds(1024, 101, 41_527, torch.float16) == 0
 
 
 def test_own_adds_for_narrow_half_rows_past_half_adds_on_one_copy_of_a_modest_output():
@@ -650,6 +685,8 @@ def test_own_adds_for_narrow_half_rows_past_half_adds_on_one_copy_of_a_modest_ou
     assert own_adds(65536, 1, 1 << 20, 1, torch.bfloat16) == 0  # one bf16 add an element
     assert own_adds(16384, 17, 1 << 18, 1, torch.bfloat16) == 0  # not a narrow row
     assert own_adds(1 << 20, 4, 1 << 24, 1, torch.bfloat16) == 0  # 4M elements: two copies
+    assert own_adds(65536, 5, 1 << 20, 1, torch.bfloat16) == 0  # an odd width
+    assert own_adds(16384, 15, 1 << 18, 1, torch.float16) == 0
 
 
 def test_wide_rows_on_one_copy_in_fp32_and_half_precision_only_past_narrow_rows():
@@ -679,6 +716,8 @@ def test_block_local_sums_for_fp32_rows_few_a_row_on_smaller_outputs():
     assert not local_sums(8, 1024, 1 << 20, torch.bfloat16)  # ... a few a row only
     assert not local_sums(4096, 1024, 4096, torch.bfloat16)  # ... on under 4M elements
     assert not local_sums(1024, 256, 16_384, torch.float16)
+    assert not local_sums(1024, 255, 16_384, torch.bfloat16)  # an odd width: bf16 adds
+    assert local_sums(1024, 255, 16_384, torch.float32) == LOCAL_MIN
     assert not local_sums(1024, 256, 2048, torch.float32)  # too few indices
     assert not local_sums(1024, 256, 17_408, torch.float32)  # 17 a row
     with torch._subclasses.FakeTensorMode():  # the pass gives them one copy
@@ -767,6 +806,8 @@ def test_integer_wide_rows_flat_copies():
     assert int_flat(8, 100, 41_943, torch.int32) == 128
     assert int_flat(8, 100, 41_943, torch.int64) == 0  # int64: at most 8 copies
     assert copies(1024, 100, 41_943, torch.int32, 80 << 30) == 8
+    from commrt.fx.scatter_ints import _stride  # copies on strides Triton sees as 16-aligned
+    assert _stride(792, 128) == 800 and _stride(800, 128) == 800 and _stride(792, 1) == 792
 
 
 def test_off_by_default_and_switched_by_the_config(monkeypatch):

@@ -46,6 +46,10 @@ CASES = [  # (op, dtype, row width (0: 1-D), rows, indices, expected choice)
     ("index_put", torch.bfloat16, 1024, 1024, 4099, "commrt"),  # ... an index_put too
     ("index_put", torch.bfloat16, 100, 1031, 41_947, "commrt"),  # bf16 adds where uncontended
     ("index_put", torch.float16, 100, 1031, 41_947, "commrt"),  # ... fp16
+    ("index_put", torch.bfloat16, 99, 1031, 42_367, "commrt"),  # odd rows: summed in fp32
+    ("index_add", torch.bfloat16, 99, 1 << 16, 42_367, "commrt"),  # ... one fp32 copy
+    ("index_add", torch.float16, 15, 1 << 16, 65_537, "commrt"),  # ... narrow rows
+    ("index_put", torch.float32, 99, 1031, 42_367, "inductor_partitioned"),  # not in fours
     ("scatter_add", torch.float32, 0, 8, 1 << 20, "commrt"),  # token counts: few rows
     ("scatter_add", torch.float32, 1, 20_011, 1 << 20, "commrt"),  # shared sums
     ("scatter_add", torch.bfloat16, 16, 1024, 262_147, "inductor_partitioned"),  # inlined
@@ -302,7 +306,7 @@ def test_few_rows_integers_equal_torch(dtype, shape, rows):
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
-@pytest.mark.parametrize("shape,rows", [((), 1031), ((17,), 1031), ((100,), 8),
+@pytest.mark.parametrize("shape,rows", [((), 1031), ((17,), 1031), ((100,), 8), ((99,), 8),
                                         ((100,), 1031), ((1000,), 1031), ((1000,), 65_537)])
 @pytest.mark.parametrize("partitions", [1, 8])
 def test_integer_flat_adds_equal_torch(dtype, shape, rows, partitions):
@@ -317,6 +321,23 @@ def test_integer_flat_adds_equal_torch(dtype, shape, rows, partitions):
     for dist, big in (("uniform", False), ("skewed", True), ("hot", False)):
         _check_integers(lambda b, i, v: int_flat_index_add(b, i, v, partitions), dist, rows,
                         n, shape, dtype, big, g, 3)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
+@pytest.mark.parametrize("width,rows,partitions", [(99, 8, 128), (100, 8, 128), (7, 9, 32)])
+def test_integer_flat_adds_on_copies_of_any_plane(dtype, width, rows, partitions):
+    """The flat adds' copies start on 16-element strides whatever the plane (792 elements
+    for rows of 99 into 8 rows), the gaps left zero: equal to torch's index_add, three
+    calls each, eager and in a CUDA graph."""
+    from commrt.fx.scatter_ints import int_flat_index_add
+
+    g = torch.Generator(device="cuda").manual_seed(width * rows + partitions)
+    n = (1 << 22) // width + 5
+    for dist, big in (("uniform", False), ("skewed", True), ("hot", False)):
+        _check_integers(lambda b, i, v: int_flat_index_add(b, i, v, partitions), dist, rows,
+                        n, (width,), dtype, big, g, 3)
 
 
 @pytest.mark.gpu
@@ -586,14 +607,15 @@ def test_shared_sums_kernels_against_float64(dtype, shape, rows):
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("width,n", [(100, 40_009), (1024, 8191)])
+@pytest.mark.parametrize("width,n", [(100, 40_009), (1024, 8191), (99, 40_009)])
 def test_one_copy_wide_rows_against_float64(dtype, width, n):
-    """Wide rows on one copy as the pass sends them (fp32: ``one_copy``; fp16/bf16 added in
-    their dtype: ``half_copy``), eager and in a CUDA graph, three calls each: every index
-    distribution and index dtype against float64, no worse than torch's own scatter; the
-    plan names a row that takes half the indices; an index out of range poisons."""
+    """Wide rows on one copy as the pass sends them (fp32: ``one_copy``; fp16/bf16:
+    ``half_copy``, added in their dtype where their rows pair up, else through an fp32
+    copy), eager and in a CUDA graph, three calls each: every index distribution and index
+    dtype against float64, no worse than torch's own scatter; the plan names a row that
+    takes half the indices; an index out of range poisons."""
     from commrt.fx.scatter_narrow import narrow_index_add, state_numel
-    from commrt.fx.scatter_rule import ONE_COPY_HOT, ONE_COPY_HOT_MIN
+    from commrt.fx.scatter_rule import ONE_COPY_HOT, ONE_COPY_HOT_MIN, half_pairs
 
     g = torch.Generator(device="cuda").manual_seed(width + n)
     rows = 4099
@@ -601,7 +623,7 @@ def test_one_copy_wide_rows_against_float64(dtype, width, n):
     def call(base, i, vals, state=None):
         return narrow_index_add(base, i, vals, 1, hot=ONE_COPY_HOT, hot_min=ONE_COPY_HOT_MIN,
                                 state=state, pdl=i.dtype == torch.int64,
-                                half_adds=dtype != torch.float32)
+                                half_adds=dtype != torch.float32 and half_pairs(width))
 
     def check(dist, idx, state):
         p, bad, nhot = state[:3].tolist()

@@ -40,6 +40,12 @@ WARPS = 4
 # (benchmarks/results/probe_int_flat_NVIDIA_H100_80GB_HBM3.json, 169c3fd)
 FLAT_BLOCK, FLAT_WARPS = 256, 8
 SUM_COPIES, SUM_TILE = 32, 8192  # _int_sum: copies a step, elements a step
+# Copies start a multiple of COPY_STRIDE elements apart: Triton specializes an integer
+# argument divisible by 16, and only then loads the copies in vectors in _int_sum. On one
+# H100 at 06fd582 (benchmarks/results/scatter_int_grid_w64_99_NVIDIA_H100_80GB_HBM3.md,
+# aecb4bd) int32 rows of 99 into 8 rows (planes of 792 elements, 128 copies) took 79-80 µs
+# against 19 for rows of 100 (planes of 800) in the int grid.
+COPY_STRIDE = 16
 
 
 @triton.jit
@@ -67,29 +73,30 @@ def _int_adds(out, idx, vals, n, rows, P, D: tl.constexpr, DP: tl.constexpr,
 
 
 @triton.jit
-def _int_flat(out, idx, vals, n, rows, plane, P: tl.constexpr, D: tl.constexpr,
+def _int_flat(out, idx, vals, n, rows, stride, P: tl.constexpr, D: tl.constexpr,
               BLOCK: tl.constexpr, WIDE: tl.constexpr):
-    # value element e of row j = e // D to copy j % P (copies plane elements apart)
+    # value element e of row j = e // D to copy j % P (copies stride elements apart)
     e = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     if WIDE:
         e = e.to(tl.int64)
     r = e // D
     i, ok = _asserted_rows(idx, r, n, rows, WIDE)
     v = tl.load(vals + e, mask=ok, other=0)
-    tl.atomic_add(out + (r % P) * plane + i * D + (e - r * D), v, mask=ok, sem="relaxed")
+    tl.atomic_add(out + (r % P) * stride + i * D + (e - r * D), v, mask=ok, sem="relaxed")
 
 
 @triton.jit
-def _int_sum(self_ptr, extra, out, plane, P: tl.constexpr, CP: tl.constexpr,
+def _int_sum(self_ptr, extra, out, plane, stride, P: tl.constexpr, CP: tl.constexpr,
              BLOCK: tl.constexpr):
-    # out := self + copies 0 .. P - 1 of extra (left zero), wrapping as torch's sums
+    # out := self + copies 0 .. P - 1 of extra, stride elements apart (left zero), wrapping
+    # as torch's sums
     step = tl.num_programs(0).to(tl.int64) * BLOCK
     for start in range(tl.program_id(0).to(tl.int64) * BLOCK, plane, step):
         offs = start + tl.arange(0, BLOCK)
         m = offs < plane
         x = tl.load(self_ptr + offs, mask=m, other=0)
         for c0 in tl.static_range(0, P, CP):
-            x += _copies(extra, plane, offs, m, c0, P + 1, CP, BLOCK)
+            x += _copies(extra, stride, offs, m, c0, P + 1, CP, BLOCK)
         tl.store(out + offs, x, mask=m)
 
 
@@ -173,39 +180,46 @@ def int_flat_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Te
     plane = rows * D
     if n == 0 or plane == 0:
         return self.clone()
+    stride = _stride(plane, partitions)
     adds, total = _flat_launches(rows, n, D, partitions, block, warps)
-    out, extra = _flat_buffers(self, partitions, plane)
-    adds(extra, index, values, n, rows, plane)
+    out, extra = _flat_buffers(self, partitions, stride)
+    adds(extra, index, values, n, rows, stride)
     if total is not None:
-        total(self, extra, out, plane)
+        total(self, extra, out, plane, stride)
     if replay is not None:
-        go = replay_call((adds, (extra, index, values, n, rows, plane)),
-                         (total, (self, extra, out, plane)))
+        go = replay_call((adds, (extra, index, values, n, rows, stride)),
+                         (total, (self, extra, out, plane, stride)))
         if go is not None:
-            replay.append(_flat_replay(go, n, rows, partitions, plane))
+            replay.append(_flat_replay(go, n, rows, partitions, plane, stride))
     return out
 
 
-def _flat_buffers(self: torch.Tensor, P: int, plane: int) -> tuple:
+def _stride(plane: int, P: int) -> int:
+    """Elements from one copy to the next: ``plane`` rounded up to ``COPY_STRIDE``."""
+    return plane if P == 1 else -(-plane // COPY_STRIDE) * COPY_STRIDE
+
+
+def _flat_buffers(self: torch.Tensor, P: int, stride: int) -> tuple:
     """(output, what the adds go into): a clone of ``self`` twice for one copy, else an
-    empty output and ``P`` copies of ``scatter_scratch`` zeros in the values' dtype."""
+    empty output and ``P`` copies, ``stride`` elements apart, of ``scatter_scratch`` zeros
+    in the values' dtype."""
     if P == 1:
         out = self.clone()
         return out, out
     words = self.element_size() // 4  # fp32 words an element
-    extra = zeroed(self.device, P * plane * words).view(self.dtype)
+    extra = zeroed(self.device, P * stride * words).view(self.dtype)
     return torch.empty_like(self), extra
 
 
-def _flat_replay(go, n: int, rows: int, P: int, plane: int):
+def _flat_replay(go, n: int, rows: int, P: int, plane: int, stride: int):
     """``int_flat_index_add`` of one shape again (see ``replay``)."""
     adds, total = go
 
     def again(self, index, values):
-        out, extra = _flat_buffers(self, P, plane)
-        adds(extra, index, values, n, rows, plane)
+        out, extra = _flat_buffers(self, P, stride)
+        adds(extra, index, values, n, rows, stride)
         if total is not None:
-            total(self, extra, out, plane)
+            total(self, extra, out, plane, stride)
         return out
 
     return again
@@ -216,7 +230,7 @@ def _flat_launches(rows: int, n: int, D: int, P: int, block: int, warps: int) ->
     """``int_flat_index_add``'s launches for one shape and set of options, each
     ``Launcher.prepare``'d: the adds, and the sum (None for one copy). Cached."""
     plane = rows * D
-    wide = max(n * D, P * plane) >= 1 << 31
+    wide = max(n * D, P * _stride(plane, P)) >= 1 << 31
     adds = run_flat.prepare((cdiv(n * D, block),), warps, P=P, D=D, BLOCK=block, WIDE=wide)
     if P == 1:
         return adds, None

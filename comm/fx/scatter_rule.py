@@ -52,7 +52,11 @@ of values a row and many indices go to them too (a hot row is found on the GPU);
 scatters of fp32 rows with over a thousand values a row the plan also looks for a few
 distinct rows, which it then sums as products (``wide_hot``);
 elsewhere to Inductor: partitioned where every output row takes many values, plain
-elsewhere.
+elsewhere. Where a row's elements cannot pair up in atomics (``half_pairs``: fp16/bf16
+rows of an odd width), nothing adds in fp16/bf16: the kernels sum them in fp32, and
+Inductor's partitions, which add in the values' dtype, do not get them; fp32 rows with
+tens of values a row whose width is not a multiple of 4 (``fp32_fours``) go to Inductor's
+partitions, where the wide kernels lost their vector atomics.
 """
 
 from __future__ import annotations
@@ -177,6 +181,17 @@ MEMORY_FRACTION = 0.05  # of device memory, for commrt's fp32 copies
 WIDE_ROW = 64  # elements a row from which commrt's kernels take a row
 FP32_CONTENDED = 1024  # values per output row from which they take fp32 rows
 HALF_CONTENDED = 32  # ... fp16/bf16 rows of WIDE_ROW or more
+# Atomics add fp16/bf16 pairs (``bf16x2``) and fp32 fours (``red.v4``) an instruction only
+# where every row starts on 4 and 16 bytes: rows of an even number of fp16/bf16 elements,
+# of a multiple of 4 fp32. On one H100 at 06fd582
+# (benchmarks/results/scatter_grid_w64_99_NVIDIA_H100_80GB_HBM3.txt, aecb4bd), µs uniform /
+# skewed / hot, bf16 rows of 99 added in bf16 took 99 / 33 / 33 into 1,024 rows (rows of
+# 100: 8.2 / 16.0 / 16.8) and 65 / 169 / 50 into 65,536 rows (10.4 / 11.1 / 24.0), and
+# Inductor's bf16 index_put of them 121 µs into 1,024 rows (7.3); fp32 rows of 99 on the
+# wide kernels into 1,024 rows 19 / 33 / 32 (9.6 / 17.5 / 17.8) against Inductor's
+# partitions' 18 / 25 / 28. So fp16/bf16 rows of an odd width are summed in fp32, and fp32
+# rows that would lose the vector atomics go where the wide kernels were not faster.
+HALF_PAIR, FP32_VECTOR = 2, 4  # elements a row must be a multiple of (half_pairs, fp32_fours)
 HALF_ROW, HALF_NARROW_CONTENDED = 16, 2048  # ... fp16/bf16 rows of 16 to WIDE_ROW
 MIN_INDICES = 4096  # fewer indices leave the GPU idle (16 rows a program)
 # From the grid at c636681 (every cell 4M value elements): Inductor's partitions beat the
@@ -473,17 +488,23 @@ def decide(rows: int, width: int, n: int, dtype: torch.dtype, index_put: bool = 
                         "output elements: one copy, hot rows found on the GPU")
     if half_copy(rows, width, n, dtype):
         return COMMRT, (f"{dtype} rows of {width}, {per_row:.2g} values a row on "
-                        f"{rows * width} output elements: one copy, added in {dtype}, hot "
-                        "rows found on the GPU")
+                        f"{rows * width} output elements: one copy, "
+                        f"{f'added in {dtype}' if half_pairs(width) else 'summed in fp32'}, "
+                        "hot rows found on the GPU")
     if dtype.is_floating_point and n >= MIN_INDICES:
         small = n * width < WIDE_MIN_VALUES  # Inductor's partitions win where they apply
         if dtype in HALF and (width >= WIDE_ROW and per_row >= HALF_CONTENDED or
                               width >= HALF_ROW and per_row >= HALF_NARROW_CONTENDED):
+            # Inductor's partitions add in the values' dtype: at full speed in pairs only
+            pairs = half_pairs(width)
+            if small and index_put and pairs and per_row >= INDUCTOR_CONTENDED:
+                return INDUCTOR_PARTITIONED, (f"{dtype} rows of {width}, {per_row:.0f} a "
+                                              f"row, {n * width} values: Inductor's partitions")
             if wide_own_adds(rows, width, n, dtype):
                 return COMMRT, (f"{dtype} rows of {width}, {per_row:.0f} a row: added in "
                                 f"{dtype} where the GPU finds few adds an address, else "
                                 "summed in fp32")
-            if small and index_put:
+            if small and index_put and pairs:
                 return INDUCTOR_PARTITIONED, (f"{dtype} rows of {width}, {per_row:.0f} a "
                                               f"row, {n * width} values: Inductor's partitions")
             return COMMRT, f"{dtype} rows of {width} summed in fp32, {per_row:.0f} a row"
@@ -496,11 +517,24 @@ def decide(rows: int, width: int, n: int, dtype: torch.dtype, index_put: bool = 
                 return COMMRT, f"rows of {width} with {per_row:.0f} values a row"
             if FP32_SPREAD_PER_ROW <= per_row < INDUCTOR_CONTENDED and \
                     n >= FP32_SPREAD_INDICES:
+                if partitioned and not fp32_fours(width):
+                    return INDUCTOR_PARTITIONED, (f"rows of {width} with {per_row:.0f} values "
+                                                  "a row, not in fours: Inductor's partitions")
                 return COMMRT, (f"rows of {width} with {per_row:.0f} values a row, {n} "
                                 "indices: contention found on the GPU")
     if index_put and n >= INDUCTOR_MIN_INDICES and per_row >= INDUCTOR_CONTENDED:
         return INDUCTOR_PARTITIONED, f"rows of {width} with {per_row:.0f} values a row"
     return INDUCTOR, f"rows of {width} with {per_row:.0f} values a row"
+
+
+def half_pairs(width: int) -> bool:
+    """Whether fp16/bf16 rows of ``width`` elements keep paired atomics (``HALF_PAIR``)."""
+    return width % HALF_PAIR == 0
+
+
+def fp32_fours(width: int) -> bool:
+    """Whether fp32 rows of ``width`` elements keep vector atomics (``FP32_VECTOR``)."""
+    return width % FP32_VECTOR == 0
 
 
 def few_rows(rows: int, width: int) -> bool:
@@ -599,7 +633,7 @@ def shared_sums(rows: int, width: int, n: int, dtype: torch.dtype) -> bool:
 
 def half_adds(rows: int, width: int, n: int, partitions: int, dtype: torch.dtype) -> bool:
     """fp16/bf16 rows that the narrow kernels add in their own dtype (one copy)."""
-    return dtype in HALF and partitions == 1 and (
+    return dtype in HALF and partitions == 1 and half_pairs(width) and (
         (HALF_ADDS_ROW <= width and n <= HALF_ADDS_PER_ROW * rows and
          (width <= NARROW_ROW or half_copy(rows, width, n, dtype))) or
         local_sums(rows, width, n, dtype) > 0)
@@ -609,7 +643,8 @@ def own_adds(rows: int, width: int, n: int, partitions: int, dtype: torch.dtype)
     """The adds an address may expect for narrow fp16/bf16 rows on one copy to be added in
     their dtype where the plan finds no hot row (0: always through the fp32 copy)."""
     if (dtype in HALF and partitions == 1 and HALF_ADDS_ROW <= width <= NARROW_ROW and
-            rows * width < OWN_ADDS_PLANE and not half_adds(rows, width, n, partitions, dtype)):
+            half_pairs(width) and rows * width < OWN_ADDS_PLANE and
+            not half_adds(rows, width, n, partitions, dtype)):
         return OWN_ADDS
     return 0
 
@@ -624,7 +659,8 @@ def half_copy(rows: int, width: int, n: int, dtype: torch.dtype) -> bool:
 def wide_own_adds(rows: int, width: int, n: int, dtype: torch.dtype) -> int:
     """The adds an address may expect for fp16/bf16 rows on commrt's wide kernels to be
     added in their dtype (0: always through the fp32 copies)."""
-    if dtype in HALF and width >= WIDE_ROW and MIN_INDICES <= n <= WIDE_OWN_PER_ROW * rows:
+    if dtype in HALF and width >= WIDE_ROW and half_pairs(width) and \
+            MIN_INDICES <= n <= WIDE_OWN_PER_ROW * rows:
         return WIDE_OWN_ADDS
     return 0
 
@@ -645,14 +681,15 @@ def wide_on_one_copy(rows: int, width: int, n: int, dtype: torch.dtype) -> bool:
 
 
 def local_sums(rows: int, width: int, n: int, dtype: torch.dtype) -> int:
-    """fp32 rows (bf16 rows of over ``LOCAL_WIDE``, added in bf16) that the narrow kernels
-    take with one copy and no plan, each block summing its rows that share an index: how
-    many rows must share it (0: not these rows)."""
+    """fp32 rows (bf16 rows of over ``LOCAL_WIDE``, an even width, added in bf16) that the
+    narrow kernels take with one copy and no plan, each block summing its rows that share
+    an index: how many rows must share it (0: not these rows)."""
     few = LOCAL_WIDE < width and rows <= LOCAL_FEW_ROWS
     if dtype == torch.float32:
         fits = LOCAL_ROW <= width and (n <= LOCAL_PER_ROW * rows or few)
     else:
-        fits = dtype == torch.bfloat16 and LOCAL_WIDE < width and n <= LOCAL_PER_ROW * rows
+        fits = dtype == torch.bfloat16 and LOCAL_WIDE < width and half_pairs(width) and \
+            n <= LOCAL_PER_ROW * rows
     if fits and width <= LOCAL_MAX_ROW and MIN_INDICES <= n and rows * width < ONE_COPY_PLANE:
         return LOCAL_MIN
     return 0
