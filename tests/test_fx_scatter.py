@@ -662,6 +662,8 @@ def test_rows_that_lose_paired_or_vector_atomics_go_where_they_were_measured_fas
         "inductor_partitioned", "rows of 99 with 41 values a row, not in fours: Inductor's "
         "partitions")
     assert decide(1024, 100, 41_943, fp32, True)[0] == "commrt"
+    assert decide(1024, 64, 65_536, fp32, True)[0] == "commrt"  # 64 a row: the wide kernels
+    assert decide(1024, 64, 65_600, fp32, True)[0] == "inductor_partitioned"  # over 64
     assert decide(1024, 99, 42_366, fp32, True, partitioned=False)[0] == "commrt"  # scatter_add
 
 

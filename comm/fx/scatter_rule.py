@@ -202,9 +202,13 @@ MIN_INDICES = 4096  # fewer indices leave the GPU idle (16 rows a program)
 # with under one a row (65,536 rows, at 8e8c16a) they lost 1.2x on uniform and skewed
 # indices and won 3.5x on a hot row: left to Inductor, as uniform indices are the common case.
 WIDE_MIN_VALUES = 1 << 24  # value elements from which the kernels take crowded wide rows
-FP32_SPREAD_INDICES = 16384  # fp32 wide rows with fewer than INDUCTOR_CONTENDED a row:
+FP32_SPREAD_INDICES = 16384  # fp32 wide rows with up to INDUCTOR_CONTENDED a row:
 FP32_SPREAD_PER_ROW = 16  # ... to the kernels from this many indices and values a row
 INDUCTOR_CONTENDED = 64  # values per output row from which Inductor's partitions pay
+# (fp32 rows of 64 with 64 a row, into 1,024 rows, on one H100 at 1a487d8, µs uniform /
+# skewed / hot: the wide kernels 9.7 / 15.5 / 15.7, Inductor's partitions 13.3 / 15.3 /
+# 22.6, its plain scatter 9.7 / 59.6 / 158: the `commrt kernels` column of
+# benchmarks/results/scatter_grid_w64_99_NVIDIA_H100_80GB_HBM3.md)
 # Narrow rows that commrt leaves to Inductor (benchmarks/results/scatter_grid_NVIDIA_H200.md,
 # 06eb09f and 544ae5e): Inductor's partitions won every cell of rows of 4 and 16 with 1,024
 # values a row or more (bf16: 256), and of fp32 1-D values on 1,024 rows; commrt's hot rows
@@ -515,7 +519,7 @@ def decide(rows: int, width: int, n: int, dtype: torch.dtype, index_put: bool = 
                                     f"{hot} hot rows as products where the GPU finds no "
                                     "more")
                 return COMMRT, f"rows of {width} with {per_row:.0f} values a row"
-            if FP32_SPREAD_PER_ROW <= per_row < INDUCTOR_CONTENDED and \
+            if FP32_SPREAD_PER_ROW <= per_row <= INDUCTOR_CONTENDED and \
                     n >= FP32_SPREAD_INDICES:
                 if partitioned and not fp32_fours(width):
                     return INDUCTOR_PARTITIONED, (f"rows of {width} with {per_row:.0f} values "
