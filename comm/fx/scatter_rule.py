@@ -205,10 +205,10 @@ WIDE_MIN_VALUES = 1 << 24  # value elements from which the kernels take crowded 
 FP32_SPREAD_INDICES = 16384  # fp32 wide rows with up to INDUCTOR_CONTENDED a row:
 FP32_SPREAD_PER_ROW = 16  # ... to the kernels from this many indices and values a row
 INDUCTOR_CONTENDED = 64  # values per output row from which Inductor's partitions pay
-# (fp32 rows of 64 with 64 a row, into 1,024 rows, on one H100 at 1a487d8, µs uniform /
-# skewed / hot: the wide kernels 9.7 / 15.5 / 15.7, Inductor's partitions 13.3 / 15.3 /
-# 22.6, its plain scatter 9.7 / 59.6 / 158: the `commrt kernels` column of
-# benchmarks/results/scatter_grid_w64_99_NVIDIA_H100_80GB_HBM3.md)
+# (an index_put of fp32 rows of 64 with 64 a row into 1,024 rows, on one H100 at 1a487d8,
+# µs uniform / skewed / hot: the wide kernels 9.8 / 15.1 / 15.7, Inductor's partitions
+# 13.4 / 15.3 / 22.6, its plain scatter 9.7 / 59.6 / 158: the `commrt kernels` column of
+# benchmarks/results/scatter_grid_w64_99_NVIDIA_H100_80GB_HBM3.md, fce03c0, in git)
 # Narrow rows that commrt leaves to Inductor (benchmarks/results/scatter_grid_NVIDIA_H200.md,
 # 06eb09f and 544ae5e): Inductor's partitions won every cell of rows of 4 and 16 with 1,024
 # values a row or more (bf16: 256), and of fp32 1-D values on 1,024 rows; commrt's hot rows
