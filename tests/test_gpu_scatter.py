@@ -307,14 +307,16 @@ def test_few_rows_integers_equal_torch(dtype, shape, rows):
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
-@pytest.mark.parametrize("shape,rows", [((), 1031), ((17,), 1031), ((100,), 8), ((99,), 8),
-                                        ((100,), 1031), ((1000,), 1031), ((1000,), 65_537)])
-@pytest.mark.parametrize("partitions", [1, 8])
+@pytest.mark.parametrize("shape,rows,partitions", [
+    (shape, rows, p) for shape, rows in (((), 1031), ((17,), 1031), ((100,), 8), ((99,), 8),
+                                         ((100,), 1031), ((1000,), 1031), ((1000,), 65_537))
+    for p in (1, 8)] + [((99,), 8, 128), ((100,), 8, 128), ((7,), 9, 32)])  # planes: 792, 800, 63
 def test_integer_flat_adds_equal_torch(dtype, shape, rows, partitions):
     """Integer values one element a thread into copies summed after (``int_flat_index_add``),
     eager and in a CUDA graph, three calls each: equal to torch's index_add for every index
-    distribution and index dtype, int32 sums past 2**31 wrapping as torch's do; the copies
-    left zero for the next call."""
+    distribution and index dtype, int32 sums past 2**31 wrapping as torch's do; the copies,
+    16-element strides apart whatever the plane, left zero (their gaps too) for the next
+    call."""
     from commrt.fx.scatter_ints import int_flat_index_add
 
     g = torch.Generator(device="cuda").manual_seed(rows + len(shape) + partitions)
@@ -322,23 +324,6 @@ def test_integer_flat_adds_equal_torch(dtype, shape, rows, partitions):
     for dist, big in (("uniform", False), ("skewed", True), ("hot", False)):
         _check_integers(lambda b, i, v: int_flat_index_add(b, i, v, partitions), dist, rows,
                         n, shape, dtype, big, g, 3)
-
-
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-@pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
-@pytest.mark.parametrize("width,rows,partitions", [(99, 8, 128), (100, 8, 128), (7, 9, 32)])
-def test_integer_flat_adds_on_copies_of_any_plane(dtype, width, rows, partitions):
-    """The flat adds' copies start on 16-element strides whatever the plane (792 elements
-    for rows of 99 into 8 rows), the gaps left zero: equal to torch's index_add, three
-    calls each, eager and in a CUDA graph."""
-    from commrt.fx.scatter_ints import int_flat_index_add
-
-    g = torch.Generator(device="cuda").manual_seed(width * rows + partitions)
-    n = (1 << 22) // width + 5
-    for dist, big in (("uniform", False), ("skewed", True), ("hot", False)):
-        _check_integers(lambda b, i, v: int_flat_index_add(b, i, v, partitions), dist, rows,
-                        n, (width,), dtype, big, g, 3)
 
 
 @pytest.mark.gpu

@@ -491,24 +491,23 @@ def decide(rows: int, width: int, n: int, dtype: torch.dtype, index_put: bool = 
         return COMMRT, (f"rows of {width}, {per_row:.2g} values a row on {rows * width} "
                         "output elements: one copy, hot rows found on the GPU")
     if half_copy(rows, width, n, dtype):
+        adds = f"added in {dtype}" if half_pairs(width) else "summed in fp32"
         return COMMRT, (f"{dtype} rows of {width}, {per_row:.2g} values a row on "
-                        f"{rows * width} output elements: one copy, "
-                        f"{f'added in {dtype}' if half_pairs(width) else 'summed in fp32'}, "
-                        "hot rows found on the GPU")
+                        f"{rows * width} output elements: one copy, {adds}, hot rows found "
+                        "on the GPU")
     if dtype.is_floating_point and n >= MIN_INDICES:
         small = n * width < WIDE_MIN_VALUES  # Inductor's partitions win where they apply
         if dtype in HALF and (width >= WIDE_ROW and per_row >= HALF_CONTENDED or
                               width >= HALF_ROW and per_row >= HALF_NARROW_CONTENDED):
-            # Inductor's partitions add in the values' dtype: at full speed in pairs only
-            pairs = half_pairs(width)
-            if small and index_put and pairs and per_row >= INDUCTOR_CONTENDED:
-                return INDUCTOR_PARTITIONED, (f"{dtype} rows of {width}, {per_row:.0f} a "
-                                              f"row, {n * width} values: Inductor's partitions")
-            if wide_own_adds(rows, width, n, dtype):
+            # Inductor's partitions add in the values' dtype: at full speed in pairs only;
+            # they take an index_put from INDUCTOR_CONTENDED a row, else the own adds do
+            partitions = small and index_put and half_pairs(width)
+            if wide_own_adds(rows, width, n, dtype) and \
+                    not (partitions and per_row >= INDUCTOR_CONTENDED):
                 return COMMRT, (f"{dtype} rows of {width}, {per_row:.0f} a row: added in "
                                 f"{dtype} where the GPU finds few adds an address, else "
                                 "summed in fp32")
-            if small and index_put and pairs:
+            if partitions:
                 return INDUCTOR_PARTITIONED, (f"{dtype} rows of {width}, {per_row:.0f} a "
                                               f"row, {n * width} values: Inductor's partitions")
             return COMMRT, f"{dtype} rows of {width} summed in fp32, {per_row:.0f} a row"
