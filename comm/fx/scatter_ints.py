@@ -40,8 +40,9 @@ WARPS = 4
 # (benchmarks/results/probe_int_flat_NVIDIA_H100_80GB_HBM3.json, 169c3fd)
 FLAT_BLOCK, FLAT_WARPS = 256, 8
 SUM_COPIES, SUM_TILE = 32, 8192  # _int_sum: copies a step, elements a step
-# Copies start a multiple of COPY_STRIDE elements apart: Triton specializes an integer
-# argument divisible by 16, and only then loads the copies in vectors in _int_sum. On one
+# Copies start a multiple of COPY_STRIDE elements apart, and _int_sum reads them up to
+# that stride: Triton specializes an integer argument divisible by 16, and only then
+# loads the copies in vectors (their addresses and mask aligned). On one
 # H100 at 06fd582 (benchmarks/results/scatter_int_grid_w64_99_NVIDIA_H100_80GB_HBM3.md,
 # aecb4bd) int32 rows of 99 into 8 rows (planes of 792 elements, 128 copies) took 79-80 µs
 # against 19 for rows of 100 (planes of 800) in the int grid.
@@ -89,14 +90,15 @@ def _int_flat(out, idx, vals, n, rows, stride, P: tl.constexpr, D: tl.constexpr,
 def _int_sum(self_ptr, extra, out, plane, stride, P: tl.constexpr, CP: tl.constexpr,
              BLOCK: tl.constexpr):
     # out := self + copies 0 .. P - 1 of extra, stride elements apart (left zero), wrapping
-    # as torch's sums
+    # as torch's sums. The copies are read up to stride (their padding is zero), so that
+    # their mask, as their addresses, is aligned to 16 elements and the loads are vectors.
     step = tl.num_programs(0).to(tl.int64) * BLOCK
     for start in range(tl.program_id(0).to(tl.int64) * BLOCK, plane, step):
         offs = start + tl.arange(0, BLOCK)
         m = offs < plane
         x = tl.load(self_ptr + offs, mask=m, other=0)
         for c0 in tl.static_range(0, P, CP):
-            x += _copies(extra, stride, offs, m, c0, P + 1, CP, BLOCK)
+            x += _copies(extra, stride, offs, offs < stride, c0, P + 1, CP, BLOCK)
         tl.store(out + offs, x, mask=m)
 
 
