@@ -4,18 +4,19 @@ planes?
 
 One GPU. ``scatter_ints.int_flat_index_add`` adds value row ``j`` into copy ``j % P``
 and ``_int_sum`` adds the copies to ``self``, a tile of ``min(P, SUM_COPIES)`` copies by
-``max(64, SUM_TILE // copies)`` elements a step, on ``cdiv(plane, that)`` programs (4 for
-int32 rows of 99 into 8 rows, 128 copies). Until the copies' mask was taken up to their
-16-aligned stride, a plane of 792 elements (rows of 99 into 8 rows) masked every load of
-the copies apart (Triton specializes an integer argument divisible by 16 only): 256 scalar
-loads a thread against 64 vectors of 4 on sm90. Columns: the op as the pass calls it
-("op", the copies' mask up to the stride), "op plane mask" (``_int_sum`` as it was, masked
-at the plane), "op tile T" (``SUM_TILE`` = T: more programs), Inductor's two compiled
-scatters (``index_put``), and on 65,536 rows "flat one copy" (``int_flat_index_add`` on
-one copy, where Inductor's plain scatter ran 32.0 µs on rows of 99 against 36.4 on rows of
-100 on one H100, and the narrow kernels 38.3 and 37.8, instead of the sum's variants); µs
-a call in a CUDA graph of 20 calls (median of five rounds taken in turn), every column
-equal to torch's sum first; then each kernel's µs in the op's columns on the first cell::
+``max(SUM_MIN, SUM_TILE // copies)`` elements a step, on ``cdiv(plane, that)`` programs
+(4 for int32 rows of 99 into 8 rows, 128 copies). Until the copies' mask was taken up to
+their 16-aligned stride, a plane of 792 elements (rows of 99 into 8 rows) masked every
+load of the copies apart (Triton specializes an integer argument divisible by 16 only):
+256 scalar loads a thread against 64 vectors of 4 on sm90. Columns: the op as the pass
+calls it ("op", the copies' mask up to the stride), "op plane mask" (``_int_sum`` as it
+was, masked at the plane), "op tile T" (``SUM_TILE`` = T, and ``SUM_MIN`` = 32 with
+1,024: more programs), Inductor's two compiled scatters (``index_put``); on 65,536 rows,
+instead of the sum's variants, "flat one copy" (``int_flat_index_add`` on one copy, where
+Inductor's plain scatter ran 32.0 µs on rows of 99 against 36.4 on rows of 100 on one
+H100, and the narrow kernels 38.3 and 37.8). µs a call in a CUDA graph of 20 calls
+(median of five rounds taken in turn), every column equal to torch's sum first; then each
+kernel's µs in the op's columns on the first cell::
 
     python benchmarks/probes/probe_int_sum.py [--out probe_int_sum.json]
 """
@@ -87,7 +88,8 @@ def cell(dtype: torch.dtype, width: int, rows: int, dist: str) -> dict:
         calls["flat one copy"] = lambda: si.int_flat_index_add(out, idx, vals, 1)
     else:
         variants = {"op plane mask": patched(run_sum=PLANE_SUM),
-                    **{f"op tile {t}": patched(SUM_TILE=t) for t in TILES}}
+                    **{f"op tile {t}": patched(SUM_TILE=t) for t in TILES},
+                    "op tile 1024 min 32": patched(SUM_TILE=1024, SUM_MIN=32)}
         for name, run in variants.items():
             calls[name] = lambda run=run: run(out, idx, vals, P)
     plane = rows * width

@@ -39,7 +39,7 @@ WARPS = 4
 # Inductor's plain scatter; 512 on 4 warps 30.0 and 27.4
 # (benchmarks/results/probe_int_flat_NVIDIA_H100_80GB_HBM3.json, 169c3fd)
 FLAT_BLOCK, FLAT_WARPS = 256, 8
-SUM_COPIES, SUM_TILE = 32, 8192  # _int_sum: copies a step, elements a step
+SUM_COPIES, SUM_TILE, SUM_MIN = 32, 8192, 64  # _int_sum: copies, elements, least columns a step
 # Copies start a multiple of COPY_STRIDE elements apart, and _int_sum reads them up to
 # that stride: Triton specializes an integer argument divisible by 16, and only then
 # loads the copies in vectors (their addresses and mask aligned). On one
@@ -237,6 +237,6 @@ def _flat_launches(rows: int, n: int, D: int, P: int, block: int, warps: int) ->
     if P == 1:
         return adds, None
     cp = min(P, SUM_COPIES)
-    blk = max(64, SUM_TILE // cp)
+    blk = max(SUM_MIN, SUM_TILE // cp)
     total = run_sum.prepare((min(cdiv(plane, blk), SUM_PROGRAMS),), 4, P=P, CP=cp, BLOCK=blk)
     return adds, total
