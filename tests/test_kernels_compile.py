@@ -28,3 +28,37 @@ def test_every_kernel_compiles_for_sm90(tmp_path):
     assert r.returncode == 0 and r.stdout.startswith("ok "), r.stdout[-3000:] + r.stderr[-3000:]
     compiled = set(r.stdout.split(": ", 1)[1].strip().split(", "))
     assert compiled == KERNELS, compiled ^ KERNELS
+
+
+INT_SUM_PTX = """
+import re, triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from commrt.fx.scatter_ints import _int_sum
+names = _int_sum.arg_names
+sig = {"self_ptr": "*i32", "extra": "*i32", "out": "*i32", "plane": "i64", "stride": "i64",
+       "P": "constexpr", "CP": "constexpr", "BLOCK": "constexpr"}
+consts = {(names.index("P"),): 128, (names.index("CP"),): 32, (names.index("BLOCK"),): 256}
+aligned = ("self_ptr", "extra", "out", "stride")  # plane: 792, not a multiple of 16
+attrs = {(names.index(a),): [["tt.divisibility", 16]] for a in aligned}
+k = triton.compile(ASTSource(_int_sum, signature=sig, constexprs=consts, attrs=attrs),
+                   target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
+print(" ".join(re.findall(r"ld\\.global[.\\w]*", k.asm["ptx"])))
+"""
+
+
+@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs triton")
+def test_int_sum_loads_the_copies_in_vectors_on_any_plane(tmp_path):
+    """``_int_sum`` reads the copies up to their 16-aligned stride: on a plane of 792
+    elements (int32 rows of 99 into 8 rows) its 128 copies load four elements a load,
+    and only ``self`` element by element."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_CACHE_DIR"] = str(tmp_path)
+    r = subprocess.run([sys.executable, "-c", INT_SUM_PTX], env=env, capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    loads = r.stdout.split()
+    # [32 copies, 256 elements] a step on 128 threads: 64 elements a thread a step, in
+    # vectors (64 of 4 in all on Triton 3.9); element by element only self's (one or two)
+    scalar = loads.count("ld.global.b32")
+    assert scalar <= 2 and len(loads) - scalar >= 32, loads
