@@ -11,8 +11,8 @@ import sys
 import pytest
 
 KERNELS = {"_all_gather_kernel", "_all_gather_push_kernel", "_barrier_kernel", "_hot", "_init",
-           "_int_adds", "_int_flat", "_int_sum", "_one_shot_kernel", "_one_shot_rms_kernel",
-           "_partial", "_prepare",
+           "_int_adds", "_int_copy", "_int_flat", "_int_sum", "_one_shot_kernel",
+           "_one_shot_rms_kernel", "_partial", "_prepare",
            "_push_kernel", "_push_rms_kernel", "_reduce_scatter_kernel",
            "_reduce_scatter_push_kernel", "_scatter", "_shared_partial", "_spread", "_spread_sum",
            "_sum", "_total", "_two_shot_kernel", "_two_shot_push_kernel", "_two_shot_rms_kernel"}

@@ -6,13 +6,13 @@ Inductor hands int64 scatters to torch's kernel; Triton adds them with the GPU's
 64-bit atomics (``red.add.u64``: two's complement, so the sums wrap as torch's do and
 are exact). One launch, ``_int_adds``: a program adds ``SUB`` value rows, ``DP`` columns
 at a time, to copy ``j % P`` of value row ``j``; with one copy (``P = 1``) that copy is
-the output, a clone of ``self``, else torch sums ``self`` and the zeroed copies after
+the output, a copy of ``self`` (``_int_copy``), else torch sums ``self`` and the zeroed copies after
 it. An index out of range is a device-side assert, as torch's (Triton's debug is on).
 
 ``int_flat_index_add`` (the integer rows that ``scatter_rule.int_flat`` gives it) adds one
 value element a thread, a program a run of ``FLAT_BLOCK`` consecutive elements (Inductor's form,
 on fewer a thread), no plan: value row ``j`` to copy ``j % P``. One copy is the output, a
-clone of ``self``; more are ``scatter_scratch``'s, zero on entry, and ``_int_sum``, launched
+copy of ``self``; more are ``scatter_scratch``'s, zero on entry, and ``_int_sum``, launched
 after ``_int_flat``, adds them to ``self``, leaving them zero. (As a programmatic dependent
 the sum made ``_int_flat`` 20.5 µs against 13.3 on int32 rows of 100 into 1,024 rows, one
 H100: ``benchmarks/results/probe_int_copies_kernels_NVIDIA_H100_80GB_HBM3.json``, e5ec0c0.)
@@ -39,7 +39,18 @@ WARPS = 4
 # Inductor's plain scatter; 512 on 4 warps 30.0 and 27.4
 # (benchmarks/results/probe_int_flat_NVIDIA_H100_80GB_HBM3.json, 169c3fd)
 FLAT_BLOCK, FLAT_WARPS = 256, 8
-SUM_COPIES, SUM_TILE, SUM_MIN = 32, 8192, 64  # _int_sum: copies, elements, least columns a step
+# _int_sum: copies a step, and elements a step: SUM_TILE over the copies, fewer on planes
+# too small to give SUM_SPREAD programs such steps, down to SUM_MIN. On one H100 at 1063176
+# (benchmarks/results/probe_int_sum_NVIDIA_H100_80GB_HBM3.json) int32 rows of 99 / 100 /
+# 64 into 8 rows (128 copies) took 16.0 / 15.8 / 15.3 µs on steps of 32 elements against
+# 19.4 / 19.2 / 18.8 on 256 (Inductor's partitions 13.9 / 18.9 / 32.5); rows of 99 into
+# 1,024 rows (8 copies) 15.8 on 1,024 against 17.3 on 32.
+SUM_COPIES, SUM_TILE, SUM_SPREAD, SUM_MIN = 32, 8192, 32, 32
+# The one copy that the adds go into, where they take one, is a copy of self made by
+# _int_copy, COPY_BLOCK elements a program on COPY_WARPS: on one H100 (probe_int_clone,
+# 1063176) 359 µs for 512 MiB of int64 against 442 for torch's clone, 560 against 554 for
+# 800 MiB, 23.9 against 24.2 for 32 MiB.
+COPY_BLOCK, COPY_WARPS = 4096, 8
 # Copies start a multiple of COPY_STRIDE elements apart, and _int_sum reads them up to
 # that stride: Triton specializes an integer argument divisible by 16, and only then
 # loads the copies in vectors (their addresses and mask aligned). On one
@@ -102,6 +113,14 @@ def _int_sum(self_ptr, extra, out, plane, stride, P: tl.constexpr, CP: tl.conste
         tl.store(out + offs, x, mask=m)
 
 
+@triton.jit
+def _int_copy(src, dst, numel, BLOCK: tl.constexpr):
+    # dst := src, a block a program
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < numel
+    tl.store(dst + offs, tl.load(src + offs, mask=m), mask=m)
+
+
 DTYPES = INT_DTYPES
 
 # without Triton's per-call argument binding (symm_mem.launch); debug keeps the assert,
@@ -109,6 +128,7 @@ DTYPES = INT_DTYPES
 run_adds = Launcher(_int_adds, debug=True, sanitize_overflow=False)
 run_flat = Launcher(_int_flat, debug=True, sanitize_overflow=False)
 run_sum = Launcher(_int_sum, sanitize_overflow=False)
+run_copy = Launcher(_int_copy)
 
 
 def int_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tensor,
@@ -135,9 +155,9 @@ def int_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Tensor,
 
 
 def _buffer(self: torch.Tensor, rows: int, P: int) -> torch.Tensor:
-    """What the atomics add into: a clone of ``self`` (one copy), else ``P`` zeroed copies."""
+    """What the atomics add into: a copy of ``self`` (one copy), else ``P`` zeroed copies."""
     if P == 1:
-        return self.clone()
+        return _copied(self)
     return torch.zeros((P * rows, *self.shape[1:]), device=self.device, dtype=self.dtype)
 
 
@@ -173,7 +193,7 @@ def int_flat_index_add(self: torch.Tensor, index: torch.Tensor, values: torch.Te
 
     ``self`` and ``values`` contiguous, of one of ``DTYPES``, ``values`` shaped
     ``[len(index), *self.shape[1:]]``; ``partitions``: the copies (a power of two; one:
-    the adds go into a clone of ``self``); ``block``, ``warps``: value elements a
+    the adds go into a copy of ``self``); ``block``, ``warps``: value elements a
     program, and its warps; ``replay``: a list that receives this call's replay
     (``launch.replay_call``).
     """
@@ -202,15 +222,24 @@ def _stride(plane: int, P: int) -> int:
 
 
 def _flat_buffers(self: torch.Tensor, P: int, stride: int) -> tuple:
-    """(output, what the adds go into): a clone of ``self`` twice for one copy, else an
+    """(output, what the adds go into): a copy of ``self`` twice for one copy, else an
     empty output and ``P`` copies, ``stride`` elements apart, of ``scatter_scratch`` zeros
     in the values' dtype."""
     if P == 1:
-        out = self.clone()
+        out = _copied(self)
         return out, out
     words = self.element_size() // 4  # fp32 words an element
     extra = zeroed(self.device, P * stride * words).view(self.dtype)
     return torch.empty_like(self), extra
+
+
+def _copied(self: torch.Tensor) -> torch.Tensor:
+    """A copy of ``self`` (contiguous) by ``_int_copy``."""
+    out = torch.empty_like(self)
+    numel = self.numel()
+    run_copy.call((cdiv(numel, COPY_BLOCK),), COPY_WARPS, src=self, dst=out, numel=numel,
+                  BLOCK=COPY_BLOCK)
+    return out
 
 
 def _flat_replay(go, n: int, rows: int, P: int, plane: int, stride: int):
@@ -237,6 +266,6 @@ def _flat_launches(rows: int, n: int, D: int, P: int, block: int, warps: int) ->
     if P == 1:
         return adds, None
     cp = min(P, SUM_COPIES)
-    blk = max(SUM_MIN, SUM_TILE // cp)
+    blk = max(SUM_MIN, min(SUM_TILE // cp, next_pow2(cdiv(plane, SUM_SPREAD))))
     total = run_sum.prepare((min(cdiv(plane, blk), SUM_PROGRAMS),), 4, P=P, CP=cp, BLOCK=blk)
     return adds, total
