@@ -44,19 +44,23 @@ FLAT_BLOCK, FLAT_WARPS = 256, 8
 # (benchmarks/results/probe_int_sum_NVIDIA_H100_80GB_HBM3.json) int32 rows of 99 / 100 /
 # 64 into 8 rows (128 copies) took 16.0 / 15.8 / 15.3 µs on steps of 32 elements against
 # 19.4 / 19.2 / 18.8 on 256 (Inductor's partitions 13.9 / 18.9 / 32.5); rows of 99 into
-# 1,024 rows (8 copies) 15.8 on 1,024 against 17.3 on 32.
+# 1,024 rows (8 copies) 15.8 on 1,024 against 17.3 on 128. In the int grid at 550eecd
+# (scatter_int_grid_NVIDIA_H100_80GB_HBM3.md) rows of 100 into 8 rows took 15.6 µs
+# uniform against 18.9 at 601ea47.
 SUM_COPIES, SUM_TILE, SUM_SPREAD, SUM_MIN = 32, 8192, 32, 32
 # The one copy that the adds go into, where they take one, is a copy of self made by
 # _int_copy, COPY_BLOCK elements a program on COPY_WARPS: on one H100 (probe_int_clone,
 # 1063176) 359 µs for 512 MiB of int64 against 442 for torch's clone, 560 against 554 for
-# 800 MiB, 23.9 against 24.2 for 32 MiB.
+# 800 MiB, 23.9 against 24.2 for 32 MiB; in the int grid at 550eecd int64 rows of 1024
+# into 65,536 rows 0.40 ms against 0.48 at 601ea47 (Inductor 0.44).
 COPY_BLOCK, COPY_WARPS = 4096, 8
 # Copies start a multiple of COPY_STRIDE elements apart, and _int_sum reads them up to
 # that stride: Triton specializes an integer argument divisible by 16, and only then
 # loads the copies in vectors (their addresses and mask aligned). On one
 # H100 at 06fd582 (benchmarks/results/scatter_int_grid_w64_99_NVIDIA_H100_80GB_HBM3.md,
 # aecb4bd) int32 rows of 99 into 8 rows (planes of 792 elements, 128 copies) took 79-80 µs
-# against 19 for rows of 100 (planes of 800) in the int grid.
+# against 19 for rows of 100 (planes of 800) in the int grid; with the copies' mask at
+# the plane rather than the stride, 23.9 against 19.4 (probe_int_sum, 1063176).
 COPY_STRIDE = 16
 
 
