@@ -27,9 +27,8 @@ import torch
 import triton
 import triton.language as tl
 from probe_int32_rows import base_cell, exact_row
-from probe_narrow_costs import kernel_us, run_cells
+from probe_narrow_costs import kernel_us, run_cells, with_constants
 
-from commrt.fx import scatter as pass_scatter
 from commrt.fx import scatter_ints as si
 from commrt.fx.scatter_kernels import _copies
 from commrt.symm_mem.launch import Launcher
@@ -61,25 +60,8 @@ PLANE_SUM = Launcher(_plane_sum, sanitize_overflow=False)
 
 
 def patched(**values):
-    """The op as the pass calls it with ``scatter_ints``' globals set to ``values`` for the
-    call (its cached launches and the op's replays cleared before and after)."""
-
-    def clear():
-        si._flat_launches.cache_clear()
-        pass_scatter.forget_shapes()
-
-    def run(out, idx, vals, P):
-        kept = {k: getattr(si, k) for k in values}
-        clear()
-        for k, v in values.items():
-            setattr(si, k, v)
-        try:
-            return torch.ops.commrt.partitioned_index_put(out, idx, vals, P)
-        finally:
-            for k, v in kept.items():
-                setattr(si, k, v)
-            clear()
-    return run
+    """The op as the pass calls it with ``scatter_ints``' globals set to ``values``."""
+    return with_constants(si, launches=si._flat_launches, **values)
 
 
 def cell(dtype: torch.dtype, width: int, rows: int, dist: str) -> dict:

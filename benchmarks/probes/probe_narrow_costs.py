@@ -202,11 +202,12 @@ def old_kernels(args):
             f" --old old --old-commit {args.old_commit}")
 
 
-def with_constants(module, op=None, **values):
+def with_constants(module, op=None, launches=None, **values):
     """``op`` (None: the op as the pass calls it) with ``module``'s constants set to
     ``values`` for the call and restored after it (the module's launches, cached by shape
-    in ``_launches``, and the op's replays cleared before and after)."""
-    launches = getattr(module, "_launches", None)
+    in ``launches``, by default its ``_launches``, and the op's replays cleared before and
+    after)."""
+    launches = launches or getattr(module, "_launches", None)
     clear_launches = getattr(launches, "cache_clear", lambda: None)
 
     def clear():  # the module's launches, and the op's replays of the shipped ones
