@@ -11,6 +11,9 @@ call in a CUDA graph of 20 calls (median of five rounds taken in turn), every sc
 column equal to torch's sum first::
 
     python benchmarks/probes/probe_int_clone.py [--out probe_int_clone.json]
+
+Its result is at 1063176. The op has since made that copy with the same kernel
+(``scatter_ints._int_copy``), so later "op" and "op copy kernel" are one form.
 """
 
 from __future__ import annotations

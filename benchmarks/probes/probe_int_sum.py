@@ -19,6 +19,9 @@ H100, and the narrow kernels 38.3 and 37.8). µs a call in a CUDA graph of 20 ca
 kernel's µs in the op's columns on the first cell::
 
     python benchmarks/probes/probe_int_sum.py [--out probe_int_sum.json]
+
+Its result is at 1063176. The sum's steps have since shrunk on small planes
+(``SUM_SPREAD``), so later the "op tile" columns of the 8-row cells match "op".
 """
 
 from __future__ import annotations
