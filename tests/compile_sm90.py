@@ -108,6 +108,17 @@ def scatter_calls() -> None:
                     if dtype != torch.float32:  # ... added in their dtype
                         narrow_index_add(self, idx, vals, 1, hot=0, local=4, columns=128,
                                          warps=1, half_adds=True)
+    # rows whose fp32 copies are padded to 16 bytes (copy_stride), with the own adds into
+    # the output's unpadded rows and the hot rows
+    idx = torch.zeros(1000, dtype=torch.int64)
+    for dtype, d in ((torch.float32, 99), (torch.bfloat16, 99), (torch.bfloat16, 98)):
+        self, vals = torch.zeros(64, d, dtype=dtype), torch.zeros(1000, d, dtype=dtype)
+        partitioned_index_add(self, idx, vals, 8, leaders=16,
+                              half_products=dtype != torch.float32)
+        if d == 98:
+            partitioned_index_add(self, idx, vals, 8, own_adds=128)
+        if dtype == torch.float32:
+            partitioned_index_add(self, idx, vals, 8, leaders=16, hot=32)
     # integers into few rows: the selects in their dtype, Triton's debug on (the assert)
     for dtype in (torch.int32, torch.int64):
         for itype in (torch.int64, torch.int32):

@@ -147,9 +147,18 @@ def main() -> None:
         except ValueError as e:
             assert "hot" in str(e), e
     cases += 2
-    out = partitioned_index_add(torch.zeros(4, 2), torch.tensor([0, 1, 99] * 40),
-                                torch.ones(120, 2), 8, per_address=1, min_copies=8)
-    assert out.isnan().all(), "an index out of range must poison the result"
+    for d in (2, 7):  # copies' rows padded from 7 to 8 elements: poisoned all the same
+        out = partitioned_index_add(torch.zeros(4, d), torch.tensor([0, 1, 99] * 40),
+                                    torch.ones(120, d), 8, per_address=1, min_copies=8)
+        assert out.isnan().all(), ("an index out of range must poison the result", d)
+    # the copies' rows D apart (pad_rows=False), as before they were padded
+    base, idx = torch.randn(11, 7, generator=g), torch.randint(0, 3, (500,), generator=g)
+    vals = torch.randn(500, 7, generator=g)
+    ref = base.double().index_add(0, idx, vals.double())
+    for pad in (True, False):
+        got = partitioned_index_add(base, idx, vals, 4, 1, 1, 32, pad_rows=pad)
+        assert finite_error(got, ref, pad) < TOL[torch.float32], pad
+        cases += 1
     # the extra copies came zero from the scratch and went back zero, poisoned call included
     assert not any(b.any() for b in scatter_scratch._buffers.values())
     print(f"ok {cases}")

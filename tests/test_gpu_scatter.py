@@ -694,13 +694,14 @@ def test_own_adds_against_float64(dtype, width, rows, n):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("width,rows,n,copies", [(100, 1031, 41_947, 32), (100, 8, 40_009, 128),
-                                                 (257, 1024, 16_001, 16), (1024, 8, 4099, 1)])
+                                                 (257, 1024, 16_001, 16), (1024, 8, 4099, 1),
+                                                 (99, 1031, 41_947, 32), (99, 1024, 40_009, 1)])
 @pytest.mark.parametrize("sum_pdl", [True, False])
 def test_wide_kernels_against_float64(dtype, width, rows, n, copies, sum_pdl):
     """The wide kernels, their ``_sum`` a programmatic dependent of ``_scatter`` or a plain
     launch, eager and in a CUDA graph, three calls each: every index distribution and index
-    dtype against float64, no worse than torch's own scatter; an index out of range
-    poisons."""
+    dtype against float64, no worse than torch's own scatter (rows of 99 and 257 through
+    copies whose rows are padded to 16 bytes); an index out of range poisons."""
     from commrt.fx.scatter_kernels import partitioned_index_add
 
     g = torch.Generator(device="cuda").manual_seed(width + rows + n)
@@ -825,7 +826,8 @@ def _wide_plan_adds(idx: torch.Tensor, rows: int, n: int) -> float:
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("width,rows,n", [(100, 1031, 41_947), (1024, 1024, 4099)])
+@pytest.mark.parametrize("width,rows,n", [(100, 1031, 41_947), (1024, 1024, 4099),
+                                          (98, 1031, 41_947)])  # 98: copies' rows padded
 @pytest.mark.parametrize("sum_pdl", [True, False])
 def test_wide_own_adds_against_float64(dtype, width, rows, n, sum_pdl):
     """fp16/bf16 wide rows as the pass sends them with ``own_adds``: the plan adds in their

@@ -62,3 +62,40 @@ def test_int_sum_loads_the_copies_in_vectors_on_any_plane(tmp_path):
     # vectors (64 of 4 in all on Triton 3.9); element by element only self's (one or two)
     scalar = loads.count("ld.global.b32")
     assert scalar <= 2 and len(loads) - scalar >= 32, loads
+
+
+SCATTER_PTX = """
+import re, torch, triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from commrt.fx.scatter_kernels import _scatter, copy_stride, scatter_config
+names = _scatter.arg_names
+ptrs = {"acc": "*fp32", "extra": "*fp32", "idx": "*i64", "vals": "*fp32", "state": "*i32",
+        "out": "*fp32"}
+sig = {**ptrs, "n": "i32", "rows": "i32"}
+sig.update({k: "constexpr" for k in names if k not in sig})
+cfg = dict(scatter_config(99, torch.float32), WIDE=False, PDL=True, TRIGGER=True,
+           EARLY=True, OWN=False, ALIGN=16, HALF=False, HOT=False, S=copy_stride(99))
+consts = {(names.index(k),): v for k, v in cfg.items()}
+attrs = {(names.index(a),): [["tt.divisibility", 16]] for a in ptrs}
+k = triton.compile(ASTSource(_scatter, signature=sig, constexprs=consts, attrs=attrs),
+                   target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
+print(" ".join(re.findall(r"(?:red|atom)\\.global[.\\w]*", k.asm["ptx"])))
+"""
+
+
+@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs triton")
+def test_wide_scatter_adds_rows_of_any_width_in_vectors(tmp_path):
+    """fp32 rows of 99 go into copies whose rows start on 16 bytes (``copy_stride``): the
+    wide ``_scatter`` adds them four elements an instruction (at D's own stride, 48 scalar
+    adds a program), and only an infinity's or NaN's own add element by element."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_CACHE_DIR"] = str(tmp_path)
+    r = subprocess.run([sys.executable, "-c", SCATTER_PTX], env=env, capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    adds = r.stdout.split()
+    # [16 rows, 128 columns] on 128 threads: the plain adds and the combined rows' sums
+    # in vectors of four (4 a thread each); the infinities' masked adds (16) one by one
+    vectors = [a for a in adds if ".v4." in a]
+    assert len(vectors) >= 8 and len(adds) - len(vectors) <= 16, adds

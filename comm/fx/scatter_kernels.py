@@ -127,14 +127,15 @@ def _prepare(self_ptr, acc, idx, state, n, rows, plane, P: tl.constexpr,
              MIN_COPIES: tl.constexpr, R: tl.constexpr, LEADERS: tl.constexpr,
              BLOCK: tl.constexpr, PDL: tl.constexpr, OWN: tl.constexpr = 0, out=None,
              WAIT: tl.constexpr = False, HOT: tl.constexpr = 0,
-             HOT_SAMPLE: tl.constexpr = 0):
+             HOT_SAMPLE: tl.constexpr = 0, D: tl.constexpr = 1, S: tl.constexpr = 1):
     # Program 0 estimates p, every other program copies a block of self into acc (fp32).
     # OWN > 0 (fp16/bf16): self is copied into out too, and the plan adds in out's dtype
     # (state[3] = 1) where an address expects at most OWN adds. WAIT: launched as a
     # programmatic dependent of the launch before it, whose results it waits for first.
     # HOT > 0: where HOT_SAMPLE strided indices hold at most HOT distinct rows, those rows
     # go to state[HOT_AT + 1 ...] and their count to state[HOT_AT] (else 0), for _hot, and
-    # the plan takes one copy.
+    # the plan takes one copy. S != D: acc's rows are S elements apart, self's (and out's)
+    # D; plane counts acc's elements (padding: zeros).
     if WAIT:
         tl.extra.cuda.gdc_wait()
     if PDL:  # _scatter's programs may start (they load their indices, then wait)
@@ -142,10 +143,11 @@ def _prepare(self_ptr, acc, idx, state, n, rows, plane, P: tl.constexpr,
     pid = tl.program_id(0)
     if pid > 0:
         offs = (pid - 1).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-        x = tl.load(self_ptr + offs, mask=offs < plane)
+        src, m = _unpadded(offs, plane, D, S)
+        x = tl.load(self_ptr + src, mask=m, other=0)
         tl.store(acc + offs, x.to(tl.float32), mask=offs < plane)
         if OWN > 0:
-            tl.store(out + offs, x, mask=offs < plane)
+            tl.store(out + src, x, mask=m)
     else:
         # The chance that two indices share a row: equal pairs among SAMPLE strided indices
         # and the same sample shifted by SHIFTS spread offsets (spread, so that sorted
@@ -196,6 +198,17 @@ def _prepare(self_ptr, acc, idx, state, n, rows, plane, P: tl.constexpr,
         tl.store(state, p)
         tl.store(state + 1, 0)
         tl.store(state + 2, contended.to(tl.int32))
+
+
+@triton.jit
+def _unpadded(offs, plane, D: tl.constexpr, S: tl.constexpr):
+    """(offset in rows of ``D`` elements, whether it holds one) of the elements ``offs``
+    (under ``plane``) of rows ``S`` elements apart (``S >= D``; the same where equal)."""
+    if S == D:
+        return offs, offs < plane
+    row = offs // S
+    col = offs - row * S
+    return row * D + col, (offs < plane) & (col < D)
 
 
 @triton.jit
@@ -257,9 +270,10 @@ def _scatter(acc, extra, idx, vals, state, n, rows, D: tl.constexpr, R: tl.const
              BD: tl.constexpr, LEADERS: tl.constexpr, PARTS: tl.constexpr,
              WIDE: tl.constexpr, PDL: tl.constexpr, TRIGGER: tl.constexpr = False,
              EARLY: tl.constexpr = False, OWN: tl.constexpr = False, out=None,
-             ALIGN: tl.constexpr = 1, HALF: tl.constexpr = False, HOT: tl.constexpr = False):
+             ALIGN: tl.constexpr = 1, HALF: tl.constexpr = False, HOT: tl.constexpr = False,
+             S: tl.constexpr = 0):
     # HOT: nothing to do where the plan found hot rows (_hot, launched before, added every
-    # row); else as _rows
+    # row); else as _rows (S: the copies' rows' stride, 0: D)
     go = True
     if HOT:
         if PDL:
@@ -267,14 +281,14 @@ def _scatter(acc, extra, idx, vals, state, n, rows, D: tl.constexpr, R: tl.const
         go = tl.load(state + HOT_AT) == 0
     if go:
         _rows(acc, extra, idx, vals, state, n, rows, D, R, BD, LEADERS, PARTS, WIDE, PDL,
-              TRIGGER, EARLY, OWN, out, ALIGN, HALF)
+              TRIGGER, EARLY, OWN, out, ALIGN, HALF, D if S == 0 else S)
 
 
 @triton.jit
 def _rows(acc, extra, idx, vals, state, n, rows, D: tl.constexpr, R: tl.constexpr,
           BD: tl.constexpr, LEADERS: tl.constexpr, PARTS: tl.constexpr, WIDE: tl.constexpr,
           PDL: tl.constexpr, TRIGGER: tl.constexpr, EARLY: tl.constexpr, OWN: tl.constexpr,
-          out, ALIGN: tl.constexpr, HALF: tl.constexpr):
+          out, ALIGN: tl.constexpr, HALF: tl.constexpr, S: tl.constexpr):
     # D is a compile-time constant; offsets are int32 unless an operand holds 2**31 elements
     # or more (WIDE). LEADERS < 0: never combine. PDL: launched while _prepare runs; the
     # indices load (written before it) before waiting for it, the values after
@@ -285,6 +299,8 @@ def _rows(acc, extra, idx, vals, state, n, rows, D: tl.constexpr, R: tl.constexp
     # into out in its fp16/bf16 dtype instead (the plan then chose one copy, no combining).
     # ALIGN: the bytes every row of acc and extra starts on (row_alignment). HALF (fp16/bf16
     # values): rows combine as products in the values' dtype, not in PARTS tf32 parts.
+    # S: the elements between rows of acc and extra (D, or D padded so that rows of any
+    # width start on 16 bytes: padding columns take zeros, in the same vector atomics).
     if TRIGGER and not EARLY:
         tl.extra.cuda.gdc_launch_dependents()
     pid = tl.program_id(0)
@@ -303,14 +319,14 @@ def _rows(acc, extra, idx, vals, state, n, rows, D: tl.constexpr, R: tl.constexp
     tl.store(state + 1 + 0 * r, 1, mask=bad)
     if EARLY or OWN:  # else _sum poisons out (with OWN it may not run)
         if tl.max(bad.to(tl.int32)) > 0:
-            poison(acc, rows * D)
+            poison(acc, rows * S)
             if OWN:
                 poison(out, rows * D)
     own = False
     if OWN:
         own = tl.load(state + 3) != 0
     part = (pid + j) & (tl.load(state) - 1)  # p is a power of two
-    dst = tl.multiple_of(tl.where(part == 0, acc + i * D, extra + ((part - 1) * rows + i) * D),
+    dst = tl.multiple_of(tl.where(part == 0, acc + i * S, extra + ((part - 1) * rows + i) * S),
                          ALIGN)
     combine = False  # LEADERS < 0: never (the row sums are not even traced, below)
     if LEADERS >= 0:
@@ -318,6 +334,7 @@ def _rows(acc, extra, idx, vals, state, n, rows, D: tl.constexpr, R: tl.constexp
     for c0 in range(0, D, BD):
         c = c0 + tl.arange(0, BD)
         cm = c < D
+        cs = c < S  # the adds: a padding column takes a zero (range(0, D, BD) reaches S)
         vn = tl.load(vals + r[:, None] * D + c[None, :], mask=(r < n)[:, None] & cm[None, :],
                      other=0)  # not waiting for the indices
         v = vn.to(tl.float32)
@@ -336,29 +353,30 @@ def _rows(acc, extra, idx, vals, state, n, rows, D: tl.constexpr, R: tl.constexp
                     s = _add_in_parts(tl.zeros([R, BD], tl.float32), onehot,
                                       tl.where(fin, v, 0.0), PARTS)
                 tl.atomic_add(dst[:, None] + c[None, :], s,
-                              mask=first[:, None] & cm[None, :], sem="relaxed")
+                              mask=first[:, None] & cs[None, :], sem="relaxed")
                 tl.atomic_add(dst[:, None] + c[None, :], v,
                               mask=ok[:, None] & cm[None, :] & (fin == 0), sem="relaxed")
         else:
             tl.atomic_add(dst[:, None] + c[None, :], v,
-                          mask=ok[:, None] & cm[None, :], sem="relaxed")
+                          mask=ok[:, None] & cs[None, :], sem="relaxed")
 
 
 @triton.jit
 def _hot(acc, idx, vals, state, n, rows, chunk, D: tl.constexpr, H: tl.constexpr,
          SUB: tl.constexpr, BD: tl.constexpr, PARTS: tl.constexpr, HALF: tl.constexpr,
-         WIDE: tl.constexpr, PDL: tl.constexpr, EARLY: tl.constexpr):
+         WIDE: tl.constexpr, PDL: tl.constexpr, EARLY: tl.constexpr, S: tl.constexpr = 0):
     # Where the plan found hot rows (state[HOT_AT] > 0; else nothing): program g sums its
     # chunk of value rows into a [H, BD] partial of the hot rows (one-hot products, as the
-    # combined rows in _scatter) and adds it to acc (the one copy the plan then chose);
-    # where its chunk held rows of no hot row (the hot rows' hits, counted, fall short), a
-    # second pass adds those with atomics. An infinity or NaN makes its column NaN in every
-    # row of a product (0 * inf): where the partial is not finite, the chunk is summed
-    # again a hot row at a time. An index out of range sets state[1] (and with EARLY
-    # poisons acc: _sum may not run). PDL: launched while _prepare runs.
+    # combined rows in _scatter) and adds it to acc (the one copy the plan then chose;
+    # rows S apart, 0: D); where its chunk held rows of no hot row (the hot rows' hits,
+    # counted, fall short), a second pass adds those with atomics. An infinity or NaN makes
+    # its column NaN in every row of a product (0 * inf): where the partial is not finite,
+    # the chunk is summed again a hot row at a time. An index out of range sets state[1]
+    # (and with EARLY poisons acc: _sum may not run). PDL: launched while _prepare runs.
     if PDL:
         tl.extra.cuda.gdc_wait()
         tl.extra.cuda.gdc_launch_dependents()  # _scatter waits for this grid to finish
+    SA: tl.constexpr = D if S == 0 else S
     nh = tl.load(state + HOT_AT)
     if nh > 0:
         hh = tl.arange(0, H)
@@ -393,27 +411,28 @@ def _hot(acc, idx, vals, state, n, rows, chunk, D: tl.constexpr, H: tl.constexpr
         if tl.max(bad_any) > 0:
             tl.store(state + 1, 1)
             if EARLY:
-                poison(acc, rows * D)
+                poison(acc, rows * SA)
         else:
             if tl.max(((tl.abs(s) == float("inf")) | (s != s)).to(tl.int32)) > 0:
                 s = _hot_sums(idx, vals, hot, lo, hi, rows, c, cm, D, H, SUB, BD, WIDE)
             if tl.sum(hits) < tl.sum(held):  # rows of no hot row: a second pass adds them
-                _cold_rows(acc, idx, vals, hot, lo, hi, rows, c, cm, D, SUB, WIDE)
-        tl.atomic_add(acc + (hot * D)[:, None] + c[None, :], s,
-                      mask=(hot >= 0)[:, None] & cm[None, :], sem="relaxed")
+                _cold_rows(acc, idx, vals, hot, lo, hi, rows, c, cm, D, SUB, WIDE, SA)
+        tl.atomic_add(acc + (hot * SA)[:, None] + c[None, :], s,
+                      mask=(hot >= 0)[:, None] & (c < SA)[None, :], sem="relaxed")
 
 
 @triton.jit
 def _cold_rows(acc, idx, vals, hot, lo, hi, rows, c, cm, D: tl.constexpr, SUB: tl.constexpr,
-               WIDE: tl.constexpr):
-    # the value rows lo..hi of no hot row, added with atomics to acc (_hot's rare way out)
+               WIDE: tl.constexpr, S: tl.constexpr):
+    # the value rows lo..hi of no hot row, added with atomics to acc (rows S apart; _hot's
+    # rare way out)
     for start in range(lo, hi, SUB):
         r = start + tl.arange(0, SUB)
         i, ok, bad = _rows_of(idx, r, hi, rows, WIDE)
         cold = ok & (tl.max((hot[:, None] == i[None, :]).to(tl.int32), axis=0) == 0)
         m = cold[:, None] & cm[None, :]
         v = tl.load(vals + r[:, None] * D + c[None, :], mask=m, other=0)
-        tl.atomic_add(acc + (i * D)[:, None] + c[None, :], v.to(tl.float32), mask=m,
+        tl.atomic_add(acc + (i * S)[:, None] + c[None, :], v.to(tl.float32), mask=m,
                       sem="relaxed")
 
 
@@ -451,7 +470,8 @@ def _copies(extra, plane, offs, m, c0, p, T: tl.constexpr, BLOCK: tl.constexpr):
 @triton.jit
 def _sum(acc, extra, out, state, plane, SAME: tl.constexpr, BLOCK: tl.constexpr,
          CP: tl.constexpr, PDL: tl.constexpr = False, FIT: tl.constexpr = 0,
-         OWN: tl.constexpr = 0, EARLY: tl.constexpr = False, INT: tl.constexpr = False):
+         OWN: tl.constexpr = 0, EARLY: tl.constexpr = False, INT: tl.constexpr = False,
+         D: tl.constexpr = 1, S: tl.constexpr = 1):
     # out := acc + the p - 1 extra copies (NaN where state[1] flags an index out of range);
     # nothing to do where acc is out and p == 1 (a capped grid, so that doing nothing costs
     # little). CP copies a step, so that up to 127 copies are read with enough loads in
@@ -464,20 +484,22 @@ def _sum(acc, extra, out, state, plane, SAME: tl.constexpr, BLOCK: tl.constexpr,
     # leaves nothing to do, return without waiting for _scatter (which then poisons the
     # output itself); the stream's next launch still waits for _scatter
     # (tests/test_gpu_pdl_order.py). INT: int32 copies, summed in int32 (their _scatter
-    # asserts on an index out of range: no NaN).
+    # asserts on an index out of range: no NaN). S != D: the copies' rows are S elements
+    # apart (plane counts their elements), out's D.
     go = True
     if EARLY:  # the plan is there (see above): return without waiting where it leaves nothing
         go = (tl.load(state, cache_modifier=".cg") > 1) | (not SAME)
         if OWN > 0:
             go = go & (tl.load(state + OWN, cache_modifier=".cg") == 0)
     if go:
-        _sum_wait_and_add(acc, extra, out, state, plane, SAME, BLOCK, CP, PDL, FIT, OWN, INT)
+        _sum_wait_and_add(acc, extra, out, state, plane, SAME, BLOCK, CP, PDL, FIT, OWN, INT,
+                          D, S)
 
 
 @triton.jit
 def _sum_wait_and_add(acc, extra, out, state, plane, SAME: tl.constexpr, BLOCK: tl.constexpr,
                       CP: tl.constexpr, PDL: tl.constexpr, FIT: tl.constexpr,
-                      OWN: tl.constexpr, INT: tl.constexpr):
+                      OWN: tl.constexpr, INT: tl.constexpr, D: tl.constexpr, S: tl.constexpr):
     if PDL:
         tl.extra.cuda.gdc_wait()
     p = tl.load(state)
@@ -503,7 +525,8 @@ def _sum_wait_and_add(acc, extra, out, state, plane, SAME: tl.constexpr, BLOCK: 
                     x += _copies(extra, plane, offs, m, c0, p, CP, BLOCK)
             if not INT:
                 x = tl.where(bad, float("nan"), x)
-            tl.store(out + offs, x.to(out.dtype.element_ty), mask=m)
+            to, keep = _unpadded(offs, plane, D, S)
+            tl.store(out + to, x.to(out.dtype.element_ty), mask=keep)
 
 
 # the launches, without Triton's per-call argument binding (symm_mem.launch)
@@ -530,6 +553,17 @@ INTERPRETER_SMS = 8  # SMs assumed under Triton's interpreter (the scatter kerne
 # 17.98 hot, 9.30 against 9.35 uniform; errors against float64 5.3e-7 against 7.2e-7 (the
 # fp32 sums of the products), 2.2e-7 against 2.0e-7 (Inductor's scatter 1.3e-6, 1.0e-6).
 PARTS = {torch.float32: 2, torch.float16: 1, torch.bfloat16: 1}
+
+
+# The fp32 copies' rows start on 16 bytes (COPY_GROUP elements) whatever the width of a
+# row: Triton adds four fp32 an instruction only into rows so aligned.
+COPY_GROUP = 4
+
+
+def copy_stride(D: int) -> int:
+    """Elements between rows of the fp32 copies for rows of ``D`` values: ``D`` rounded up
+    to a multiple of ``COPY_GROUP`` where it is wider than one group."""
+    return D if D <= COPY_GROUP else cdiv(D, COPY_GROUP) * COPY_GROUP
 
 
 def scatter_config(D: int, dtype: torch.dtype) -> dict:
@@ -565,7 +599,7 @@ def partitioned_index_add(self: torch.Tensor, index: torch.Tensor, values: torch
                           sum_pdl: bool = True, sum_early: bool = True,
                           own_adds: int = 0, wait_first: bool = True,
                           half_products: bool | None = None, hot: int = 0,
-                          replay: list | None = None) -> torch.Tensor:
+                          pad_rows: bool = True, replay: list | None = None) -> torch.Tensor:
     """``self.index_add(0, index, values)`` (a new tensor) with the scheme above.
 
     ``self`` and ``values`` contiguous floating tensors, ``values`` shaped
@@ -583,7 +617,8 @@ def partitioned_index_add(self: torch.Tensor, index: torch.Tensor, values: torch
     bf16 wrongly), else in tf32; ``hot``: where a sample of the indices holds at most this
     many distinct rows (a power of two, 16 or more; 0: never looked for), ``_hot`` sums
     each program's values of those rows as one-hot products into a partial it adds once,
-    and ``_scatter`` does nothing; ``replay``: a list that
+    and ``_scatter`` does nothing; ``pad_rows``: the fp32 copies' rows ``copy_stride(D)``
+    elements apart (False: ``D``); ``replay``: a list that
     receives this call's replay (``launch.replay_call``).
     """
     rows, n, D = scatter_shape(self, index, values, partitions, tuple(PARTS),
@@ -602,8 +637,9 @@ def partitioned_index_add(self: torch.Tensor, index: torch.Tensor, values: torch
     out = torch.empty_like(self)
     if out.numel() == 0:
         return out
-    plane = rows * D
-    same = out.dtype == torch.float32
+    S = copy_stride(D) if pad_rows else D
+    plane = rows * S  # elements of a copy
+    same = out.dtype == torch.float32 and S == D
     acc = out if same else torch.empty(plane, device=self.device, dtype=torch.float32)
     # the extra copies: zero on entry, and _sum leaves them zero
     extra = zeroed(self.device, (partitions - 1) * plane)
@@ -614,9 +650,9 @@ def partitioned_index_add(self: torch.Tensor, index: torch.Tensor, values: torch
         raise ValueError(f"partitioned_index_add: state holds {state.numel()} entries, needs "
                          f"{need} (own_adds={own_adds}, hot={hot})")
     prepare, hots, scatter, total = _launches(
-        rows, n, D, values.dtype, same, partitions, per_address, min_copies, leaders,
+        rows, n, D, S, values.dtype, same, partitions, per_address, min_copies, leaders,
         has_pdl(self.device), sum_pdl, sum_early, own_adds, wait_first,
-        row_alignment(D * 4, acc, extra),
+        row_alignment(S * 4, acc, extra),
         self.device.type == "cuda" if half_products is None else half_products, hot,
         sm_count(self.device) or INTERPRETER_SMS)
     chunk = hots[1] if hots is not None else 0
@@ -663,18 +699,20 @@ def _replay(go, n: int, rows: int, plane: int, acc_n: int, extra_n: int, state_n
 
 
 @functools.lru_cache(maxsize=1024)
-def _launches(rows: int, n: int, D: int, dtype: torch.dtype, same: bool, partitions: int,
+def _launches(rows: int, n: int, D: int, S: int, dtype: torch.dtype, same: bool,
+              partitions: int,
               per_address: int, min_copies: int, leaders: int, pdl: bool, sum_pdl: bool,
               sum_early: bool, own_adds: int, wait_first: bool, align: int,
               half_products: bool, hot: int, sms: int) -> tuple:
     """``partitioned_index_add``'s launches for one shape and set of options
-    (``same``: the output is fp32; ``pdl``: the GPU has programmatic dependent launch;
+    (``S``: the copies' row stride; ``same``: the output is copy 0; ``pdl``: the GPU has
+    programmatic dependent launch;
     ``align``: ``row_alignment`` of the copies; ``half_products``: fp16/bf16 rows combine
     as products in their dtype; ``hot``: its; ``sms``: the GPU's), each
     ``Launcher.prepare``'d: (``_prepare``, (``_hot``, value rows a program) or None,
     ``_scatter`` (None where there are no values), ``_sum``). Cached: a call of a shape
     seen before computes none of it."""
-    plane = rows * D
+    plane = rows * S
     cfg = dict(scatter_config(D, dtype), LEADERS=leaders)
     # wait_first: fp32 rows of 100 into 1,024 rows, uniform, 9.47 against 10.06 µs in a
     # compiled graph on one H200 (benchmarks/results/probe_init_pdl_NVIDIA_H200.json, 88639d1)
@@ -683,7 +721,7 @@ def _launches(rows: int, n: int, D: int, dtype: torch.dtype, same: bool, partiti
         SAMPLE=OWN_SAMPLE if own_adds else SAMPLE, SHIFTS=OWN_SHIFTS if own_adds else SHIFTS,
         PER_ADDRESS=per_address, MIN_COPIES=min(min_copies, partitions), R=cfg["R"],
         LEADERS=leaders, BLOCK=PREPARE_BLOCK, PDL=pdl, OWN=own_adds, WAIT=pdl and wait_first,
-        HOT=hot, HOT_SAMPLE=WIDE_HOT_SAMPLE)
+        HOT=hot, HOT_SAMPLE=WIDE_HOT_SAMPLE, D=D, S=S)
     # _sum a programmatic dependent, as the narrow kernels' is: on one H200 every cell the
     # wide kernels take ran 0.3-0.6 µs faster so (cf70dce,
     # benchmarks/results/probe_sum_grid_NVIDIA_H200.json: fp32 rows of 100 into 1,024
@@ -701,10 +739,10 @@ def _launches(rows: int, n: int, D: int, dtype: torch.dtype, same: bool, partiti
         scatter = run_scatter.prepare((cdiv(n, cfg["R"]),), SCATTER_WARPS, pdl, WIDE=wide,
                                       PDL=pdl, TRIGGER=sum_pdl, EARLY=early, OWN=own_adds > 0,
                                       ALIGN=align, HALF=half_products and cfg["PARTS"] == 1,
-                                      HOT=hot > 0, **cfg)
+                                      HOT=hot > 0, S=S, **cfg)
     total = run_sum.prepare((min(cdiv(plane, SUM_BLOCK), SUM_PROGRAMS),), 4, sum_pdl,
                             SAME=same, BLOCK=SUM_BLOCK, CP=SUM_CP, PDL=sum_pdl,
-                            OWN=3 if own_adds else 0, EARLY=early)
+                            OWN=3 if own_adds else 0, EARLY=early, D=D, S=S)
     hots = None
     if hot and n * D:
         bd = max(16, min(HOT_COLUMNS, next_pow2(D)))
@@ -713,6 +751,7 @@ def _launches(rows: int, n: int, D: int, dtype: torch.dtype, same: bool, partiti
         hots = (run_hot.prepare((programs, cdiv(D, bd)), HOT_WARPS, pdl, D=D, H=hot, SUB=sub,
                                 BD=bd, PARTS=cfg["PARTS"],
                                 HALF=half_products and cfg["PARTS"] == 1,
-                                WIDE=max(n * D, plane) >= 1 << 31, PDL=pdl, EARLY=early),
+                                WIDE=max(n * D, plane) >= 1 << 31, PDL=pdl, EARLY=early,
+                                S=S),
                 cdiv(n, programs))
     return prepare, hots, scatter, total
