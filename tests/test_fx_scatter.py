@@ -24,7 +24,6 @@ from commrt.fx.scatter_rule import (
     NARROW_PAIR_SAMPLE,
     SPREAD_BUSY,
     decide,
-    fp32_fours,
     half_adds,
     half_pairs,
     local_blocks,
@@ -639,12 +638,12 @@ def test_half_adds_only_for_half_rows_of_four_or_more_few_a_row_on_one_copy():
     assert not half_adds(1024, 1023, 16_384, 1, torch.bfloat16)
 
 
-def test_rows_that_lose_paired_or_vector_atomics_go_where_they_were_measured_faster():
+def test_rows_that_lose_paired_atomics_go_where_they_were_measured_faster():
     """fp16/bf16 rows of an odd width are summed in fp32 (never added in their dtype, nor
     given to Inductor's partitions, which add in it); fp32 rows with tens of values a row
-    whose width is not a multiple of 4 go to Inductor's partitions (index_put only)."""
+    go to the wide kernels whatever their width (their copies' rows padded)."""
     bf16, fp32 = torch.bfloat16, torch.float32
-    assert half_pairs(100) and not half_pairs(99) and fp32_fours(100) and not fp32_fours(98)
+    assert half_pairs(100) and not half_pairs(99)
     for put in (True, False):
         choice, why = decide(1024, 99, 42_366, bf16, put)
         assert choice == "commrt" and "summed in fp32" in why, why
@@ -657,10 +656,9 @@ def test_rows_that_lose_paired_or_vector_atomics_go_where_they_were_measured_fas
     assert decide(1024, 64, 65_536, bf16, True)[0] == "inductor_partitioned"
     assert decide(1024, 64, 65_536, bf16, False)[0] == "commrt"  # aten's kernel
     assert decide(1024, 100, 41_943, bf16, True)[0] == "commrt"  # 41 a row
-    # fp32 rows with tens of values a row: the wide kernels only in fours
+    # fp32 rows with tens of values a row: the wide kernels, in fours or not
     assert decide(1024, 99, 42_366, fp32, True) == (
-        "inductor_partitioned", "rows of 99 with 41 values a row, not in fours: Inductor's "
-        "partitions")
+        "commrt", "rows of 99 with 41 values a row, 42366 indices: contention found on the GPU")
     assert decide(1024, 100, 41_943, fp32, True)[0] == "commrt"
     assert decide(1024, 64, 65_536, fp32, True)[0] == "commrt"  # 64 a row: the wide kernels
     assert decide(1024, 64, 65_600, fp32, True)[0] == "inductor_partitioned"  # over 64

@@ -49,7 +49,7 @@ CASES = [  # (op, dtype, row width (0: 1-D), rows, indices, expected choice)
     ("index_put", torch.bfloat16, 99, 1031, 42_367, "commrt"),  # odd rows: summed in fp32
     ("index_add", torch.bfloat16, 99, 1 << 16, 42_367, "commrt"),  # ... one fp32 copy
     ("index_add", torch.float16, 15, 1 << 16, 65_537, "commrt"),  # ... narrow rows
-    ("index_put", torch.float32, 99, 1031, 42_367, "inductor_partitioned"),  # not in fours
+    ("index_put", torch.float32, 99, 1031, 42_367, "commrt"),  # fp32 odd rows: padded copies
     ("index_put", torch.float32, 64, 1024, 65_536, "commrt"),  # 64 a row: the wide kernels
     ("scatter_add", torch.float32, 0, 8, 1 << 20, "commrt"),  # token counts: few rows
     ("scatter_add", torch.float32, 1, 20_011, 1 << 20, "commrt"),  # shared sums

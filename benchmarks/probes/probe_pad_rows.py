@@ -10,6 +10,9 @@ two compiled scatters (``index_put``); µs a call in a CUDA graph of 20 calls (m
 five rounds taken in turn), every commrt column under the error bound first::
 
     python benchmarks/probes/probe_pad_rows.py [--out probe_pad_rows.json]
+
+Its result, at 3e1d477, stops before bf16 hot indices: a 240 s limit cut the run, where
+Inductor's bf16 scatters of skewed indices took up to 20 ms a call.
 """
 
 from __future__ import annotations
@@ -23,9 +26,7 @@ F32, BF16 = torch.float32, torch.bfloat16
 ROUNDS = 5
 # (dtype, row width, output rows, index distribution)
 CELLS = [(F32, 99, 1024, d) for d in ("uniform", "skewed", "hot")] + \
-    [(BF16, 99, 1024, d) for d in ("uniform", "skewed", "hot")] + \
-    [(F32, 99, 32, "uniform"), (F32, 99, 32, "hot"), (BF16, 257, 32, "uniform"),
-     (BF16, 257, 32, "hot"), (BF16, 1023, 32, "uniform")]
+    [(BF16, 99, 1024, d) for d in ("uniform", "skewed", "hot")]
 
 
 def cell(dtype: torch.dtype, width: int, rows: int, dist: str) -> dict:

@@ -54,9 +54,8 @@ distinct rows, which it then sums as products (``wide_hot``);
 elsewhere to Inductor: partitioned where every output row takes many values, plain
 elsewhere. Where a row's elements cannot pair up in atomics (``half_pairs``: fp16/bf16
 rows of an odd width), nothing adds in fp16/bf16: the kernels sum them in fp32, and
-Inductor's partitions, which add in the values' dtype, do not get them; fp32 rows with
-tens of values a row whose width is not a multiple of 4 (``fp32_fours``) go to Inductor's
-partitions, where the wide kernels lost their vector atomics.
+Inductor's partitions, which add in the values' dtype, do not get them. fp32 copies keep
+four-element atomics on rows of any width (their rows padded: ``copy_stride``).
 """
 
 from __future__ import annotations
@@ -189,9 +188,14 @@ HALF_CONTENDED = 32  # ... fp16/bf16 rows of WIDE_ROW or more
 # 100: 8.2 / 16.0 / 16.8) and 65 / 169 / 50 into 65,536 rows (10.4 / 11.1 / 24.0), and
 # Inductor's bf16 index_put of them 121 µs into 1,024 rows (7.3); fp32 rows of 99 on the
 # wide kernels into 1,024 rows 19 / 33 / 32 (9.6 / 17.5 / 17.8) against Inductor's
-# partitions' 18 / 25 / 28. So fp16/bf16 rows of an odd width are summed in fp32, and fp32
-# rows that would lose the vector atomics go where the wide kernels were not faster.
-HALF_PAIR, FP32_VECTOR = 2, 4  # elements a row must be a multiple of (half_pairs, fp32_fours)
+# partitions' 18 / 25 / 28. So fp16/bf16 rows of an odd width are summed in fp32. The wide
+# kernels' fp32 copies now pad their rows to 16 bytes (scatter_kernels.copy_stride): on one
+# H100 at 3e1d477 (benchmarks/results/probe_pad_rows_NVIDIA_H100_80GB_HBM3.json) fp32 rows
+# of 99 into 1,024 rows took 11.8 / 18.8 / 19.0 µs so, against 19.7 / 32.6 / 32.8 with rows
+# D apart, Inductor's plain scatter 12.0 / 59.2 / 143 and its partitions 22.1 / 27.7 / 33.2
+# (bf16 rows of 99, summed in fp32, 11.3 / 17.3 against 21.0 / 32.5 uniform / skewed). So
+# fp32 rows of any width go where rows of a multiple of 4 go.
+HALF_PAIR = 2  # elements a row must be a multiple of (half_pairs)
 HALF_ROW, HALF_NARROW_CONTENDED = 16, 2048  # ... fp16/bf16 rows of 16 to WIDE_ROW
 MIN_INDICES = 4096  # fewer indices leave the GPU idle (16 rows a program)
 # From the grid at c636681 (every cell 4M value elements): Inductor's partitions beat the
@@ -520,9 +524,6 @@ def decide(rows: int, width: int, n: int, dtype: torch.dtype, index_put: bool = 
                 return COMMRT, f"rows of {width} with {per_row:.0f} values a row"
             if FP32_SPREAD_PER_ROW <= per_row <= INDUCTOR_CONTENDED and \
                     n >= FP32_SPREAD_INDICES:
-                if partitioned and not fp32_fours(width):
-                    return INDUCTOR_PARTITIONED, (f"rows of {width} with {per_row:.0f} values "
-                                                  "a row, not in fours: Inductor's partitions")
                 return COMMRT, (f"rows of {width} with {per_row:.0f} values a row, {n} "
                                 "indices: contention found on the GPU")
     if index_put and n >= INDUCTOR_MIN_INDICES and per_row >= INDUCTOR_CONTENDED:
@@ -533,11 +534,6 @@ def decide(rows: int, width: int, n: int, dtype: torch.dtype, index_put: bool = 
 def half_pairs(width: int) -> bool:
     """Whether fp16/bf16 rows of ``width`` elements keep paired atomics (``HALF_PAIR``)."""
     return width % HALF_PAIR == 0
-
-
-def fp32_fours(width: int) -> bool:
-    """Whether fp32 rows of ``width`` elements keep vector atomics (``FP32_VECTOR``)."""
-    return width % FP32_VECTOR == 0
 
 
 def few_rows(rows: int, width: int) -> bool:
