@@ -9,8 +9,10 @@ Three launches (four with hot rows, below), no host sync:
    picks ``p``: 1 (plain atomics) where the expected atomic adds per address (after
    combining, below) stay under ``PER_ADDRESS``, else the power of two (``MIN_COPIES`` to
    ``P``) that brings them under, and stores it on the device; every other program copies
-   a block of ``self`` into copy 0 (in fp32: the output itself when that is fp32). The
-   ``p - 1`` extra copies are ``scatter_scratch``'s, zero on entry.
+   a block of ``self`` into copy 0 (in fp32: the output itself when that is fp32 and its
+   rows start on 16 bytes; else every copy's rows are ``copy_stride`` elements apart, so
+   that the adds go four fp32 an atomic). The ``p - 1`` extra copies are
+   ``scatter_scratch``'s, zero on entry.
 2. ``_scatter``: a program takes ``R`` value rows. When the sample says that one copy
    would take over ``PER_ADDRESS`` adds an address, and at most ``LEADERS`` distinct
    indices occur among the rows, it first sums the rows that share an index (a 0/1 matrix
