@@ -663,6 +663,12 @@ def test_rows_that_lose_paired_atomics_go_where_they_were_measured_faster():
     assert decide(1024, 64, 65_536, fp32, True)[0] == "commrt"  # 64 a row: the wide kernels
     assert decide(1024, 64, 65_600, fp32, True)[0] == "inductor_partitioned"  # over 64
     assert decide(1024, 99, 42_366, fp32, True, partitioned=False)[0] == "commrt"  # scatter_add
+    # fp32 rows of 40 to 63 with up to 4,096 value elements a row: the wide kernels too
+    assert decide(1024, 40, 104_857, fp32, True)[0] == "commrt"
+    assert decide(1024, 50, 83_886, fp32, False)[0] == "commrt"
+    assert decide(1024, 32, 131_072, fp32, True)[0] == "inductor_partitioned"
+    assert decide(512, 50, 83_886, fp32, True)[0] == "inductor_partitioned"  # 8,192 a row
+    assert decide(1024, 50, 83_886, bf16, True)[0] == "inductor_partitioned"
 
 
 def test_wide_own_adds_for_half_rows_with_a_few_tens_a_row():

@@ -48,7 +48,8 @@ Wide rows go to commrt's kernels where enough values land on each output row to 
 ``WIDE_MIN_VALUES`` value elements, where Inductor's partitions won, but for
 half-precision rows with a few tens of values a row, which the kernels add in their dtype
 where the plan finds few adds an address (``wide_own_adds``); fp32 rows with tens
-of values a row and many indices go to them too (a hot row is found on the GPU); on large
+of values a row and many indices go to them too (a hot row is found on the GPU), from rows
+of ``FP32_SPREAD_ROW`` elements with up to ``FP32_MID_VALUES`` value elements a row; on large
 scatters of fp32 rows with over a thousand values a row the plan also looks for a few
 distinct rows, which it then sums as products (``wide_hot``);
 elsewhere to Inductor: partitioned where every output row takes many values, plain
@@ -213,6 +214,16 @@ INDUCTOR_CONTENDED = 64  # values per output row from which Inductor's partition
 # µs uniform / skewed / hot: the wide kernels 9.8 / 15.1 / 15.7, Inductor's partitions
 # 13.4 / 15.3 / 22.6, its plain scatter 9.7 / 59.6 / 158: the `commrt kernels` column of
 # benchmarks/results/scatter_grid_w64_99_NVIDIA_H100_80GB_HBM3.md, fce03c0, in git)
+# ... from rows of FP32_SPREAD_ROW elements: on one H100 at 6b9fa1e, into 1,024 rows, µs
+# uniform / skewed / hot, an index_put on the wide kernels (the `commrt kernels` column,
+# the route these rows now take) of rows of 40 11.4 / 20.7 / 21.2 against Inductor's faster
+# scatter's 10.5 / 20.5 / 23.0 (its partitions, which took these rows before, 15.9 / 20.5 /
+# 23.0), rows of 50 12.1 / 17.3 / 17.8 against 12.2 / 25.6 / 24.6, rows of 56 10.1 / 16.7 /
+# 17.2 against 10.3 / 21.4 / 22.3; rows of 32 12.8 / 20.3 / 20.1 against 9.7 / 17.8 / 20.9,
+# left to Inductor (benchmarks/results/scatter_grid_w40_56_rows1024_NVIDIA_H100_80GB_HBM3.md,
+# scatter_grid_w32_50_NVIDIA_H100_80GB_HBM3.md), each with 4,096 value elements a row
+# (FP32_MID_VALUES, at most, for rows under WIDE_ROW)
+FP32_SPREAD_ROW, FP32_MID_VALUES = 40, 4096
 # Narrow rows that commrt leaves to Inductor (benchmarks/results/scatter_grid_NVIDIA_H200.md,
 # 06eb09f and 544ae5e): Inductor's partitions won every cell of rows of 4 and 16 with 1,024
 # values a row or more (bf16: 256), and of fp32 1-D values on 1,024 rows; commrt's hot rows
@@ -526,6 +537,10 @@ def decide(rows: int, width: int, n: int, dtype: torch.dtype, index_put: bool = 
                     n >= FP32_SPREAD_INDICES:
                 return COMMRT, (f"rows of {width} with {per_row:.0f} values a row, {n} "
                                 "indices: contention found on the GPU")
+        if dtype not in HALF and FP32_SPREAD_ROW <= width < WIDE_ROW and n >= \
+                FP32_SPREAD_INDICES and FP32_SPREAD_PER_ROW <= per_row <= FP32_MID_VALUES / width:
+            return COMMRT, (f"rows of {width} with {per_row:.0f} values a row, {n} indices: "
+                            "contention found on the GPU")
     if index_put and n >= INDUCTOR_MIN_INDICES and per_row >= INDUCTOR_CONTENDED:
         return INDUCTOR_PARTITIONED, f"rows of {width} with {per_row:.0f} values a row"
     return INDUCTOR, f"rows of {width} with {per_row:.0f} values a row"
