@@ -30,6 +30,16 @@ def test_every_kernel_compiles_for_sm90(tmp_path):
     assert compiled == KERNELS, compiled ^ KERNELS
 
 
+def _ptx_words(script: str, tmp_path) -> list[str]:
+    """What ``script`` (a kernel compiled for sm_90) prints, split into words."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_CACHE_DIR"] = str(tmp_path)  # really compile, never a cached cubin
+    r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return r.stdout.split()
+
+
 INT_SUM_PTX = """
 import re, triton
 from triton.backends.compiler import GPUTarget
@@ -52,12 +62,7 @@ def test_int_sum_loads_the_copies_in_vectors_on_any_plane(tmp_path):
     """``_int_sum`` reads the copies up to their 16-aligned stride: on a plane of 792
     elements (int32 rows of 99 into 8 rows) its 128 copies load four elements a load,
     and only ``self`` element by element."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["TRITON_CACHE_DIR"] = str(tmp_path)
-    r = subprocess.run([sys.executable, "-c", INT_SUM_PTX], env=env, capture_output=True,
-                       text=True, timeout=600)
-    assert r.returncode == 0, r.stderr[-3000:]
-    loads = r.stdout.split()
+    loads = _ptx_words(INT_SUM_PTX, tmp_path)
     # [32 copies, 256 elements] a step on 128 threads: 64 elements a thread a step, in
     # vectors (64 of 4 in all on Triton 3.9); element by element only self's (one or two)
     scalar = loads.count("ld.global.b32")
@@ -89,12 +94,7 @@ def test_wide_scatter_adds_rows_of_any_width_in_vectors(tmp_path):
     """fp32 rows of 99 go into copies whose rows start on 16 bytes (``copy_stride``): the
     wide ``_scatter`` adds them four elements an instruction (at D's own stride, 48 scalar
     adds a program), and only an infinity's or NaN's own add element by element."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["TRITON_CACHE_DIR"] = str(tmp_path)
-    r = subprocess.run([sys.executable, "-c", SCATTER_PTX], env=env, capture_output=True,
-                       text=True, timeout=600)
-    assert r.returncode == 0, r.stderr[-3000:]
-    adds = r.stdout.split()
+    adds = _ptx_words(SCATTER_PTX, tmp_path)
     # [16 rows, 128 columns] on 128 threads: the plain adds and the combined rows' sums
     # in vectors of four (4 a thread each); the infinities' masked adds (16) one by one
     vectors = [a for a in adds if ".v4." in a]
