@@ -51,7 +51,7 @@ CASES = [  # (op, dtype, row width (0: 1-D), rows, indices, expected choice)
     ("index_add", torch.float16, 15, 1 << 16, 65_537, "commrt"),  # ... narrow rows
     ("index_put", torch.float32, 99, 1031, 42_367, "commrt"),  # fp32 odd rows: padded copies
     ("index_put", torch.float32, 64, 1024, 65_536, "commrt"),  # 64 a row: the wide kernels
-    ("index_put", torch.float32, 50, 1024, 83_887, "commrt"),  # ... rows of 40 to 63 too
+    ("index_put", torch.float32, 50, 1024, 83_881, "commrt"),  # ... rows of 40 to 63 too
     ("scatter_add", torch.float32, 0, 8, 1 << 20, "commrt"),  # token counts: few rows
     ("scatter_add", torch.float32, 1, 20_011, 1 << 20, "commrt"),  # shared sums
     ("scatter_add", torch.bfloat16, 16, 1024, 262_147, "inductor_partitioned"),  # inlined
