@@ -1,10 +1,10 @@
 """Do the wide kernels add rows whose width is not a multiple of four faster into fp32
 copies whose rows are padded to 16 bytes (``scatter_kernels.copy_stride``)?
 
-One GPU. fp32 rows of 99 went to Inductor's partitions (``scatter_rule.fp32_fours``): on
-one H100 the wide kernels took 19 / 33 / 32 µs uniform / skewed / hot into 1,024 rows
-against 9.6 / 17.5 / 17.8 for rows of 100, whose copies' rows start on 16 bytes and take
-four fp32 an atomic. Columns: ``partitioned_index_add`` with the copies' rows padded
+One GPU. fp32 rows of 99 went to Inductor's partitions (``scatter_rule.fp32_fours``, since
+gone): on one H100 the wide kernels took 19 / 33 / 32 µs uniform / skewed / hot into 1,024
+rows against 9.6 / 17.5 / 17.8 for rows of 100, whose copies' rows start on 16 bytes and
+take four fp32 an atomic. Columns: ``partitioned_index_add`` with the copies' rows padded
 ("pad") and ``D`` apart ("no pad"), with the copies the pass gives the cell; Inductor's
 two compiled scatters (``index_put``); µs a call in a CUDA graph of 20 calls (median of
 five rounds taken in turn), every commrt column under the error bound first::
