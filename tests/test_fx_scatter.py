@@ -342,6 +342,9 @@ def test_shared_sums_refuse_what_they_cannot_sum():
     (16, 16, 262_144, torch.bfloat16, "inductor_partitioned"),
     (8, 0, 262_144, torch.bfloat16, "commrt"),
     (8, 4, 1 << 20, torch.float32, "commrt"),
+    (1031, 99, 42_367, torch.float32, "commrt"),  # wide kernels, their copies padded
+    (1024, 50, 83_881, torch.float32, "commrt"),  # ... fp32 rows from 40 elements
+    (1024, 32, 131_072, torch.float32, "inductor_partitioned"),
 ])
 def test_the_pass_follows_the_rule_on_traced_graphs(rows, width, n, dtype, choice):
     shape = (rows,) if width == 0 else (rows, width)
