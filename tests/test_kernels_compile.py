@@ -94,7 +94,7 @@ attrs = {(names.index(a),): [["tt.divisibility", 16]] for a in ptrs}
 def test_wide_scatter_adds_rows_of_any_width_in_vectors(tmp_path):
     """fp32 rows of 99 go into copies whose rows start on 16 bytes (``copy_stride``): the
     wide ``_scatter`` adds them four elements an instruction (at D's own stride, 48 scalar
-    adds a program), and only an infinity's or NaN's own add element by element."""
+    adds a thread), and only an infinity's or NaN's own add element by element."""
     adds = _ptx_words("_scatter", SCATTER, r"(?:red|atom)\.global[.\w]*", tmp_path)
     # [16 rows, 128 columns] on 128 threads: the plain adds and the combined rows' sums
     # in vectors of four (4 a thread each); the infinities' masked adds (16) one by one
