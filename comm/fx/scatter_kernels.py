@@ -366,11 +366,11 @@ def _rows(acc, extra, idx, vals, state, n, rows, D: tl.constexpr, R: tl.constexp
 @triton.jit
 def _hot(acc, idx, vals, state, n, rows, chunk, D: tl.constexpr, H: tl.constexpr,
          SUB: tl.constexpr, BD: tl.constexpr, PARTS: tl.constexpr, HALF: tl.constexpr,
-         WIDE: tl.constexpr, PDL: tl.constexpr, EARLY: tl.constexpr, S: tl.constexpr = 0):
+         WIDE: tl.constexpr, PDL: tl.constexpr, EARLY: tl.constexpr, S: tl.constexpr):
     # Where the plan found hot rows (state[HOT_AT] > 0; else nothing): program g sums its
     # chunk of value rows into a [H, BD] partial of the hot rows (one-hot products, as the
     # combined rows in _scatter) and adds it to acc (the one copy the plan then chose;
-    # rows S apart, 0: D); where its chunk held rows of no hot row (the hot rows' hits,
+    # rows S apart); where its chunk held rows of no hot row (the hot rows' hits,
     # counted, fall short), a second pass adds those with atomics. An infinity or NaN makes
     # its column NaN in every row of a product (0 * inf): where the partial is not finite,
     # the chunk is summed again a hot row at a time. An index out of range sets state[1]
@@ -378,7 +378,6 @@ def _hot(acc, idx, vals, state, n, rows, chunk, D: tl.constexpr, H: tl.constexpr
     if PDL:
         tl.extra.cuda.gdc_wait()
         tl.extra.cuda.gdc_launch_dependents()  # _scatter waits for this grid to finish
-    SA: tl.constexpr = D if S == 0 else S
     nh = tl.load(state + HOT_AT)
     if nh > 0:
         hh = tl.arange(0, H)
@@ -413,14 +412,14 @@ def _hot(acc, idx, vals, state, n, rows, chunk, D: tl.constexpr, H: tl.constexpr
         if tl.max(bad_any) > 0:
             tl.store(state + 1, 1)
             if EARLY:
-                poison(acc, rows * SA)
+                poison(acc, rows * S)
         else:
             if tl.max(((tl.abs(s) == float("inf")) | (s != s)).to(tl.int32)) > 0:
                 s = _hot_sums(idx, vals, hot, lo, hi, rows, c, cm, D, H, SUB, BD, WIDE)
             if tl.sum(hits) < tl.sum(held):  # rows of no hot row: a second pass adds them
-                _cold_rows(acc, idx, vals, hot, lo, hi, rows, c, cm, D, SUB, WIDE, SA)
-        tl.atomic_add(acc + (hot * SA)[:, None] + c[None, :], s,
-                      mask=(hot >= 0)[:, None] & (c < SA)[None, :], sem="relaxed")
+                _cold_rows(acc, idx, vals, hot, lo, hi, rows, c, cm, D, SUB, WIDE, S)
+        tl.atomic_add(acc + (hot * S)[:, None] + c[None, :], s,
+                      mask=(hot >= 0)[:, None] & (c < S)[None, :], sem="relaxed")
 
 
 @triton.jit

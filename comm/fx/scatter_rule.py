@@ -526,19 +526,16 @@ def decide(rows: int, width: int, n: int, dtype: torch.dtype, index_put: bool = 
                 return INDUCTOR_PARTITIONED, (f"{dtype} rows of {width}, {per_row:.0f} a "
                                               f"row, {n * width} values: Inductor's partitions")
             return COMMRT, f"{dtype} rows of {width} summed in fp32, {per_row:.0f} a row"
-        if dtype not in HALF and width >= WIDE_ROW:
-            if per_row >= FP32_CONTENDED and not (small and index_put):
-                if hot := wide_hot(rows, width, n, dtype):
-                    return COMMRT, (f"rows of {width} with {per_row:.0f} values a row: up to "
-                                    f"{hot} hot rows as products where the GPU finds no "
-                                    "more")
-                return COMMRT, f"rows of {width} with {per_row:.0f} values a row"
-            if FP32_SPREAD_PER_ROW <= per_row <= INDUCTOR_CONTENDED and \
-                    n >= FP32_SPREAD_INDICES:
-                return COMMRT, (f"rows of {width} with {per_row:.0f} values a row, {n} "
-                                "indices: contention found on the GPU")
-        if dtype not in HALF and FP32_SPREAD_ROW <= width < WIDE_ROW and n >= \
-                FP32_SPREAD_INDICES and FP32_SPREAD_PER_ROW <= per_row <= FP32_MID_VALUES / width:
+        if dtype not in HALF and width >= WIDE_ROW and per_row >= FP32_CONTENDED and \
+                not (small and index_put):
+            if hot := wide_hot(rows, width, n, dtype):
+                return COMMRT, (f"rows of {width} with {per_row:.0f} values a row: up to "
+                                f"{hot} hot rows as products where the GPU finds no more")
+            return COMMRT, f"rows of {width} with {per_row:.0f} values a row"
+        # tens of values a row: up to INDUCTOR_CONTENDED, or FP32_MID_VALUES value elements
+        # a row on rows under WIDE_ROW (over INDUCTOR_CONTENDED values there)
+        if dtype not in HALF and width >= FP32_SPREAD_ROW and n >= FP32_SPREAD_INDICES and \
+                FP32_SPREAD_PER_ROW <= per_row <= max(INDUCTOR_CONTENDED, FP32_MID_VALUES / width):
             return COMMRT, (f"rows of {width} with {per_row:.0f} values a row, {n} indices: "
                             "contention found on the GPU")
     if index_put and n >= INDUCTOR_MIN_INDICES and per_row >= INDUCTOR_CONTENDED:
