@@ -759,6 +759,11 @@ def test_copies_the_pass_gives_the_kernels():
     assert copies(1024, 16, 1 << 18, torch.bfloat16, mem) == 128  # ... in fp32 copies
     assert copies(1024, 100, 41_943, torch.float32, mem) == 32  # 40 a row, wide
     assert copies(1024, 100, 41_943, torch.float32, 1 << 20) == 1  # over the memory share
+    # the wide kernels' copies hold rows of 99 as rows of 100 (copy_stride): 32 of them
+    # fit 5% of 260 MB unpadded (12,976,128 bytes), not padded (13,107,200)
+    assert copies(1024, 99, 41_943, torch.float32, 260_000_000) == 16
+    assert copies(1024, 99, 41_943, torch.bfloat16, 260_000_000) == 16
+    assert copies(1024, 100, 41_943, torch.float32, 263_000_000) == 32
     # narrow rows of 4 or more: at most NARROW_COPY_BYTES of fp32 copies, but MIN_COPIES
     assert copies(4096, 16, 1 << 18, torch.float32, mem) == 64  # 128 of 4 MiB: 64 of them
     assert copies(8192, 16, 1 << 18, torch.float32, mem) == 32

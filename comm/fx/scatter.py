@@ -414,8 +414,15 @@ def copies(rows: int, width: int, n: int, dtype: torch.dtype, memory: int,
     acc_bytes = 4 if dtype in HALF else dtype.itemsize
     copies_from = INT_COPIES_PER_ROW if int_narrow(rows, width, n, dtype) else \
         NARROW_COPIES_PER_ROW
-    return narrow_copies(partitions_for(rows, n, acc_bytes * width, memory, fraction,
-                                        _narrow(rows, width, n, dtype), copies_from),
+    narrow = _narrow(rows, width, n, dtype)
+    # the wide kernels' fp32 copies hold rows of copy_stride(width) elements
+    elements = width
+    if not narrow and dtype.is_floating_point:
+        from .scatter_kernels import copy_stride
+
+        elements = copy_stride(width)
+    return narrow_copies(partitions_for(rows, n, acc_bytes * elements, memory, fraction,
+                                        narrow, copies_from),
                          rows, width)
 
 
