@@ -177,6 +177,20 @@ EXACT_COLUMNS = ("float32", *INT_DTYPES)
 # a call takes under ERR_CALL_MS: atomics add in another order each call, so that one
 # call's error against another column's says little where they differ by a few percent
 ERR_CALLS, ERR_CALL_MS = 5, 100.0
+# The grid's GPU lock (a reentrant lock of its workers, which share one GPU): held by
+# every GPU step of a compile (the data and its float64 sums, Inductor's autotuning
+# benchmarks, a column's calls on each distribution) and by each group's timing, so that no
+# kernel is benchmarked or timed beside another worker's. Without it, one H100 grid run
+# (14a69bc) benchmarked a reduction of commrt's graph of Inductor's partitions at 113-116 µs
+# a config where the other column's compile read 11-12, chose the config that read 42, and
+# timed that graph at 43.6 µs against 14.8 for the same graph built by Inductor's pass
+# (bf16 rows of 56 into 1,024 rows, uniform); a user's compile has the GPU to itself
+_GPU_LOCK = None
+
+
+def gpu_turn() -> contextlib.AbstractContextManager:
+    """The grid's GPU lock in a grid worker, else nothing to wait for."""
+    return _GPU_LOCK if _GPU_LOCK is not None else contextlib.nullcontext()
 
 
 def grid_groups(ops=GRID_OPS, dtypes=tuple(DTYPES), widths=WIDTHS,
@@ -288,10 +302,12 @@ def compile_group(group: tuple, columns: tuple) -> dict:
     callable (the pass changes nothing). A column that raises is recorded in each cell's
     ``failed`` (its times and errors NaN); the others go on."""
     op, dt, width, rows = group
-    out, vals, idxs = group_data(group)
+    with gpu_turn():
+        out, vals, idxs = group_data(group)
+        # index_put(accumulate) and index_add sum alike; float64 index_add is the faster
+        refs = {d: out.double().index_add(0, idxs[d], vals.double()) for d in DISTS}
+        torch.cuda.synchronize()
     n = vals.shape[0]
-    # index_put(accumulate) and index_add sum alike; float64 index_add is the faster
-    refs = {d: out.double().index_add(0, idxs[d], vals.double()) for d in DISTS}
     cells = [{"op": op, "dtype": dt, "width": width, "rows": rows, "n": n, "dist": d,
               "ms": {}, "err": {}, "compile_s": {}, "failed": {}} for d in DISTS]
     fns = {}
@@ -330,13 +346,15 @@ def autotune_log():
     as ``{"kernel", "chose", "ms"}`` (each config's benchmarked ms): Inductor times its
     pointwise configs far from the speed they run at in a graph, and two compiles of one
     graph can choose differently (``probe_compiles.py``). Empty where nothing was
-    autotuned, or where Inductor's cache held a choice made before."""
+    autotuned, or where Inductor's cache held a choice made before. Each kernel's
+    benchmarks hold the grid's GPU lock (``gpu_turn``)."""
     from torch._inductor.runtime import triton_heuristics as th
 
     tuned, base = [], th.CachingAutotuner.benchmark_all_configs
 
     def record(self, *args, **kwargs):
-        timings = base(self, *args, **kwargs)
+        with gpu_turn():
+            timings = base(self, *args, **kwargs)
         ms = {str(launcher.config): t for launcher, t in timings.items()}
         tuned.append({"kernel": self.inductor_meta.get("kernel_name"),
                       "chose": min(ms, key=ms.get) if ms else None, "ms": ms})
@@ -386,18 +404,12 @@ def _compile_column(name: str, fn, cells: list, data: tuple, compiled=None):
                 cell["commrt decision"] = [f"scatter: inductor ({why}; the compiled column)"]
     f = alias or _column(name, fn)
     with _context(name):
-        f(out, idxs[DISTS[0]], vals)  # compiles
-        torch.cuda.synchronize()
-        for cell, d in zip(cells, DISTS, strict=True):
-            t1 = time.perf_counter()
-            got = f(out, idxs[d], vals)
+        # compiles, then runs: Inductor's autotuning takes the GPU lock (autotune_log)
+        with gpu_turn() if name == "eager" else contextlib.nullcontext():
+            f(out, idxs[DISTS[0]], vals)
             torch.cuda.synchronize()
-            first = cell.setdefault("first_ms", {})[name] = (time.perf_counter() - t1) * 1e3
-            errs = [_rel_err(got, refs[d])]
-            while first < ERR_CALL_MS and len(errs) < ERR_CALLS:
-                errs.append(_rel_err(f(out, idxs[d], vals), refs[d]))
-            cell["err"][name] = errs[0]
-            cell.setdefault("errs", {})[name] = errs
+        with gpu_turn():
+            _errors(name, f, cells, data)
         if name == "commrt" and alias is None:
             rep = [r for k, r in commrt.fx.last_reports if k == "partitioned_scatter"]
             for cell in cells:
@@ -406,6 +418,22 @@ def _compile_column(name: str, fn, cells: list, data: tuple, compiled=None):
     for cell in cells:
         cell["compile_s"][name] = time.perf_counter() - t0
     return f
+
+
+def _errors(name: str, f, cells: list, data: tuple) -> None:
+    """Column ``name``'s call on each distribution: its time (``first_ms``) and its errors
+    against float64 (``err``: the first call's; ``errs``: up to ``ERR_CALLS`` calls')."""
+    out, vals, idxs, refs = data
+    for cell, d in zip(cells, DISTS, strict=True):
+        t1 = time.perf_counter()
+        got = f(out, idxs[d], vals)
+        torch.cuda.synchronize()
+        first = cell.setdefault("first_ms", {})[name] = (time.perf_counter() - t1) * 1e3
+        errs = [_rel_err(got, refs[d])]
+        while first < ERR_CALL_MS and len(errs) < ERR_CALLS:
+            errs.append(_rel_err(f(out, idxs[d], vals), refs[d]))
+        cell["err"][name] = errs[0]
+        cell.setdefault("errs", {})[name] = errs
 
 
 def eager_ms(fn) -> float:
@@ -484,7 +512,9 @@ def _grid_worker(tasks, columns: tuple, q, lock, barrier, deadline: float) -> No
     """Compiles groups from ``tasks`` (in parallel with the other workers) until none is
     left or the deadline passes, waits until every worker has (no compile, nor Inductor's
     autotuning, shares the GPU with a timing), then times them one group at a time under
-    ``lock``."""
+    ``lock`` (a reentrant lock, also every GPU step of a compile's: ``gpu_turn``)."""
+    global _GPU_LOCK
+    _GPU_LOCK = lock
     torch.cuda.set_device(0)
     compiled = []
     while True:
@@ -525,7 +555,7 @@ def grid(args) -> None:
     meta = grid_meta(args, columns, start, groups)
     kept = _kept_cells(args, meta, groups)
     ctx = mp.get_context("spawn")
-    q, lock, tasks = ctx.Queue(), ctx.Lock(), ctx.Queue()
+    q, lock, tasks = ctx.Queue(), ctx.RLock(), ctx.Queue()
     # half-precision index_put first: Inductor leaves it to aten's sorting kernel, whose
     # calls on hot indices take the longest (compiling overlaps them)
     for group in sorted(groups, key=lambda g: (g[0], g[1]) != ("index_put", "bfloat16")):
@@ -697,7 +727,8 @@ def grid_markdown(cells: list, meta: dict, elapsed: float, status: dict) -> str:
         "calls, captured apart and replayed in turn (`time_call`: as many calls a graph as "
         "fill 2 ms of device time, up to 50, `timed` in the json; `graphs_ms`: "
         "each graph's; `autotuned`: the kernels Inductor autotuned in each column's first "
-        "call, each config's benchmarked ms and the one chosen); `*`: a "
+        "call, each config's benchmarked ms and the one chosen, under the grid's GPU lock "
+        "with every column's calls on the data (`gpu_turn`)); `*`: a "
         f"call over {SLOW_MS / 1e3:.0f} s, its one call while the other groups compiled "
         "(Inductor's bf16 atomics on contended indices), not timed again. "
         f"{VALUES} value elements a cell; outputs over {MAX_OUT} elements left out. "

@@ -60,12 +60,34 @@ def test_autotune_log_records_each_autotuned_kernel_and_puts_the_method_back():
     class Tuner:
         inductor_meta = {"kernel_name": "triton_poi_fused_index_put_1"}
 
+    class Lock:  # the grid's GPU lock: held while Inductor benchmarks
+        held = 0
+
+        def __enter__(self):
+            self.held += 1
+
+        def __exit__(self, *exc):
+            self.held -= 1
+
+    lock, seen = Lock(), []
+
+    def benchmark(self):
+        seen.append(lock.held)
+        return {fast: 0.12, slow: 0.10}
+
     base = th.CachingAutotuner.benchmark_all_configs
-    th.CachingAutotuner.benchmark_all_configs = lambda self: {fast: 0.12, slow: 0.10}
+    th.CachingAutotuner.benchmark_all_configs = benchmark
     try:
         with bench.autotune_log() as tuned:
-            timings = th.CachingAutotuner.benchmark_all_configs(Tuner())
+            th.CachingAutotuner.benchmark_all_configs(Tuner())  # no grid: no lock
+            bench._GPU_LOCK = lock
+            try:
+                timings = th.CachingAutotuner.benchmark_all_configs(Tuner())
+            finally:
+                bench._GPU_LOCK = None
+        assert seen == [0, 1] and lock.held == 0
         assert timings == {fast: 0.12, slow: 0.10}  # Inductor still gets its timings
+        tuned = tuned[1:]
         assert tuned == [{"kernel": "triton_poi_fused_index_put_1",
                           "chose": "XBLOCK: 512, num_warps: 8",
                           "ms": {"XBLOCK: 1024, num_warps: 4": 0.12,
