@@ -671,7 +671,18 @@ def test_rows_that_lose_paired_atomics_go_where_they_were_measured_faster():
     assert decide(1024, 50, 83_886, fp32, False)[0] == "commrt"
     assert decide(1024, 32, 131_072, fp32, True)[0] == "inductor_partitioned"
     assert decide(512, 50, 83_886, fp32, True)[0] == "inductor_partitioned"  # 8,192 a row
-    assert decide(1024, 50, 83_886, bf16, True)[0] == "inductor_partitioned"
+    # fp16/bf16 rows of 50 to 63 with as many a row: the wide kernels, summed in fp32;
+    # rows of 32 to 63 of an index_add (aten's kernel) from 2 values a row
+    choice, why = decide(1024, 50, 83_886, bf16, True)
+    assert choice == "commrt" and "summed in fp32" in why, why
+    assert decide(1024, 63, 66_576, torch.float16, True)[0] == "commrt"
+    assert decide(1024, 40, 104_857, bf16, True)[0] == "inductor_partitioned"  # under 50
+    assert decide(512, 50, 83_886, bf16, True)[0] == "inductor_partitioned"  # 164 a row
+    assert decide(1024, 50, 83_886, bf16, True, partitioned=False)[0] == "commrt"  # scatter_add
+    assert decide(1024, 40, 104_857, bf16, False)[0] == "commrt"
+    assert decide(65536, 32, 131_072, bf16, False)[0] == "commrt"  # 2 a row
+    assert decide(65536, 40, 104_857, bf16, False)[0] == "inductor"  # 1.6 a row
+    assert decide(1024, 31, 135_300, bf16, False)[0] == "inductor"  # under 32
 
 
 def test_wide_own_adds_for_half_rows_with_a_few_tens_a_row():

@@ -49,7 +49,10 @@ Wide rows go to commrt's kernels where enough values land on each output row to 
 half-precision rows with a few tens of values a row, which the kernels add in their dtype
 where the plan finds few adds an address (``wide_own_adds``); fp32 rows with tens
 of values a row and many indices go to them too (a hot row is found on the GPU), from rows
-of ``FP32_SPREAD_ROW`` elements with up to ``FP32_MID_VALUES`` value elements a row; on large
+of ``FP32_SPREAD_ROW`` elements with up to ``FP32_MID_VALUES`` value elements a row, and so
+do fp16/bf16 rows of ``HALF_SPREAD_ROW`` elements to ``WIDE_ROW`` with as many, summed in
+fp32, and of ``HALF_MID_ROW`` to ``WIDE_ROW`` in an ``index_add`` (aten's kernel, not
+Inductor's) from ``HALF_INDEX_ADD_PER_ROW`` values a row; on large
 scatters of fp32 rows with over a thousand values a row the plan also looks for a few
 distinct rows, which it then sums as products (``wide_hot``);
 elsewhere to Inductor: partitioned where every output row takes many values, plain
@@ -220,10 +223,26 @@ INDUCTOR_CONTENDED = 64  # values per output row from which Inductor's partition
 # scatter's 10.5 / 20.5 / 23.0 (its partitions, which took these rows before, 15.9 / 20.5 /
 # 23.0), rows of 50 12.1 / 17.3 / 17.8 against 12.2 / 25.6 / 24.6, rows of 56 10.1 / 16.7 /
 # 17.2 against 10.3 / 21.4 / 22.3; rows of 32 12.8 / 20.3 / 20.1 against 9.7 / 17.8 / 20.9,
-# left to Inductor (benchmarks/results/scatter_grid_w40_56_rows1024_NVIDIA_H100_80GB_HBM3.md,
-# scatter_grid_w32_50_NVIDIA_H100_80GB_HBM3.md), each with 4,096 value elements a row
+# left to Inductor (benchmarks/results/scatter_grid_w40_56_rows1024_NVIDIA_H100_80GB_HBM3.md
+# at 6b9fa1e, in git; scatter_grid_w32_50_NVIDIA_H100_80GB_HBM3.md), each with 4,096 value elements a row
 # (FP32_MID_VALUES, at most, for rows under WIDE_ROW)
 FP32_SPREAD_ROW, FP32_MID_VALUES = 40, 4096
+# fp16/bf16 rows of HALF_MID_ROW to WIDE_ROW elements (below HALF_NARROW_CONTENDED a row):
+# on one H100 at 6735783, into 1,024 rows, µs uniform / skewed / hot, the wide kernels
+# summing bf16 rows in fp32 (the `commrt kernels` column) took rows of 40 12.1 / 21.4 / 21.3
+# against Inductor's faster scatter's 8.4 / 21.5 / 17.1, rows of 50 11.9 / 16.7 / 16.1
+# against 13.4 / 21.1 / 22.1 (at 6b9fa1e 11.9 / 16.8 / 16.7 against 8.6 / 20.5 / 21.8),
+# rows of 56 11.8 / 16.8 / 17.0 against 7.7 / 22.7 / 19.4 (Inductor's partitions, which
+# took these rows, 13.2-15.0 uniform; at 6b9fa1e rows of 32 12.6 / 18.4 / 18.4 against its
+# partitions' 10.5 / 14.7 / 14.1): an index_put goes to them from rows of HALF_SPREAD_ROW,
+# with the fp32 rows' window of values a row. A bf16 index_add, which Inductor leaves to
+# aten's kernel, took 31.7-32.7 / 213-305 / 291-367 µs there (rows of 40 to 56) against
+# the kernels' 11.7-12.1 / 16.6-21.5 / 16.6-21.4, rows of 32 31.9 / 185 / 237 against 12.6 /
+# 18.5 / 18.2, and into 65,536 rows (2 values a row) 33.8 / 34.0 / 239 against 19.2 / 19.0 /
+# 41.8: it goes to them from rows of HALF_MID_ROW with HALF_INDEX_ADD_PER_ROW values a row
+# (benchmarks/results/scatter_grid_w40_56_rows1024_NVIDIA_H100_80GB_HBM3.md, 6735783;
+# scatter_grid_w32_50_NVIDIA_H100_80GB_HBM3.md, 6b9fa1e)
+HALF_MID_ROW, HALF_SPREAD_ROW, HALF_INDEX_ADD_PER_ROW = 32, 50, 2
 # Narrow rows that commrt leaves to Inductor (benchmarks/results/scatter_grid_NVIDIA_H200.md,
 # 06eb09f and 544ae5e): Inductor's partitions won every cell of rows of 4 and 16 with 1,024
 # values a row or more (bf16: 256), and of fp32 1-D values on 1,024 rows; commrt's hot rows
@@ -534,10 +553,16 @@ def decide(rows: int, width: int, n: int, dtype: torch.dtype, index_put: bool = 
             return COMMRT, f"rows of {width} with {per_row:.0f} values a row"
         # tens of values a row: up to INDUCTOR_CONTENDED, or FP32_MID_VALUES value elements
         # a row on rows under WIDE_ROW (over INDUCTOR_CONTENDED values there)
-        if dtype not in HALF and width >= FP32_SPREAD_ROW and n >= FP32_SPREAD_INDICES and \
-                FP32_SPREAD_PER_ROW <= per_row <= max(INDUCTOR_CONTENDED, FP32_MID_VALUES / width):
+        mid = n >= FP32_SPREAD_INDICES and \
+            FP32_SPREAD_PER_ROW <= per_row <= max(INDUCTOR_CONTENDED, FP32_MID_VALUES / width)
+        if dtype not in HALF and width >= FP32_SPREAD_ROW and mid:
             return COMMRT, (f"rows of {width} with {per_row:.0f} values a row, {n} indices: "
                             "contention found on the GPU")
+        if dtype in HALF and HALF_MID_ROW <= width < WIDE_ROW and (
+                width >= HALF_SPREAD_ROW and mid or
+                not index_put and per_row >= HALF_INDEX_ADD_PER_ROW):
+            return COMMRT, (f"{dtype} rows of {width} with {per_row:.0f} values a row, "
+                            f"{n} indices: summed in fp32, contention found on the GPU")
     if index_put and n >= INDUCTOR_MIN_INDICES and per_row >= INDUCTOR_CONTENDED:
         return INDUCTOR_PARTITIONED, f"rows of {width} with {per_row:.0f} values a row"
     return INDUCTOR, f"rows of {width} with {per_row:.0f} values a row"
