@@ -374,8 +374,9 @@ def _static_choice(group: tuple) -> tuple[str, str]:
     op, dt, width, rows = group
     n = VALUES // max(1, width)
     # after decomposition both ops reach the pass as index_put, save Inductor's aten
-    # fallback for a half-precision index_add; scatter_add stays one (not partitioned)
-    index_put = op != "index_add" or ALL_DTYPES[dt] not in (torch.bfloat16, torch.float16)
+    # fallback for a bf16 index_add (an fp16 one decomposes); scatter_add stays one (not
+    # partitioned)
+    index_put = op != "index_add" or ALL_DTYPES[dt] != torch.bfloat16
     return decide(rows, max(1, width), n, ALL_DTYPES[dt], index_put,
                   index_put and op != "scatter_add")
 

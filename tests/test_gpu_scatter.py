@@ -54,7 +54,7 @@ CASES = [  # (op, dtype, row width (0: 1-D), rows, indices, expected choice)
     ("index_put", torch.float32, 50, 1024, 83_881, "commrt"),  # ... rows of 40 to 63 too
     ("index_put", torch.bfloat16, 56, 1024, 74_893, "commrt"),  # ... bf16 of 50 to 63: fp32
     ("index_add", torch.bfloat16, 33, 1021, 100_003, "commrt"),  # aten's kernel: 32 to 63
-    ("index_add", torch.float16, 40, 1 << 16, 131_101, "commrt"),  # ... from 2 a row
+    ("index_add", torch.bfloat16, 40, 1 << 16, 131_101, "commrt"),  # ... from 2 a row
     ("scatter_add", torch.float32, 0, 8, 1 << 20, "commrt"),  # token counts: few rows
     ("scatter_add", torch.float32, 1, 20_011, 1 << 20, "commrt"),  # shared sums
     ("scatter_add", torch.bfloat16, 16, 1024, 262_147, "inductor_partitioned"),  # inlined

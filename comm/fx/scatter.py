@@ -440,8 +440,8 @@ def _rewrite(graph, node, self_, index, values, fraction, rule) -> tuple[str, st
     rows, n = sv.shape[0], iv.shape[0]
     width = sv.numel() // max(1, rows)
     memory = _device_memory(sv)
-    # Inductor lowers index_put and scatter_add to its atomic scatter, a half-precision
-    # index_add to aten's kernel (an fp32 one reaches the pass as an index_put), and
+    # Inductor lowers index_put and scatter_add to its atomic scatter, a bf16 index_add
+    # to aten's kernel (an fp32 or fp16 one reaches the pass as an index_put), and
     # partitions an index_put only
     choice, why = rule(rows, width, n, sv.dtype, node.target != aten.index_add.default,
                        node.target == aten.index_put.default)

@@ -51,7 +51,7 @@ where the plan finds few adds an address (``wide_own_adds``); fp32 rows with ten
 of values a row and many indices go to them too (a hot row is found on the GPU), from rows
 of ``FP32_SPREAD_ROW`` elements with up to ``FP32_MID_VALUES`` value elements a row, and so
 do fp16/bf16 rows of ``HALF_SPREAD_ROW`` elements to ``WIDE_ROW`` with as many, summed in
-fp32, and of ``HALF_MID_ROW`` to ``WIDE_ROW`` in an ``index_add`` (aten's kernel, not
+fp32, and of ``HALF_MID_ROW`` to ``WIDE_ROW`` in a bf16 ``index_add`` (aten's kernel, not
 Inductor's) from ``HALF_INDEX_ADD_PER_ROW`` values a row; on large
 scatters of fp32 rows with over a thousand values a row the plan also looks for a few
 distinct rows, which it then sums as products (``wide_hot``);
@@ -224,8 +224,8 @@ INDUCTOR_CONTENDED = 64  # values per output row from which Inductor's partition
 # 23.0), rows of 50 12.1 / 17.3 / 17.8 against 12.2 / 25.6 / 24.6, rows of 56 10.1 / 16.7 /
 # 17.2 against 10.3 / 21.4 / 22.3; rows of 32 12.8 / 20.3 / 20.1 against 9.7 / 17.8 / 20.9,
 # left to Inductor (benchmarks/results/scatter_grid_w40_56_rows1024_NVIDIA_H100_80GB_HBM3.md
-# at 6b9fa1e, in git; scatter_grid_w32_50_NVIDIA_H100_80GB_HBM3.md), each with 4,096 value elements a row
-# (FP32_MID_VALUES, at most, for rows under WIDE_ROW)
+# at 6b9fa1e, in git; scatter_grid_w32_50_NVIDIA_H100_80GB_HBM3.md), each with 4,096 value
+# elements a row (FP32_MID_VALUES, at most, for rows under WIDE_ROW)
 FP32_SPREAD_ROW, FP32_MID_VALUES = 40, 4096
 # fp16/bf16 rows of HALF_MID_ROW to WIDE_ROW elements (below HALF_NARROW_CONTENDED a row):
 # on one H100 at 6735783, into 1,024 rows, µs uniform / skewed / hot, the wide kernels
