@@ -181,7 +181,8 @@ ERR_CALLS, ERR_CALL_MS = 5, 100.0
 # every GPU step of a compile (the data and its float64 sums, Inductor's autotuning
 # benchmarks, a column's calls on each distribution) and by each group's timing, so that no
 # kernel is benchmarked or timed beside another worker's. Without it, one H100 grid run
-# (14a69bc) benchmarked a reduction of commrt's graph of Inductor's partitions at 113-116 µs
+# (benchmarks/results/scatter_grid_w40_56_rows1024_unlocked_NVIDIA_H100_80GB_HBM3.json,
+# 14a69bc) benchmarked a reduction of commrt's graph of Inductor's partitions at 113-117 µs
 # a config where the other column's compile read 11-12, chose the config that read 42, and
 # timed that graph at 43.6 µs against 14.8 for the same graph built by Inductor's pass
 # (bf16 rows of 56 into 1,024 rows, uniform); a user's compile has the GPU to itself

@@ -231,7 +231,7 @@ FP32_SPREAD_ROW, FP32_MID_VALUES = 40, 4096
 # on one H100 at 6735783, into 1,024 rows, µs uniform / skewed / hot, the wide kernels
 # summing bf16 rows in fp32 (the `commrt kernels` column) took rows of 40 12.1 / 21.4 / 21.3
 # against Inductor's faster scatter's 8.4 / 21.5 / 17.1, rows of 50 11.9 / 16.7 / 16.1
-# against 13.4 / 21.1 / 22.1 (at 6b9fa1e 11.9 / 16.8 / 16.7 against 8.6 / 20.5 / 21.8),
+# against 13.4 / 21.2 / 22.1 (at 6b9fa1e 11.9 / 16.8 / 16.7 against 8.6 / 20.5 / 21.8),
 # rows of 56 11.8 / 16.8 / 17.0 against 7.7 / 22.7 / 19.4 (Inductor's partitions, which
 # took these rows, 13.2-15.0 uniform; at 6b9fa1e rows of 32 12.6 / 18.4 / 18.4 against its
 # partitions' 10.5 / 14.7 / 14.1): an index_put goes to them from rows of HALF_SPREAD_ROW,
