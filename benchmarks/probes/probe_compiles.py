@@ -55,6 +55,21 @@ def one(group: tuple, column: str, tune: bool) -> dict:
     return res
 
 
+def run_fresh(script: str, one: list) -> dict | None:
+    """``script --one <one as json>`` in a fresh process with a fresh Inductor cache: the
+    dict it prints after ``RESULT ``, or None (its output's tail printed)."""
+    env = dict(os.environ)  # the multicast-off variables stay as they are
+    env["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="probe_ic_")
+    env["TORCHINDUCTOR_FX_GRAPH_CACHE"] = "0"
+    p = subprocess.run([sys.executable, script, "--one", json.dumps(one)], env=env,
+                       capture_output=True, text=True, timeout=300)
+    line = [x for x in p.stdout.splitlines() if x.startswith("RESULT ")]
+    if not line:
+        print(p.stdout[-2000:], p.stderr[-3000:], flush=True)
+        return None
+    return json.loads(line[0][7:])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="probe_compiles.json")
@@ -79,17 +94,9 @@ def main() -> None:
         for tune in tunes:
             for column in columns:
                 for rep in range(args.reps):
-                    env = dict(os.environ)  # the multicast-off variables stay as they are
-                    env["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="probe_ic_")
-                    env["TORCHINDUCTOR_FX_GRAPH_CACHE"] = "0"
-                    p = subprocess.run([sys.executable, __file__, "--one",
-                                        json.dumps([group, column, tune])],
-                                       env=env, capture_output=True, text=True, timeout=300)
-                    line = [x for x in p.stdout.splitlines() if x.startswith("RESULT ")]
-                    if not line:
-                        print(p.stdout[-2000:], p.stderr[-3000:], flush=True)
+                    r = run_fresh(__file__, [group, column, tune])
+                    if r is None:
                         continue
-                    r = json.loads(line[0][7:])
                     r["rep"] = rep
                     results["runs"].append(r)
                     print(group, column, "tune" if tune else "no-tune", rep, r["ms"],

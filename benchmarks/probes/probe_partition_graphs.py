@@ -19,9 +19,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
-import tempfile
+
+from probe_compiles import run_fresh
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 GROUPS = (  # (group, columns)
@@ -82,17 +82,9 @@ def main() -> None:
         for rep in range(args.reps):
             for column in columns:
                 name = f"{'_'.join(map(str, group))}_{column.replace(' ', '_')}_{rep}.py"
-                env = dict(os.environ)  # the multicast-off variables stay as they are
-                env["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="probe_ic_")
-                env["TORCHINDUCTOR_FX_GRAPH_CACHE"] = "0"
-                p = subprocess.run([sys.executable, __file__, "--one", json.dumps(
-                    [group, column, os.path.join(args.code_dir, name)])],
-                    env=env, capture_output=True, text=True, timeout=300)
-                line = [x for x in p.stdout.splitlines() if x.startswith("RESULT ")]
-                if not line:
-                    print(p.stdout[-2000:], p.stderr[-3000:], flush=True)
+                r = run_fresh(__file__, [group, column, os.path.join(args.code_dir, name)])
+                if r is None:
                     continue
-                r = json.loads(line[0][7:])
                 r["rep"] = rep
                 results["runs"].append(r)
                 print(group, column, rep, r["us"], flush=True)
