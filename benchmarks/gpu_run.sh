@@ -221,6 +221,7 @@ for stage in $STAGES; do
       say "scatter_narrow_sweep"
       run python3 benchmarks/scatter_narrow_sweep.py --out-dir "$RES" ;;
     scattergrid)  # single GPU is enough; --update merges into benchmarks/results' grid file
+      # (a whole grid's GPU steps take turns under its GPU lock: give it STAGE_TIMEOUT=600)
       say "bench_scatter --grid"
       [ -d "$RES" ] && cp -n benchmarks/results/scatter_grid_*.json benchmarks/results/scatter_add_grid_*.json benchmarks/results/scatter_int_grid_*.json "$RES"/ 2>/dev/null
       run python3 benchmarks/bench_scatter.py --grid --out-dir "$RES" ${GRID_ARGS:-} ;;

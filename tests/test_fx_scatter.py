@@ -345,6 +345,8 @@ def test_shared_sums_refuse_what_they_cannot_sum():
     (1031, 99, 42_367, torch.float32, "commrt"),  # wide kernels, their copies padded
     (1024, 50, 83_881, torch.float32, "commrt"),  # ... fp32 rows from 40 elements
     (1024, 32, 131_072, torch.float32, "inductor_partitioned"),
+    (1024, 56, 74_893, torch.bfloat16, "commrt"),  # ... bf16 rows from 50, summed in fp32
+    (1024, 40, 104_857, torch.bfloat16, "inductor_partitioned"),
 ])
 def test_the_pass_follows_the_rule_on_traced_graphs(rows, width, n, dtype, choice):
     shape = (rows,) if width == 0 else (rows, width)
@@ -369,6 +371,7 @@ def test_the_pass_follows_the_rule_on_traced_graphs(rows, width, n, dtype, choic
     (1024, 1024, 4099, torch.float32, torch.float32, ["narrow_index_add"]),  # block-local
     (1031, 100, 40_009, torch.float32, torch.float32, ["partitioned_index_add"]),
     (1031, 100, 41_947, torch.bfloat16, torch.bfloat16, ["partitioned_index_add"]),
+    (1024, 56, 74_893, torch.bfloat16, torch.bfloat16, ["partitioned_index_add"]),
     (0, 0, 5, torch.float32, torch.float32, ["partitioned_index_add"]),  # an empty output
     (1024, 16, 4096, torch.int32, torch.int32, ["narrow_index_add"]),  # int32 narrow rows
     (1024, 100, 40_000, torch.int32, torch.int32, ["int_flat_index_add"]),  # wide: flat
