@@ -394,7 +394,7 @@ def _compile_column(name: str, fn, cells: list, data: tuple, compiled=None):
     where the rule answers ``inductor``."""
     import commrt.fx
 
-    out, vals, idxs, refs = data
+    out, vals, idxs, _ = data  # refs: _errors
     t0 = time.perf_counter()
     alias = None
     if name == "commrt" and compiled is not None:
