@@ -493,7 +493,7 @@ def time_group(state: dict) -> list[dict]:
             with _context(name):  # the compiled callable of compile_group: no new compile
                 for cell, d in zip(cells, DISTS, strict=True):
                     first = cell.get("first_ms", {}).get(name, 0.0)
-                    if first > SLOW_MS:  # seconds a call: its one call while compiling
+                    if first > SLOW_MS:  # seconds a call: its first call on the data stands
                         cell["ms"][name], how, each = first, "first call", [first]
                     else:
                         cell["ms"][name], how, each = time_call(
@@ -722,7 +722,7 @@ def grid_markdown(cells: list, meta: dict, elapsed: float, status: dict) -> str:
         f"# Scatter grid: {meta['device']}", "",
         f"torch {meta['torch']}, Triton {meta['triton']}, {meta['date']}, commit "
         f"{meta['commit']}, `{meta['command']}`, {elapsed:.0f} s"
-        + "".join(f"; cells of other widths/ops from `{r['command']}` ({r['date']}, "
+        + "".join(f"; cells of other groups from `{r['command']}` ({r['date']}, "
                   + (f"commit {r['commit']}, " if "commit" in r else "")
                   + f"torch {r['torch']}, Triton {r['triton']})" for r in meta.get("merged", []))
         + f". Median ms of a call: the median of {meta.get('graphs', 1)} CUDA graphs of "
@@ -731,8 +731,8 @@ def grid_markdown(cells: list, meta: dict, elapsed: float, status: dict) -> str:
         "each graph's; `autotuned`: the kernels Inductor autotuned in each column's first "
         "call, each config's benchmarked ms and the one chosen, under the grid's GPU lock "
         "with every column's calls on the data (`gpu_turn`)); `*`: a "
-        f"call over {SLOW_MS / 1e3:.0f} s, its one call while the other groups compiled "
-        "(Inductor's bf16 atomics on contended indices), not timed again. "
+        f"call over {SLOW_MS / 1e3:.0f} s (Inductor's bf16 atomics on contended indices), its "
+        "first call on the data, not timed again. "
         f"{VALUES} value elements a cell; outputs over {MAX_OUT} elements left out. "
         "Where the commrt path is `inductor`, commrt = Inductor's choice (the compiled "
         "column's graph); `inductor_partitioned`: the graph of Inductor's partitioned "
