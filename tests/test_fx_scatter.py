@@ -345,8 +345,9 @@ def test_shared_sums_refuse_what_they_cannot_sum():
     (1031, 99, 42_367, torch.float32, "commrt"),  # wide kernels, their copies padded
     (1024, 50, 83_881, torch.float32, "commrt"),  # ... fp32 rows from 40 elements
     (1024, 32, 131_072, torch.float32, "inductor_partitioned"),
-    (1024, 56, 74_893, torch.bfloat16, "commrt"),  # ... bf16 rows from 50, summed in fp32
-    (1024, 40, 104_857, torch.bfloat16, "inductor_partitioned"),
+    (1024, 56, 74_893, torch.bfloat16, "commrt"),  # ... bf16 rows from 40, summed in fp32
+    (1024, 40, 104_857, torch.bfloat16, "commrt"),
+    (1024, 32, 131_072, torch.bfloat16, "inductor_partitioned"),
 ])
 def test_the_pass_follows_the_rule_on_traced_graphs(rows, width, n, dtype, choice):
     shape = (rows,) if width == 0 else (rows, width)
@@ -372,6 +373,7 @@ def test_the_pass_follows_the_rule_on_traced_graphs(rows, width, n, dtype, choic
     (1031, 100, 40_009, torch.float32, torch.float32, ["partitioned_index_add"]),
     (1031, 100, 41_947, torch.bfloat16, torch.bfloat16, ["partitioned_index_add"]),
     (1024, 56, 74_893, torch.bfloat16, torch.bfloat16, ["partitioned_index_add"]),
+    (1024, 40, 104_857, torch.bfloat16, torch.bfloat16, ["partitioned_index_add"]),
     (0, 0, 5, torch.float32, torch.float32, ["partitioned_index_add"]),  # an empty output
     (1024, 16, 4096, torch.int32, torch.int32, ["narrow_index_add"]),  # int32 narrow rows
     (1024, 100, 40_000, torch.int32, torch.int32, ["int_flat_index_add"]),  # wide: flat
@@ -674,12 +676,15 @@ def test_rows_that_lose_paired_atomics_go_where_they_were_measured_faster():
     assert decide(1024, 50, 83_886, fp32, False)[0] == "commrt"
     assert decide(1024, 32, 131_072, fp32, True)[0] == "inductor_partitioned"
     assert decide(512, 50, 83_886, fp32, True)[0] == "inductor_partitioned"  # 8,192 a row
-    # fp16/bf16 rows of 50 to 63 with as many a row: the wide kernels, summed in fp32;
+    # fp16/bf16 rows of 40 to 63 with as many a row: the wide kernels, summed in fp32;
     # rows of 32 to 63 of an index_add (aten's kernel) from 2 values a row
     choice, why = decide(1024, 50, 83_886, bf16, True)
     assert choice == "commrt" and "summed in fp32" in why, why
     assert decide(1024, 63, 66_576, torch.float16, True)[0] == "commrt"
-    assert decide(1024, 40, 104_857, bf16, True)[0] == "inductor_partitioned"  # under 50
+    assert decide(1024, 40, 104_857, bf16, True)[0] == "commrt"
+    assert decide(1024, 40, 104_857, bf16, True, partitioned=False)[0] == "commrt"  # scatter_add
+    assert decide(1024, 39, 107_546, bf16, True)[0] == "inductor_partitioned"  # under 40
+    assert decide(1024, 32, 131_072, bf16, True)[0] == "inductor_partitioned"
     assert decide(512, 50, 83_886, bf16, True)[0] == "inductor_partitioned"  # 164 a row
     assert decide(1024, 50, 83_886, bf16, True, partitioned=False)[0] == "commrt"  # scatter_add
     assert decide(1024, 40, 104_857, bf16, False)[0] == "commrt"

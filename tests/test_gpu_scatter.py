@@ -52,7 +52,8 @@ CASES = [  # (op, dtype, row width (0: 1-D), rows, indices, expected choice)
     ("index_put", torch.float32, 99, 1031, 42_367, "commrt"),  # fp32 odd rows: padded copies
     ("index_put", torch.float32, 64, 1024, 65_536, "commrt"),  # 64 a row: the wide kernels
     ("index_put", torch.float32, 50, 1024, 83_881, "commrt"),  # ... rows of 40 to 63 too
-    ("index_put", torch.bfloat16, 56, 1024, 74_893, "commrt"),  # ... bf16 of 50 to 63: fp32
+    ("index_put", torch.bfloat16, 56, 1024, 74_893, "commrt"),  # ... bf16 of 40 to 63: fp32
+    ("scatter_add", torch.bfloat16, 40, 1024, 104_801, "commrt"),
     ("index_add", torch.bfloat16, 33, 1021, 100_003, "commrt"),  # aten's kernel: 32 to 63
     ("index_add", torch.bfloat16, 40, 1 << 16, 131_101, "commrt"),  # ... from 2 a row
     ("scatter_add", torch.float32, 0, 8, 1 << 20, "commrt"),  # token counts: few rows

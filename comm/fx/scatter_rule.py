@@ -234,7 +234,13 @@ FP32_SPREAD_ROW, FP32_MID_VALUES = 40, 4096
 # against 13.4 / 21.2 / 22.1 (at 6b9fa1e 11.9 / 16.8 / 16.7 against 8.6 / 20.5 / 21.8),
 # rows of 56 11.8 / 16.8 / 17.0 against 7.7 / 22.7 / 19.4 (Inductor's partitions, which
 # took these rows, 13.2-15.0 uniform; at 6b9fa1e rows of 32 12.6 / 18.4 / 18.4 against its
-# partitions' 10.5 / 14.7 / 14.1): an index_put goes to them from rows of HALF_SPREAD_ROW,
+# partitions' 10.5 / 14.7 / 14.1). Inductor's partitions of bf16 rows of 40 ran at another
+# speed each compile (autotuned configs): in five compiles on an H100 and an H200, 12.0-34.3 /
+# 20.6-42.9 / 16.1-41.6, medians 13.7 / 25.6 / 23.0, against the kernels' 11.9-12.2 /
+# 21.4-21.8 / 21.3-21.5 (scatter_grid_w32_56_half_NVIDIA_H100_80GB_HBM3.md, 94df385;
+# scatter_grid_w32_56_half_NVIDIA_H200.md, 5756285); on rows of 32 their medians, 11.5 /
+# 16.5 / 17.7, beat the kernels' 12.5-12.7 / 18.4-18.5 / 18.2-18.5. So an index_put or a
+# scatter_add goes to the kernels from rows of HALF_SPREAD_ROW,
 # with the fp32 rows' window of values a row. A bf16 index_add, which Inductor leaves to
 # aten's kernel, took 31.7-32.7 / 213-305 / 291-367 µs there (rows of 40 to 56) against
 # the kernels' 11.7-12.1 / 16.6-21.5 / 16.6-21.4, rows of 32 31.9 / 185 / 237 against 12.6 /
@@ -242,7 +248,7 @@ FP32_SPREAD_ROW, FP32_MID_VALUES = 40, 4096
 # 41.8: it goes to them from rows of HALF_MID_ROW with HALF_INDEX_ADD_PER_ROW values a row
 # (benchmarks/results/scatter_grid_w40_56_rows1024_NVIDIA_H100_80GB_HBM3.md, 6735783;
 # scatter_grid_w32_50_NVIDIA_H100_80GB_HBM3.md, 6b9fa1e)
-HALF_MID_ROW, HALF_SPREAD_ROW, HALF_INDEX_ADD_PER_ROW = 32, 50, 2
+HALF_MID_ROW, HALF_SPREAD_ROW, HALF_INDEX_ADD_PER_ROW = 32, 40, 2
 # Narrow rows that commrt leaves to Inductor (benchmarks/results/scatter_grid_NVIDIA_H200.md,
 # 06eb09f and 544ae5e): Inductor's partitions won every cell of rows of 4 and 16 with 1,024
 # values a row or more (bf16: 256), and of fp32 1-D values on 1,024 rows; commrt's hot rows
