@@ -221,7 +221,11 @@ for stage in $STAGES; do
       say "scatter_narrow_sweep"
       run python3 benchmarks/scatter_narrow_sweep.py --out-dir "$RES" ;;
     scattergrid)  # single GPU is enough; --update merges into benchmarks/results' grid file
-      # (a whole grid's GPU steps take turns under its GPU lock: give it STAGE_TIMEOUT=600)
+      # (a grid's GPU steps take turns under its GPU lock: on one H100 at 94df385 the main
+      #  grid took 140 s for --dtypes float32, 67 s for --dtypes bfloat16 --ops index_add,
+      #  97 s for --dtypes bfloat16 --ops index_put --widths 4,16,100,1024,4096 and 182 s for
+      #  --widths 0,1 of those (Inductor's bf16 atomics on a hot row), each with --update;
+      #  the scatter_add grid's bf16 --widths 0,1 alone 306 s: scatter_grid_*H100*.md)
       say "bench_scatter --grid"
       [ -d "$RES" ] && cp -n benchmarks/results/scatter_grid_*.json benchmarks/results/scatter_add_grid_*.json benchmarks/results/scatter_int_grid_*.json "$RES"/ 2>/dev/null
       run python3 benchmarks/bench_scatter.py --grid --out-dir "$RES" ${GRID_ARGS:-} ;;
