@@ -177,10 +177,13 @@ EXACT_COLUMNS = ("float32", *INT_DTYPES)
 # a call takes under ERR_CALL_MS: atomics add in another order each call, so that one
 # call's error against another column's says little where they differ by a few percent
 ERR_CALLS, ERR_CALL_MS = 5, 100.0
-# The grid's GPU lock (a reentrant lock of its workers, which share one GPU): held by
-# every GPU step of a compile (the data and its float64 sums, Inductor's autotuning
-# benchmarks, a column's calls on each distribution) and by each group's timing, so that no
-# kernel is benchmarked or timed beside another worker's. Without it, one H100 grid run
+# The grid's GPU lock (a reentrant lock of its workers, which share one GPU): held by the
+# GPU steps of a compile (the data and its float64 sums, Inductor's autotuning benchmarks,
+# the eager column's first call, every column's checked calls on each distribution; not a
+# compiled column's first call, whose compile would hold it for seconds) and by each
+# group's timing, so that no kernel is benchmarked or timed beside another worker's. It
+# keeps other workers' compiles off the GPU, not off the CPU, where Inductor's benchmarks
+# of µs kernels are bound by the host's launches. Without it, one H100 grid run
 # (benchmarks/results/scatter_grid_w40_56_rows1024_unlocked_NVIDIA_H100_80GB_HBM3.json,
 # 14a69bc) benchmarked a reduction of commrt's graph of Inductor's partitions at 113-117 µs
 # a config where the other column's compile read 11-12, chose the config that read 42, and
