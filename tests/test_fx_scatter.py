@@ -688,9 +688,15 @@ def test_rows_that_lose_paired_atomics_go_where_they_were_measured_faster():
     assert decide(512, 50, 83_886, bf16, True)[0] == "inductor_partitioned"  # 164 a row
     assert decide(1024, 50, 83_886, bf16, True, partitioned=False)[0] == "commrt"  # scatter_add
     assert decide(1024, 40, 104_857, bf16, False)[0] == "commrt"
-    assert decide(65536, 32, 131_072, bf16, False)[0] == "commrt"  # 2 a row
-    assert decide(65536, 40, 104_857, bf16, False)[0] == "inductor"  # 1.6 a row
     assert decide(1024, 31, 135_300, bf16, False)[0] == "inductor"  # under 32
+    # ... and a few a row on 2M output elements or more: one copy, added in their dtype
+    for index_put, partitioned in ((True, True), (True, False), (False, False)):
+        for width, n in ((32, 131_072), (40, 104_857), (56, 74_898)):
+            choice, why = decide(65536, width, n, bf16, index_put, partitioned)
+            assert choice == "commrt" and "one copy, added in torch.bfloat16" in why, why
+    assert "summed in fp32" in decide(65536, 41, 102_300, bf16)[1]  # an odd width
+    assert decide(32768, 40, 104_857, bf16)[0] == "inductor"  # 1.3M elements, 3 a row
+    assert decide(65536, 40, 104_857, fp32)[0] == "inductor"
 
 
 def test_wide_own_adds_for_half_rows_with_a_few_tens_a_row():
@@ -722,6 +728,13 @@ def test_wide_rows_on_one_copy_in_fp32_and_half_precision_only_past_narrow_rows(
     assert wide_on_one_copy(65536, 100, 40_000, torch.bfloat16)  # half_copy
     assert not wide_on_one_copy(1 << 20, 16, 262_144, torch.float32)  # narrow rows
     assert not wide_on_one_copy(1024, 1024, 4096, torch.bfloat16)  # 1M elements
+    # rows under WIDE_ROW from 2M elements, wider ones from 4M
+    assert wide_on_one_copy(65536, 32, 131_072, torch.bfloat16)
+    assert wide_on_one_copy(65536, 63, 66_576, torch.float16)
+    assert not wide_on_one_copy(65535, 32, 131_070, torch.bfloat16)  # under 2M elements
+    assert not wide_on_one_copy(65536, 32, 600_000, torch.bfloat16)  # 9 a row
+    assert not wide_on_one_copy(32768, 64, 131_072, torch.bfloat16)  # 2M of rows of 64
+    assert not wide_on_one_copy(65536, 40, 104_857, torch.float32)
     assert not wide_on_one_copy(65536, 100, 40_000, torch.int64)
 
 

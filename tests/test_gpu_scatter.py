@@ -55,7 +55,9 @@ CASES = [  # (op, dtype, row width (0: 1-D), rows, indices, expected choice)
     ("index_put", torch.bfloat16, 56, 1024, 74_893, "commrt"),  # ... bf16 of 40 to 63: fp32
     ("scatter_add", torch.bfloat16, 40, 1024, 104_801, "commrt"),
     ("index_add", torch.bfloat16, 33, 1021, 100_003, "commrt"),  # aten's kernel: 32 to 63
-    ("index_add", torch.bfloat16, 40, 1 << 16, 131_101, "commrt"),  # ... from 2 a row
+    ("index_add", torch.bfloat16, 40, 1 << 16, 131_101, "commrt"),  # 2M elements: one copy
+    ("scatter_add", torch.bfloat16, 32, 1 << 16, 131_101, "commrt"),  # ... added in bf16
+    ("index_put", torch.float16, 50, 1 << 16, 83_887, "commrt"),  # ... fp16
     ("scatter_add", torch.float32, 0, 8, 1 << 20, "commrt"),  # token counts: few rows
     ("scatter_add", torch.float32, 1, 20_011, 1 << 20, "commrt"),  # shared sums
     ("scatter_add", torch.bfloat16, 16, 1024, 262_147, "inductor_partitioned"),  # inlined
@@ -598,7 +600,8 @@ def test_shared_sums_kernels_against_float64(dtype, shape, rows):
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("width,n", [(100, 40_009), (1024, 8191), (99, 40_009)])
+@pytest.mark.parametrize("width,n", [(100, 40_009), (1024, 8191), (99, 40_009), (40, 20_011),
+                                     (33, 20_011)])
 def test_one_copy_wide_rows_against_float64(dtype, width, n):
     """Wide rows on one copy as the pass sends them (fp32: ``one_copy``; fp16/bf16:
     ``half_copy``, added in their dtype where their rows pair up, else through an fp32
