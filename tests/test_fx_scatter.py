@@ -696,7 +696,8 @@ def test_rows_that_lose_paired_atomics_go_where_they_were_measured_faster():
             assert choice == "commrt" and "one copy, added in torch.bfloat16" in why, why
     assert "summed in fp32" in decide(65536, 41, 102_300, bf16)[1]  # an odd width
     assert decide(32768, 40, 104_857, bf16)[0] == "inductor"  # 1.3M elements, 3 a row
-    assert decide(65536, 40, 104_857, fp32)[0] == "inductor"
+    assert "one copy, hot rows" in decide(65536, 40, 104_857, fp32)[1]  # fp32 too
+    assert "one copy" not in decide(65536, 40, 1 << 20, fp32)[1]  # 16 a row
 
 
 def test_wide_own_adds_for_half_rows_with_a_few_tens_a_row():
@@ -734,7 +735,9 @@ def test_wide_rows_on_one_copy_in_fp32_and_half_precision_only_past_narrow_rows(
     assert not wide_on_one_copy(65535, 32, 131_070, torch.bfloat16)  # under 2M elements
     assert not wide_on_one_copy(65536, 32, 600_000, torch.bfloat16)  # 9 a row
     assert not wide_on_one_copy(32768, 64, 131_072, torch.bfloat16)  # 2M of rows of 64
-    assert not wide_on_one_copy(65536, 40, 104_857, torch.float32)
+    assert wide_on_one_copy(65536, 40, 104_857, torch.float32)
+    assert not wide_on_one_copy(32768, 40, 104_857, torch.float32)  # 1.3M elements
+    assert not wide_on_one_copy(1 << 17, 16, 65_536, torch.bfloat16)  # narrow rows: 4M
     assert not wide_on_one_copy(65536, 100, 40_000, torch.int64)
 
 

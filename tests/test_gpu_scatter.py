@@ -58,6 +58,7 @@ CASES = [  # (op, dtype, row width (0: 1-D), rows, indices, expected choice)
     ("index_add", torch.bfloat16, 40, 1 << 16, 131_101, "commrt"),  # 2M elements: one copy
     ("scatter_add", torch.bfloat16, 32, 1 << 16, 131_101, "commrt"),  # ... added in bf16
     ("index_put", torch.float16, 50, 1 << 16, 83_887, "commrt"),  # ... fp16
+    ("index_put", torch.float32, 40, 1 << 16, 52_433, "commrt"),  # ... fp32, hot rows found
     ("scatter_add", torch.float32, 0, 8, 1 << 20, "commrt"),  # token counts: few rows
     ("scatter_add", torch.float32, 1, 20_011, 1 << 20, "commrt"),  # shared sums
     ("scatter_add", torch.bfloat16, 16, 1024, 262_147, "inductor_partitioned"),  # inlined

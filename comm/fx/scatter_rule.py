@@ -473,13 +473,15 @@ SHARED_PLANE = 32768
 # and into 131,072 rows (four windows) 90 / 78 / 82 against Inductor's 52 / 129 / 222
 # (benchmarks/results/probe_window_flush_NVIDIA_H200.json, 29b7fc2).
 SHARED_WINDOWS = 2
-# ... and fp16/bf16 rows wider than NARROW_ROW and under WIDE_ROW from outputs of
-# HALF_COPY_MID_PLANE elements. Inductor's plain scatter, their route before, adds them with
-# 16-bit atomics, slow on a hot row: on one H100, bf16 rows of 32 to 56 into 65,536 rows
-# (4M values), µs uniform / hot, index_put 8.6-14.1 / 101-250, scatter_add 8.6-139 /
-# 101-2,379,655 (a 2.4 s call: rows of 32), and aten's index_add 33-35 / 240-369
-# (benchmarks/results/scatter_grid_w32_56_half_NVIDIA_H100_80GB_HBM3.md, 94df385).
-HALF_COPY_MID_PLANE = 1 << 21
+# ... and (half_copy and one_copy) rows wider than NARROW_ROW and under WIDE_ROW from outputs
+# of MID_COPY_PLANE elements. Inductor's plain scatter, their route before, is slow on a
+# hot row: on one H100, rows of 32 to 56 into 65,536 rows (4M values), µs uniform / hot,
+# bf16 index_put 8.6-14.1 / 101-250, scatter_add 8.6-139 / 101-2,379,655 (a 2.4 s call:
+# rows of 32), aten's index_add 33-35 / 240-369
+# (benchmarks/results/scatter_grid_w32_56_half_NVIDIA_H100_80GB_HBM3.md, 94df385); fp32
+# rows of 32 and 50 12.8-20.2 / 161-163 (scatter_grid_w32_50_NVIDIA_H100_80GB_HBM3.md,
+# 6b9fa1e).
+MID_COPY_PLANE = 1 << 21
 
 COMMRT, INDUCTOR_PARTITIONED, INDUCTOR = "commrt", "inductor_partitioned", "inductor"
 HALF = (torch.float16, torch.bfloat16)
@@ -700,12 +702,10 @@ def own_adds(rows: int, width: int, n: int, partitions: int, dtype: torch.dtype)
 
 def half_copy(rows: int, width: int, n: int, dtype: torch.dtype) -> bool:
     """fp16/bf16 rows of ``HALF_ADDS_ROW`` to ``ONE_COPY_ROW`` elements, a few values a
-    row, on a large output (rows wider than ``NARROW_ROW`` and under ``WIDE_ROW``: from
-    ``HALF_COPY_MID_PLANE`` elements): the narrow kernels take them with one copy, in their
-    dtype."""
-    plane = HALF_COPY_MID_PLANE if NARROW_ROW < width < WIDE_ROW else ONE_COPY_PLANE
+    row, on a large output (``copy_plane``): the narrow kernels take them with one copy, in
+    their dtype."""
     return (dtype in HALF and HALF_ADDS_ROW <= width <= ONE_COPY_ROW and
-            MIN_INDICES <= n <= HALF_ADDS_PER_ROW * rows and rows * width >= plane)
+            MIN_INDICES <= n <= HALF_ADDS_PER_ROW * rows and rows * width >= copy_plane(width))
 
 
 def wide_own_adds(rows: int, width: int, n: int, dtype: torch.dtype) -> int:
@@ -758,9 +758,17 @@ def local_blocks(rows: int, width: int, half_adds: bool = False) -> tuple[int, i
 
 
 def one_copy(rows: int, width: int, n: int, dtype: torch.dtype) -> bool:
-    """fp32 rows wider than ``NARROW_ROW`` that the narrow kernels take with one copy."""
+    """fp32 rows wider than ``NARROW_ROW`` that the narrow kernels take with one copy (a
+    few values a row on a large output: ``copy_plane``)."""
     return (dtype == torch.float32 and NARROW_ROW < width <= ONE_COPY_ROW and
-            MIN_INDICES <= n < FP32_SPREAD_PER_ROW * rows and rows * width >= ONE_COPY_PLANE)
+            MIN_INDICES <= n < FP32_SPREAD_PER_ROW * rows and rows * width >= copy_plane(width))
+
+
+def copy_plane(width: int) -> int:
+    """The fewest output elements on which ``one_copy`` and ``half_copy`` take rows of
+    ``width`` elements: ``MID_COPY_PLANE`` for rows wider than ``NARROW_ROW`` and under
+    ``WIDE_ROW``, else ``ONE_COPY_PLANE``."""
+    return MID_COPY_PLANE if NARROW_ROW < width < WIDE_ROW else ONE_COPY_PLANE
 
 
 def pair_sample(rows: int) -> int:
