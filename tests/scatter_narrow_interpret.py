@@ -102,7 +102,8 @@ def half_adds(g) -> None:
     with hot rows (their fp32 sums added by the last program) against float64, no worse
     than torch's own fp16 ``index_add``; an index out of range poisons; refused cases."""
     for rows, width, n, dist in ((300, 4, 2003, "uniform"), (57, 16, 1500, "hot"),
-                                 (40, 5, 999, "few"), (61, 100, 700, "hot")):
+                                 (40, 5, 999, "few"), (61, 100, 700, "hot"),
+                                 (211, 40, 900, "uniform")):
         base = torch.randn(rows, width, generator=g).half()
         idx = indices(dist, rows, n, g)
         vals = torch.randn(n, width, generator=g).half()
