@@ -246,6 +246,7 @@ FP32_SPREAD_ROW, FP32_MID_VALUES = 40, 4096
 # the kernels' 11.7-12.1 / 16.6-21.5 / 16.6-21.4, rows of 32 31.9 / 185 / 237 against 12.6 /
 # 18.5 / 18.2, and into 65,536 rows (2 values a row) 33.8 / 34.0 / 239 against 19.2 / 19.0 /
 # 41.8: it goes to them from rows of HALF_MID_ROW with HALF_INDEX_ADD_PER_ROW values a row
+# (with a few a row on MID_COPY_PLANE output elements or more, to one copy: half_copy)
 # (benchmarks/results/scatter_grid_w40_56_rows1024_NVIDIA_H100_80GB_HBM3.md, 6735783;
 # scatter_grid_w32_50_NVIDIA_H100_80GB_HBM3.md, 6b9fa1e)
 HALF_MID_ROW, HALF_SPREAD_ROW, HALF_INDEX_ADD_PER_ROW = 32, 40, 2
