@@ -483,7 +483,7 @@ SHARED_WINDOWS = 2
 # rows of 32 and 50 12.8-20.2 / 161-163 (scatter_grid_w32_50_NVIDIA_H100_80GB_HBM3.md,
 # 6b9fa1e). On one copy, on one H100 at 32997b6, µs uniform / skewed / hot against
 # Inductor's faster column: bf16 index_put and scatter_add 7.1-9.5 / 9.2-10.2 / 12.4-18.7
-# against 7.0-12.5 / 9.5-13.5 / 45-187 (0.76-1.04x uniform and skewed), index_add 7.1-18.6
+# against 7.0-12.5 / 9.5-13.5 / 45-187 (0.75-1.04x uniform and skewed), index_add 7.1-18.6
 # against aten's 34-369; fp32 11.7-20.0 / 14.3-21.9 / 12.1-22.8 against 13.4-23.3 /
 # 15.2-25.8 / 86-208 (0.77-0.96x, hot 0.06-0.21x)
 # (benchmarks/results/scatter_grid_w32_56_half_NVIDIA_H100_80GB_HBM3.md and
