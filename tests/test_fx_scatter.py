@@ -689,7 +689,11 @@ def test_rows_that_lose_paired_atomics_go_where_they_were_measured_faster():
     assert decide(1024, 50, 83_886, bf16, True, partitioned=False)[0] == "commrt"  # scatter_add
     assert decide(1024, 40, 104_857, bf16, False)[0] == "commrt"
     assert decide(1024, 31, 135_300, bf16, False)[0] == "inductor"  # under 32
-    # ... and a few a row on 2M output elements or more: one copy, added in their dtype
+
+
+def test_mid_rows_with_a_few_values_a_row_go_to_one_copy_from_2m_output_elements():
+    bf16, fp32 = torch.bfloat16, torch.float32
+    # fp16/bf16 added in their dtype (an odd width in fp32); fp32 with its hot rows
     for index_put, partitioned in ((True, True), (True, False), (False, False)):
         for width, n in ((32, 131_072), (40, 104_857), (56, 74_898)):
             choice, why = decide(65536, width, n, bf16, index_put, partitioned)

@@ -309,6 +309,22 @@ ONE_COPY_ROW, ONE_COPY_PLANE = 1024, 1 << 22
 # rows, 49 µs with none, Inductor's scatter 46 µs
 # (docs/decisions/2026-11-25-scatter-fp32-rows-up-1-024.md).
 ONE_COPY_HOT, ONE_COPY_HOT_MIN = 4, 16
+# ... and rows wider than NARROW_ROW and under WIDE_ROW (one_copy's and half_copy's) from
+# outputs of MID_COPY_PLANE elements (copy_plane). Inductor's plain scatter, their route
+# before, is slow on a hot row: on one H100, rows of 32 to 56 into 65,536 rows (4M values),
+# µs uniform / hot,
+# bf16 index_put 8.6-14.1 / 101-250, scatter_add 8.6-139 / 101-2,379,655 (a 2.4 s call:
+# rows of 32), aten's index_add 33-35 / 240-369
+# (benchmarks/results/scatter_grid_w32_56_half_NVIDIA_H100_80GB_HBM3.md, 94df385); fp32
+# rows of 32 and 50 12.8-20.2 / 161-163 (scatter_grid_w32_50_NVIDIA_H100_80GB_HBM3.md,
+# 6b9fa1e). On one copy, on one H100 at 32997b6, µs uniform / skewed / hot against
+# Inductor's faster column: bf16 index_put and scatter_add 7.1-9.5 / 9.2-10.2 / 12.4-18.7
+# against 7.0-12.5 / 9.5-13.5 / 45-187 (0.75-1.04x uniform and skewed), index_add 7.1-18.6
+# against aten's 34-369; fp32 11.7-20.0 / 14.3-21.9 / 12.1-22.8 against 13.4-23.3 /
+# 15.2-25.8 / 86-208 (0.77-0.96x, hot 0.06-0.21x)
+# (benchmarks/results/scatter_grid_w32_56_half_NVIDIA_H100_80GB_HBM3.md and
+# scatter_grid_w32_56_rows65536_fp32_NVIDIA_H100_80GB_HBM3.md).
+MID_COPY_PLANE = 1 << 21
 # fp32 rows of LOCAL_ROW to LOCAL_MAX_ROW elements with at most LOCAL_PER_ROW values a row
 # on outputs under ONE_COPY_PLANE (local_sums): the narrow kernels with one copy and no plan
 # (it no longer hides behind the copy of a small output), each block summing the rows that
@@ -474,21 +490,6 @@ SHARED_PLANE = 32768
 # and into 131,072 rows (four windows) 90 / 78 / 82 against Inductor's 52 / 129 / 222
 # (benchmarks/results/probe_window_flush_NVIDIA_H200.json, 29b7fc2).
 SHARED_WINDOWS = 2
-# ... and (half_copy and one_copy) rows wider than NARROW_ROW and under WIDE_ROW from outputs
-# of MID_COPY_PLANE elements. Inductor's plain scatter, their route before, is slow on a
-# hot row: on one H100, rows of 32 to 56 into 65,536 rows (4M values), µs uniform / hot,
-# bf16 index_put 8.6-14.1 / 101-250, scatter_add 8.6-139 / 101-2,379,655 (a 2.4 s call:
-# rows of 32), aten's index_add 33-35 / 240-369
-# (benchmarks/results/scatter_grid_w32_56_half_NVIDIA_H100_80GB_HBM3.md, 94df385); fp32
-# rows of 32 and 50 12.8-20.2 / 161-163 (scatter_grid_w32_50_NVIDIA_H100_80GB_HBM3.md,
-# 6b9fa1e). On one copy, on one H100 at 32997b6, µs uniform / skewed / hot against
-# Inductor's faster column: bf16 index_put and scatter_add 7.1-9.5 / 9.2-10.2 / 12.4-18.7
-# against 7.0-12.5 / 9.5-13.5 / 45-187 (0.75-1.04x uniform and skewed), index_add 7.1-18.6
-# against aten's 34-369; fp32 11.7-20.0 / 14.3-21.9 / 12.1-22.8 against 13.4-23.3 /
-# 15.2-25.8 / 86-208 (0.77-0.96x, hot 0.06-0.21x)
-# (benchmarks/results/scatter_grid_w32_56_half_NVIDIA_H100_80GB_HBM3.md and
-# scatter_grid_w32_56_rows65536_fp32_NVIDIA_H100_80GB_HBM3.md).
-MID_COPY_PLANE = 1 << 21
 
 COMMRT, INDUCTOR_PARTITIONED, INDUCTOR = "commrt", "inductor_partitioned", "inductor"
 HALF = (torch.float16, torch.bfloat16)
